@@ -1,0 +1,38 @@
+# Front door. `make test` and `make demo` are the whole set-up on a fresh Debian 12 machine.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+CLANG_BUILD ?= build-clang
+
+.PHONY: all deps build test demo asan clean clang
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) >/dev/null
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+	scripts/go-build.sh $(BUILD)
+
+# gcc and clang must both compile everything warning-free (-Werror).
+clang: deps
+	[ -f $(CLANG_BUILD)/build.ninja ] || CC=clang meson setup $(CLANG_BUILD) >/dev/null
+	ninja -C $(CLANG_BUILD)
+
+test: build clang
+	tests/run.sh $(BUILD)
+
+asan: deps
+	[ -f $(ASAN_BUILD)/build.ninja ] || CC=clang meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+	ninja -C $(ASAN_BUILD)
+	scripts/go-build.sh $(ASAN_BUILD)
+	SDP_SANITIZE=1 tests/run.sh $(ASAN_BUILD)
+
+demo: build
+	tests/demo.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD)

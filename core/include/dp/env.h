@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * env: strict parsing of integer configuration values. Accepted: decimal digits only (no sign,
+ * no whitespace, no leading '+', no "0x", no trailing garbage), at most the range given.
+ * On error, *ret is untouched and err (if given) holds a clear message naming the variable
+ * and the offending value, e.g. 'DEVICE_COUNT="12a": not a decimal integer'.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parse s as an unsigned decimal in [min, max]. -EINVAL (not a number), -ERANGE (outside). */
+int dp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+
+/* getenv(name): unset -> *ret = def, return 0 ("" counts as invalid, -EINVAL).
+ * Otherwise parse as dp_parse_u64 and write a message into err on failure. */
+int dp_env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max, uint64_t *ret, char *err,
+	       size_t errlen);
+int dp_env_u32(const char *name, uint32_t def, uint32_t min, uint32_t max, uint32_t *ret, char *err,
+	       size_t errlen);

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * grpc: gRPC over HTTP/2 (nghttp2) on unix sockets, server and client, driven by dp_loop.
+ *
+ * Server: listens on a unix socket, one nghttp2 session per connection. A request is validated
+ * (:method POST, content-type application/grpc*, :path routed to a method; :authority
+ * "localhost" or the raw socket path that older kubelets sent), its single message is framed
+ * (5-byte prefix, at most DP_GRPC_MAX_MESSAGE bytes, compressed flag -> UNIMPLEMENTED) and
+ * handed to the method's handler once the request ended (END_STREAM). A handler answers now
+ * or later through the call: unary methods with exactly one dp_grpc_call_send() (which also
+ * sends OK trailers) or one dp_grpc_call_finish() with an error; server-streaming methods with
+ * any number of dp_grpc_call_send() then dp_grpc_call_finish(). grpc-timeout is enforced:
+ * at the deadline the call ends with DEADLINE_EXCEEDED. A call ends for its owner exactly once:
+ * either by finish/unary send, or by its cancel callback (RST_STREAM from the peer, connection
+ * EOF or error, deadline, server shutdown); after that the call pointer is invalid.
+ *
+ * Client: one connection per call (Register, health checks), no keepalive PINGs; connect()
+ * that fails with ECONNREFUSED/ENOENT is retried every few milliseconds until the deadline.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "dp/loop.h"
+
+#define DP_GRPC_MAX_MESSAGE (4u * 1024u * 1024u)
+
+enum dp_grpc_status {
+	DP_GRPC_OK = 0,
+	DP_GRPC_CANCELLED = 1,
+	DP_GRPC_UNKNOWN = 2,
+	DP_GRPC_INVALID_ARGUMENT = 3,
+	DP_GRPC_DEADLINE_EXCEEDED = 4,
+	DP_GRPC_NOT_FOUND = 5,
+	DP_GRPC_ALREADY_EXISTS = 6,
+	DP_GRPC_PERMISSION_DENIED = 7,
+	DP_GRPC_RESOURCE_EXHAUSTED = 8,
+	DP_GRPC_FAILED_PRECONDITION = 9,
+	DP_GRPC_ABORTED = 10,
+	DP_GRPC_OUT_OF_RANGE = 11,
+	DP_GRPC_UNIMPLEMENTED = 12,
+	DP_GRPC_INTERNAL = 13,
+	DP_GRPC_UNAVAILABLE = 14,
+	DP_GRPC_DATA_LOSS = 15,
+	DP_GRPC_UNAUTHENTICATED = 16,
+};
+
+/* ---- pure helpers (unit-tested, fuzzed) ---- */
+
+/* Parse a grpc-timeout value ("1S", "100m", "30000000u", at most 8 digits, units H M S m u n).
+ * -EINVAL when malformed. The result saturates at UINT64_MAX microseconds; "n" rounds up. */
+int dp_grpc_parse_timeout(const char *s, size_t len, uint64_t *ret_usec);
+/* Encode usec as grpc-go does (finest unit whose value fits 8 digits). buf >= 16 bytes. */
+void dp_grpc_format_timeout(uint64_t usec, char buf[static 16]);
+
+/* Percent-encode a grpc-message: bytes 0x20..0x7E except '%' pass, others become %XX (upper
+ * hex). Returns malloc'd string or NULL on ENOMEM. */
+char *dp_grpc_percent_encode(const char *s);
+/* Decode leniently: invalid escapes are kept verbatim. malloc'd, NULL on ENOMEM. */
+char *dp_grpc_percent_decode(const char *s, size_t len);
+
+/* Message framing: a decoder fed with arbitrary chunks. */
+typedef struct dp_grpc_deframer {
+	uint8_t hdr[5];
+	size_t hdr_len;
+	uint8_t *msg;
+	size_t msg_len; /* declared length */
+	size_t msg_have;
+	size_t max;     /* maximum message size accepted */
+	unsigned n_msgs; /* complete messages seen */
+} dp_grpc_deframer;
+
+void dp_grpc_deframer_init(dp_grpc_deframer *d, size_t max);
+void dp_grpc_deframer_done(dp_grpc_deframer *d);
+/* Feed bytes. For each complete message fn(ud, msg, len) is called (msg owned by the deframer
+ * and valid only during the call); a non-zero return from fn stops and is returned.
+ * -EMSGSIZE: declared length above max; -EPROTONOSUPPORT: compressed flag set; -EBADMSG: flag
+ * neither 0 nor 1. Nothing is buffered beyond max + 5 bytes. */
+int dp_grpc_deframer_feed(dp_grpc_deframer *d, const uint8_t *data, size_t len,
+			  int (*fn)(void *ud, const uint8_t *msg, size_t len), void *ud);
+/* True when no partial message is pending. */
+bool dp_grpc_deframer_idle(const dp_grpc_deframer *d);
+
+/* Write the 5-byte prefix for a message of len bytes. */
+void dp_grpc_frame_header(uint8_t out[static 5], size_t len);
+
+/* ---- server ---- */
+
+typedef struct dp_grpc_server dp_grpc_server;
+typedef struct dp_grpc_call dp_grpc_call;
+
+enum dp_grpc_kind { DP_GRPC_METHOD_UNARY, DP_GRPC_METHOD_SERVER_STREAM };
+
+/* msg/len: the request message (valid only during the call). userdata: the method's. */
+typedef void (*dp_grpc_handler)(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata);
+/* The call ended without the owner finishing it (status says why: CANCELLED for a peer reset
+ * or EOF, DEADLINE_EXCEEDED, UNAVAILABLE for server shutdown). The call is freed after return. */
+typedef void (*dp_grpc_cancel_fn)(dp_grpc_call *call, int status, void *userdata);
+
+typedef struct dp_grpc_method {
+	const char *path; /* "/v1beta1.DevicePlugin/Allocate" */
+	enum dp_grpc_kind kind;
+	dp_grpc_handler handler;
+	void *userdata;
+} dp_grpc_method;
+
+typedef struct dp_grpc_limits {
+	unsigned max_connections;       /* accepted at once; further connects are closed at once */
+	unsigned max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
+	unsigned max_header_list;        /* SETTINGS_MAX_HEADER_LIST_SIZE, bytes */
+	size_t max_outbuf;               /* bytes queued for one connection before reading pauses */
+} dp_grpc_limits;
+
+/* The defaults used when limits is NULL (documented in docs/architecture.md). */
+extern const dp_grpc_limits dp_grpc_default_limits;
+
+/* Create the socket (unlinking nothing: an existing path is -EADDRINUSE), listen and serve.
+ * methods is copied (the strings must outlive the server). The socket file has mode 0600. */
+int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_method *methods,
+		       size_t n_methods, const dp_grpc_limits *limits, dp_grpc_server **ret);
+/* Graceful stop: stop accepting, GOAWAY on every connection, cancel every open call with
+ * UNAVAILABLE (their cancel callbacks run), close connections once flushed (bounded). The
+ * socket file is not removed (the owner decides). Returns NULL. Accepts NULL. */
+dp_grpc_server *dp_grpc_server_free(dp_grpc_server *s);
+DP_DEFINE_CLEANUP(dp_grpc_server, dp_grpc_server_free)
+unsigned dp_grpc_server_connections(const dp_grpc_server *s);
+
+/* Set who is told when the call is cancelled. May be called from the handler or later. */
+void dp_grpc_call_set_cancel(dp_grpc_call *call, dp_grpc_cancel_fn fn, void *userdata);
+/* Absolute deadline (dp_now_usec clock) from grpc-timeout, 0 when none. */
+uint64_t dp_grpc_call_deadline(const dp_grpc_call *call);
+const char *dp_grpc_call_path(const dp_grpc_call *call);
+
+/* Send one response message (bytes already protobuf-encoded). Unary: also ends the call with
+ * OK (the call is invalid afterwards). Stream: queues it (sent in order, flow-controlled).
+ * -EMSGSIZE above DP_GRPC_MAX_MESSAGE (the call is then ended with RESOURCE_EXHAUSTED). */
+int dp_grpc_call_send(dp_grpc_call *call, const uint8_t *msg, size_t len);
+/* Encode with protobuf-c and send. */
+int dp_grpc_call_send_pb(dp_grpc_call *call, const ProtobufCMessage *msg);
+/* End the call with status and message (NULL = none), after queued messages. Trailers-Only
+ * when nothing was sent yet. The call is invalid afterwards. */
+int dp_grpc_call_finish(dp_grpc_call *call, int status, const char *message);
+
+/* ---- client ---- */
+
+typedef struct dp_grpc_client_call dp_grpc_client_call;
+/* status: grpc-status (or UNAVAILABLE/DEADLINE_EXCEEDED/INTERNAL for transport failures, with a
+ * message saying what happened); resp: the single response message when status == OK. */
+typedef void (*dp_grpc_client_done_fn)(void *userdata, int status, const char *message,
+				       const uint8_t *resp, size_t resp_len);
+
+/* Start a unary call on socket_path with :authority (e.g. "localhost"), deadline timeout_usec
+ * (also sent as grpc-timeout). done runs exactly once, later (never from inside this call),
+ * unless the call is cancelled first. */
+int dp_grpc_client_call_new(dp_loop *loop, const char *socket_path, const char *authority,
+			    const char *path, const uint8_t *req, size_t req_len, uint64_t timeout_usec,
+			    dp_grpc_client_done_fn done, void *userdata, dp_grpc_client_call **ret);
+/* Abort: RST_STREAM(CANCEL), close, no callback. Accepts NULL, returns NULL. */
+dp_grpc_client_call *dp_grpc_client_call_cancel(dp_grpc_client_call *c);
+DP_DEFINE_CLEANUP(dp_grpc_client_call, dp_grpc_client_call_cancel)
+
+/* Convenience: pack msg with protobuf-c and start a call. */
+int dp_grpc_client_call_pb(dp_loop *loop, const char *socket_path, const char *authority,
+			   const char *path, const ProtobufCMessage *req, uint64_t timeout_usec,
+			   dp_grpc_client_done_fn done, void *userdata, dp_grpc_client_call **ret);
+
+const char *dp_grpc_status_name(int status);

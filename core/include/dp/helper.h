@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * helper: run one named function in a child process (the daemon's own binary re-executed in
+ * helper mode) with a deadline. At most one child exists at a time; requests that arrive while
+ * it runs join it and get the same result. A requester that goes away (dp_helper_wait_cancel)
+ * never cancels the shared run nor changes its result. At the deadline the child is sent
+ * SIGKILL (through its pidfd); a child that is still not reaped after a grace period keeps the
+ * helper "blocked": every request fails at once with that reason until the child is reaped.
+ *
+ * Child protocol: the binary is started as  <exe> --dp-helper <name> [args...]  with stdin
+ * /dev/null and stdout a pipe; it writes one line: "ok[ detail]\n" or "fail <reason>\n" and
+ * exits 0. Anything else (other exit status, a signal, no line, a garbage line, more than
+ * 4 KiB) is a failure with a precise reason.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dp/loop.h"
+
+#define DP_HELPER_ARG "--dp-helper"
+#define DP_HELPER_REASON_MAX 256
+
+typedef struct dp_helper dp_helper;
+typedef struct dp_helper_wait dp_helper_wait;
+
+typedef struct dp_helper_result {
+	bool ok;
+	char reason[DP_HELPER_REASON_MAX]; /* failure reason, or the "ok" detail (may be empty) */
+} dp_helper_result;
+
+typedef void (*dp_helper_done_fn)(const dp_helper_result *r, void *userdata);
+
+/* ---- child side ---- */
+
+/* A helper function: writes its result with dp_helper_reply_ok/fail and returns. */
+typedef void (*dp_helper_fn)(int argc, char **argv);
+typedef struct dp_helper_entry {
+	const char *name;
+	dp_helper_fn fn;
+} dp_helper_entry;
+
+/* Call first in main(): when argv[1] is DP_HELPER_ARG, run the named entry and _exit(0)
+ * (unknown name: "fail unknown helper X", exit 2). Returns normally otherwise. */
+void dp_helper_main(int argc, char **argv, const dp_helper_entry *entries, size_t n);
+void dp_helper_reply_ok(const char *detail);
+void dp_helper_reply_fail(const char *fmt, ...) _printf_(1, 2);
+
+/* ---- parent side ---- */
+
+/* exe: path to execute (NULL: /proc/self/exe); argv: name and arguments after DP_HELPER_ARG
+ * (copied, NULL-terminated); deadline_usec: from the start of each run; kill_grace_usec: time
+ * after SIGKILL before the helper counts as blocked (it stays blocked until reaped). */
+int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t deadline_usec,
+		  uint64_t kill_grace_usec, dp_helper **ret);
+/* Kills a running child (SIGKILL) and frees; pending waiters get no callback. */
+dp_helper *dp_helper_free(dp_helper *h);
+DP_DEFINE_CLEANUP(dp_helper, dp_helper_free)
+
+/* Ask for a result: joins the run in flight or starts one. done runs once, from the loop,
+ * never inside this call. ret_wait (may be NULL) lets the requester go away. */
+int dp_helper_request(dp_helper *h, dp_helper_done_fn done, void *userdata, dp_helper_wait **ret_wait);
+/* The requester goes away: no callback; the run goes on and its result still reaches the
+ * others and dp_helper_last(). Accepts NULL. */
+void dp_helper_wait_cancel(dp_helper_wait *w);
+
+bool dp_helper_running(const dp_helper *h);
+bool dp_helper_blocked(const dp_helper *h);
+/* Result of the last finished run (NULL before the first). */
+const dp_helper_result *dp_helper_last(const dp_helper *h);
+/* Number of children started so far (for tests and metrics). */
+unsigned dp_helper_runs(const dp_helper *h);

@@ -1,0 +1,14 @@
+#!/bin/sh
+# Build the grpc-go side of the tests (mock kubelet, scenario tests, demo driver) in GOPATH
+# mode with Debian's grpc-go; no network. Usage: scripts/go-build.sh BUILD_DIR
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=$(cd "$1" && pwd)
+gp="$out/gopath"
+mkdir -p "$gp/src/sdp/v1beta1"
+ln -sfn "$src/tests/kubelet" "$gp/src/sdp/kubelet"
+protoc --go_out=plugins=grpc:"$gp/src/sdp/v1beta1" -I"$src/proto" "$src/proto/api.proto"
+export GOPATH="$gp:/usr/share/gocode" GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" GOPROXY=off
+go build -o "$out/mock-kubelet" sdp/kubelet/cmd/mock-kubelet
+go build -o "$out/sdp-demo" sdp/kubelet/cmd/demo
+go test -c -o "$out/scenario.test" sdp/kubelet

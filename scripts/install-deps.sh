@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install the Debian 12 packages the build and the tests need (nothing else is downloaded).
+# Run by every make target; does nothing when everything is present.
+set -eu
+PKGS="gcc clang make git meson ninja-build pkg-config \
+libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libcmocka-dev \
+golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+	echo "missing Debian packages:$missing" >&2
+	echo "install them as root: apt-get install -y$missing" >&2
+	exit 1
+fi
+echo "installing Debian packages:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
