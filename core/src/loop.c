@@ -1,1 +1,571 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * loop: epoll dispatch through epoll_event.data.ptr (one dp_source per registered fd).
+ *
+ * Freeing: dp_source_free() marks the source dead, removes its fd from epoll and closes the fds
+ * the loop owns at once. While a batch is dispatched (or deferred calls run) the memory is kept
+ * on a dead list and released at the end of dp_loop_run_once(), so a pending event of a freed
+ * source in the same batch is recognised (s->dead) and skipped.
+ */
+#include "dp/loop.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dp/log.h"
+
+#define DP_LOOP_BATCH 64
+
+enum source_type { SOURCE_IO, SOURCE_TIMER, SOURCE_SIGNAL, SOURCE_CHILD, SOURCE_INOTIFY };
+
+struct dp_source {
+	dp_loop *loop;
+	enum source_type type;
+	int fd;
+	bool owns_fd;
+	bool in_epoll;
+	bool dead;
+	void *userdata;
+	union {
+		dp_io_fn io;
+		dp_timer_fn timer;
+		dp_signal_fn signal;
+		dp_child_fn child;
+		dp_inotify_fn inotify;
+	} fn;
+	pid_t pid;     /* SOURCE_CHILD */
+	bool reaped;   /* SOURCE_CHILD */
+	bool ignored;  /* SOURCE_INOTIFY: IN_IGNORED seen, fn is not called again */
+	dp_source *prev, *next; /* live list, or dead list (next only) */
+};
+
+typedef struct defer_entry {
+	dp_defer_fn fn;
+	void *userdata;
+	struct defer_entry *next;
+} defer_entry;
+
+struct dp_loop {
+	int epfd;
+	bool exiting;
+	int exit_code;
+	unsigned dispatching; /* >0 while a batch or deferred calls run */
+	dp_source *live;
+	dp_source *dead;
+	defer_entry *defer_head, **defer_tail;
+};
+
+uint64_t dp_now_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * DP_USEC_PER_SEC + (uint64_t)ts.tv_nsec / 1000;
+}
+
+int dp_loop_new(dp_loop **ret)
+{
+	dp_loop *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return -ENOMEM;
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0) {
+		int r = -errno;
+		free(l);
+		return r;
+	}
+	l->defer_tail = &l->defer_head;
+	*ret = l;
+	return 0;
+}
+
+static void source_release(dp_source *s)
+{
+	free(s);
+}
+
+static void free_dead(dp_loop *l)
+{
+	while (l->dead) {
+		dp_source *s = l->dead;
+		l->dead = s->next;
+		source_release(s);
+	}
+}
+
+static void defer_clear(dp_loop *l)
+{
+	while (l->defer_head) {
+		defer_entry *e = l->defer_head;
+		l->defer_head = e->next;
+		free(e);
+	}
+	l->defer_tail = &l->defer_head;
+}
+
+dp_loop *dp_loop_free(dp_loop *l)
+{
+	if (!l)
+		return NULL;
+	l->dispatching++; /* collect on the dead list, release below */
+	while (l->live)
+		dp_source_free(l->live);
+	l->dispatching--;
+	free_dead(l);
+	defer_clear(l);
+	if (l->epfd >= 0)
+		close(l->epfd);
+	free(l);
+	return NULL;
+}
+
+static void dispatch_io(dp_source *s, uint32_t revents)
+{
+	int r = s->fn.io(s, s->fd, revents, s->userdata);
+	if (r < 0)
+		dp_debug("io callback failed", "fd=%d error=%d", s->fd, r);
+}
+
+static void dispatch_timer(dp_source *s)
+{
+	uint64_t expirations;
+
+	/* EAGAIN: re-armed or disarmed earlier in this batch; the event is stale. */
+	if (read(s->fd, &expirations, sizeof(expirations)) != (ssize_t)sizeof(expirations))
+		return;
+	int r = s->fn.timer(s, s->userdata);
+	if (r < 0)
+		dp_debug("timer callback failed", "error=%d", r);
+}
+
+static void dispatch_signal(dp_source *s)
+{
+	struct signalfd_siginfo si;
+
+	while (!s->dead && read(s->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		int r = s->fn.signal(s, &si, s->userdata);
+		if (r < 0)
+			dp_debug("signal callback failed", "signal=%u error=%d", si.ssi_signo, r);
+	}
+}
+
+static void source_epoll_del(dp_source *s)
+{
+	if (s->in_epoll) {
+		(void)epoll_ctl(s->loop->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+		s->in_epoll = false;
+	}
+}
+
+static void dispatch_child(dp_source *s)
+{
+	siginfo_t si;
+
+	if (s->reaped)
+		return;
+	memset(&si, 0, sizeof(si));
+	if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG) < 0) {
+		if (errno == EINTR)
+			return;
+		/* ECHILD: reaped elsewhere; report it with si_code 0 and the pid. */
+		dp_debug("waitid failed", "pid=%d errno=%d", (int)s->pid, errno);
+		memset(&si, 0, sizeof(si));
+		si.si_pid = s->pid;
+	} else if (si.si_pid == 0) {
+		return; /* not exited yet */
+	}
+	s->reaped = true;
+	source_epoll_del(s); /* a reaped pidfd stays readable */
+	int r = s->fn.child(s, &si, s->userdata);
+	if (r < 0)
+		dp_debug("child callback failed", "pid=%d error=%d", (int)s->pid, r);
+}
+
+static void dispatch_inotify(dp_source *s)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+
+	for (;;) {
+		ssize_t n = read(s->fd, buf, sizeof(buf));
+		if (n <= 0)
+			return;
+		for (char *p = buf; p < buf + n;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+			p += sizeof(*ev) + ev->len;
+			if (s->dead || s->ignored)
+				continue; /* drain, never call fn again */
+			if (ev->mask & IN_IGNORED)
+				s->ignored = true;
+			int r = s->fn.inotify(s, ev, s->userdata);
+			if (r < 0)
+				dp_debug("inotify callback failed", "error=%d", r);
+		}
+		if (s->dead)
+			return;
+		if (s->ignored) {
+			source_epoll_del(s); /* no watch left */
+			return;
+		}
+	}
+}
+
+static void dispatch(dp_source *s, uint32_t revents)
+{
+	switch (s->type) {
+	case SOURCE_IO:
+		dispatch_io(s, revents);
+		break;
+	case SOURCE_TIMER:
+		dispatch_timer(s);
+		break;
+	case SOURCE_SIGNAL:
+		dispatch_signal(s);
+		break;
+	case SOURCE_CHILD:
+		dispatch_child(s);
+		break;
+	case SOURCE_INOTIFY:
+		dispatch_inotify(s);
+		break;
+	}
+}
+
+static void run_defers(dp_loop *l)
+{
+	/* Only the calls queued so far: calls deferred from here run at the next iteration. */
+	defer_entry *e = l->defer_head;
+
+	l->defer_head = NULL;
+	l->defer_tail = &l->defer_head;
+	while (e) {
+		defer_entry *next = e->next;
+		e->fn(e->userdata);
+		free(e);
+		e = next;
+	}
+}
+
+int dp_loop_run_once(dp_loop *l, int timeout_ms)
+{
+	struct epoll_event evs[DP_LOOP_BATCH];
+	int n, dispatched = 0;
+
+	if (!l)
+		return -EINVAL;
+	if (l->defer_head)
+		timeout_ms = 0;
+	n = epoll_wait(l->epfd, evs, DP_LOOP_BATCH, timeout_ms);
+	if (n < 0 && errno != EINTR)
+		return -errno;
+
+	l->dispatching++;
+	for (int i = 0; i < n; i++) {
+		dp_source *s = evs[i].data.ptr;
+		if (s->dead)
+			continue;
+		dispatch(s, evs[i].events);
+		dispatched++;
+	}
+	run_defers(l);
+	l->dispatching--;
+	if (l->dispatching == 0)
+		free_dead(l);
+	return dispatched;
+}
+
+int dp_loop_run(dp_loop *l)
+{
+	if (!l)
+		return -EINVAL;
+	while (!l->exiting) {
+		int r = dp_loop_run_once(l, -1);
+		if (r < 0)
+			return r;
+	}
+	return l->exit_code;
+}
+
+void dp_loop_exit(dp_loop *l, int code)
+{
+	if (!l)
+		return;
+	l->exiting = true;
+	l->exit_code = code;
+}
+
+bool dp_loop_exiting(const dp_loop *l)
+{
+	return l && l->exiting;
+}
+
+int dp_defer(dp_loop *l, dp_defer_fn fn, void *userdata)
+{
+	defer_entry *e;
+
+	if (!l || !fn)
+		return -EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->fn = fn;
+	e->userdata = userdata;
+	*l->defer_tail = e;
+	l->defer_tail = &e->next;
+	return 0;
+}
+
+/* Allocate a source around fd and register it for events. On failure an owned fd is closed. */
+static int source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
+		      void *userdata, dp_source **ret)
+{
+	struct epoll_event ev = {.events = events};
+	dp_source *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		if (owns_fd)
+			close(fd);
+		return -ENOMEM;
+	}
+	s->loop = l;
+	s->type = type;
+	s->fd = fd;
+	s->owns_fd = owns_fd;
+	s->userdata = userdata;
+	ev.data.ptr = s;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		int r = -errno;
+		if (owns_fd)
+			close(fd);
+		free(s);
+		return r;
+	}
+	s->in_epoll = true;
+	s->next = l->live;
+	if (l->live)
+		l->live->prev = s;
+	l->live = s;
+	*ret = s;
+	return 0;
+}
+
+dp_source *dp_source_free(dp_source *s)
+{
+	dp_loop *l;
+
+	if (!s || s->dead)
+		return NULL;
+	l = s->loop;
+	s->dead = true;
+	source_epoll_del(s);
+	if (s->owns_fd && s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		l->live = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->prev = NULL;
+	if (l->dispatching) {
+		s->next = l->dead;
+		l->dead = s;
+	} else {
+		source_release(s);
+	}
+	return NULL;
+}
+
+dp_loop *dp_source_loop(const dp_source *s)
+{
+	return s ? s->loop : NULL;
+}
+
+int dp_io_add(dp_loop *l, int fd, uint32_t events, dp_io_fn fn, void *userdata, dp_source **ret)
+{
+	dp_source *s;
+	int r;
+
+	if (!l || fd < 0 || !fn || !ret)
+		return -EINVAL;
+	r = source_new(l, SOURCE_IO, fd, false, events, userdata, &s);
+	if (r < 0)
+		return r;
+	s->fn.io = fn;
+	*ret = s;
+	return 0;
+}
+
+int dp_io_set_events(dp_source *s, uint32_t events)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = s};
+
+	if (!s || s->dead || s->type != SOURCE_IO)
+		return -EINVAL;
+	if (epoll_ctl(s->loop->epfd, EPOLL_CTL_MOD, s->fd, &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+static void usec_to_timespec(uint64_t usec, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(usec / DP_USEC_PER_SEC);
+	ts->tv_nsec = (long)(usec % DP_USEC_PER_SEC) * 1000L;
+}
+
+static int timer_arm(int fd, uint64_t usec, uint64_t interval_usec)
+{
+	struct itimerspec its = {0};
+
+	usec_to_timespec(interval_usec, &its.it_interval);
+	if (usec > 0 || interval_usec > 0) {
+		usec_to_timespec(usec, &its.it_value);
+		if (usec == 0)
+			its.it_value.tv_nsec = 1; /* 0 would disarm: "as soon as possible" */
+	}
+	if (timerfd_settime(fd, 0, &its, NULL) < 0)
+		return -errno;
+	return 0;
+}
+
+int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
+		 dp_source **ret)
+{
+	dp_source *s;
+	int fd, r;
+
+	if (!l || !fn || !ret)
+		return -EINVAL;
+	fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = timer_arm(fd, usec, interval_usec);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	if (usec == 0 && interval_usec == 0) { /* one-shot "now" */
+		struct itimerspec its = {.it_value.tv_nsec = 1};
+		if (timerfd_settime(fd, 0, &its, NULL) < 0) {
+			r = -errno;
+			close(fd);
+			return r;
+		}
+	}
+	r = source_new(l, SOURCE_TIMER, fd, true, EPOLLIN, userdata, &s);
+	if (r < 0)
+		return r;
+	s->fn.timer = fn;
+	*ret = s;
+	return 0;
+}
+
+int dp_timer_set(dp_source *s, uint64_t usec, uint64_t interval_usec)
+{
+	if (!s || s->dead || s->type != SOURCE_TIMER)
+		return -EINVAL;
+	return timer_arm(s->fd, usec, interval_usec);
+}
+
+int dp_timer_set_asap(dp_source *s)
+{
+	struct itimerspec its = {.it_value.tv_nsec = 1};
+
+	if (!s || s->dead || s->type != SOURCE_TIMER)
+		return -EINVAL;
+	if (timerfd_settime(s->fd, 0, &its, NULL) < 0)
+		return -errno;
+	return 0;
+}
+
+int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret)
+{
+	sigset_t mask;
+	dp_source *s;
+	int fd, r;
+
+	if (!l || !fn || !ret || sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
+		return -EINVAL;
+	sigemptyset(&mask);
+	if (sigaddset(&mask, sig) < 0)
+		return -EINVAL;
+	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+		return -errno;
+	fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = source_new(l, SOURCE_SIGNAL, fd, true, EPOLLIN, userdata, &s);
+	if (r < 0)
+		return r;
+	s->fn.signal = fn;
+	*ret = s;
+	return 0;
+}
+
+int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_source **ret)
+{
+	dp_source *s;
+	int fd, r;
+
+	if (!l || !fn || !ret || pid <= 0)
+		return -EINVAL;
+	fd = (int)syscall(SYS_pidfd_open, pid, 0); /* pidfds are always O_CLOEXEC */
+	if (fd < 0)
+		return -errno;
+	r = source_new(l, SOURCE_CHILD, fd, true, EPOLLIN, userdata, &s);
+	if (r < 0)
+		return r;
+	s->fn.child = fn;
+	s->pid = pid;
+	*ret = s;
+	return 0;
+}
+
+int dp_child_kill(dp_source *s, int sig)
+{
+	if (!s || s->dead || s->type != SOURCE_CHILD)
+		return -EINVAL;
+	if (s->reaped)
+		return -ESRCH;
+	if (syscall(SYS_pidfd_send_signal, s->fd, sig, NULL, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+bool dp_child_reaped(const dp_source *s)
+{
+	return s && s->type == SOURCE_CHILD && s->reaped;
+}
+
+int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn, void *userdata,
+		   dp_source **ret)
+{
+	dp_source *s;
+	int fd, r;
+
+	if (!l || !path || !*path || !fn || !ret || mask == 0)
+		return -EINVAL;
+	fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (inotify_add_watch(fd, path, mask) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	r = source_new(l, SOURCE_INOTIFY, fd, true, EPOLLIN, userdata, &s);
+	if (r < 0)
+		return r;
+	s->fn.inotify = fn;
+	*ret = s;
+	return 0;
+}

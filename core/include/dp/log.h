@@ -23,7 +23,7 @@ bool dp_log_enabled(enum dp_log_level lvl);
 /* msg is quoted as needed; kv (printf format, may be NULL) is appended as is, and must be
  * "key=value key2=value2" with values passed through dp_logq() when they may contain spaces. */
 void dp_log(enum dp_log_level lvl, const char *msg, const char *kv, ...) _printf_(3, 4);
-void dp_logv(enum dp_log_level lvl, const char *msg, const char *kv, va_list ap);
+void dp_logv(enum dp_log_level lvl, const char *msg, const char *kv, va_list ap) _printf_(3, 0);
 
 /* logfmt-quote s into buf when needed (spaces, quotes, '=', control chars, empty); returns buf. */
 const char *dp_logq(char *buf, size_t size, const char *s);
