@@ -1,1 +1,700 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dp/loop.h"
+
+#define BOUND_USEC (5 * DP_USEC_PER_SEC)
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the DIR's own fd */
+}
+
+/* Run the loop until *flag becomes true or the bound passes; returns *flag. */
+static bool run_until(dp_loop *l, const bool *flag)
+{
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+
+	while (!*flag && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(l, 10) >= 0);
+	return *flag;
+}
+
+static bool run_until_count(dp_loop *l, const int *count, int want)
+{
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+
+	while (*count < want && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(l, 10) >= 0);
+	return *count >= want;
+}
+
+/* ---- io ---- */
+
+struct io_state {
+	int calls;
+	uint32_t revents;
+	char data[16];
+	bool done;
+};
+
+static int on_io(dp_source *s, int fd, uint32_t revents, void *userdata)
+{
+	struct io_state *st = userdata;
+
+	st->calls++;
+	st->revents = revents;
+	if (revents & EPOLLIN) {
+		ssize_t n = read(fd, st->data, sizeof(st->data) - 1);
+		assert_true(n > 0);
+		st->data[n] = '\0';
+	}
+	st->done = true;
+	return 0;
+}
+
+static void test_io_readiness(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct io_state st = {0};
+	dp_source *s;
+	int p[2];
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	assert_int_equal(dp_io_add(l, p[0], EPOLLIN, on_io, &st, &s), 0);
+	assert_ptr_equal(dp_source_loop(s), l);
+
+	/* Nothing readable yet: a zero-timeout iteration dispatches nothing. */
+	assert_int_equal(dp_loop_run_once(l, 0), 0);
+	assert_int_equal(st.calls, 0);
+
+	assert_int_equal(write(p[1], "hello", 5), 5);
+	assert_true(run_until(l, &st.done));
+	assert_int_equal(st.calls, 1);
+	assert_true(st.revents & EPOLLIN);
+	assert_string_equal(st.data, "hello");
+
+	/* Switch the write end to EPOLLOUT interest on a second source. */
+	struct io_state wst = {0};
+	dp_source *w;
+	assert_int_equal(dp_io_add(l, p[1], 0, on_io, &wst, &w), 0);
+	assert_int_equal(dp_loop_run_once(l, 0), 0);
+	assert_int_equal(wst.calls, 0);
+	assert_int_equal(dp_io_set_events(w, EPOLLOUT), 0);
+	assert_true(run_until(l, &wst.done));
+	assert_true(wst.revents & EPOLLOUT);
+
+	/* The same fd twice in one loop is refused. */
+	dp_source *dup;
+	assert_int_equal(dp_io_add(l, p[0], EPOLLIN, on_io, &st, &dup), -EEXIST);
+
+	dp_source_free(w);
+	dp_source_free(s);
+	close(p[0]);
+	close(p[1]);
+}
+
+static void test_io_bad_args(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct io_state st = {0};
+	dp_source *s = NULL;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_io_add(l, -1, EPOLLIN, on_io, &st, &s), -EINVAL);
+	assert_int_equal(dp_io_add(l, 1000000, EPOLLIN, on_io, &st, &s), -EBADF);
+	assert_int_equal(dp_io_add(l, 0, EPOLLIN, NULL, &st, &s), -EINVAL);
+	assert_null(s);
+	assert_int_equal(dp_io_set_events(NULL, EPOLLIN), -EINVAL);
+	assert_null(dp_source_free(NULL));
+	assert_null(dp_loop_free(NULL));
+}
+
+/* Hundreds of connections: every one of them is dispatched (several batches). */
+static void test_many_sources(void **state)
+{
+	enum { N = 300 };
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	static int sv[N][2];
+	static struct io_state st[N];
+	static dp_source *src[N];
+	struct rlimit rl;
+	int n = N, done = 0;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 2 * N + 64) { /* raise the soft limit up to the hard one */
+		rl.rlim_cur = rl.rlim_max < 2 * N + 64 ? rl.rlim_max : 2 * N + 64;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	if (rl.rlim_cur < 2 * N + 64)
+		n = (int)(rl.rlim_cur - 64) / 2;
+	assert_true(n >= 100);
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	for (int i = 0; i < n; i++) {
+		memset(&st[i], 0, sizeof(st[i]));
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv[i]), 0);
+		assert_int_equal(dp_io_add(l, sv[i][0], EPOLLIN, on_io, &st[i], &src[i]), 0);
+		assert_int_equal(write(sv[i][1], "x", 1), 1);
+	}
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (done < n && dp_now_usec() < end) {
+		assert_true(dp_loop_run_once(l, 10) >= 0);
+		done = 0;
+		for (int i = 0; i < n; i++)
+			done += st[i].done;
+	}
+	assert_int_equal(done, n);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(st[i].calls, 1);
+		dp_source_free(src[i]);
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+}
+
+/* ---- timers ---- */
+
+struct timer_state {
+	int count;
+	int stop_at;     /* disarm itself at this count (periodic) */
+	bool done;
+};
+
+static int on_timer(dp_source *s, void *userdata)
+{
+	struct timer_state *t = userdata;
+
+	t->count++;
+	t->done = true;
+	if (t->stop_at && t->count == t->stop_at)
+		assert_int_equal(dp_timer_set(s, 0, 0), 0);
+	return 0;
+}
+
+static void test_timer_oneshot_rearm(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct timer_state t = {0}, guard = {0};
+	dp_source *s, *g;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add(l, 1000, 0, on_timer, &t, &s), 0);
+	assert_true(run_until(l, &t.done));
+	assert_int_equal(t.count, 1);
+
+	/* A later timer fires while the one-shot stays silent. */
+	assert_int_equal(dp_timer_add(l, 20 * DP_USEC_PER_MSEC, 0, on_timer, &guard, &g), 0);
+	assert_true(run_until(l, &guard.done));
+	assert_int_equal(t.count, 1);
+
+	/* Re-arm the one-shot (still allocated). */
+	t.done = false;
+	assert_int_equal(dp_timer_set(s, 1000, 0), 0);
+	assert_true(run_until(l, &t.done));
+	assert_int_equal(t.count, 2);
+
+	/* "As soon as possible". */
+	t.done = false;
+	assert_int_equal(dp_timer_set_asap(s), 0);
+	assert_true(run_until(l, &t.done));
+	assert_int_equal(t.count, 3);
+
+	/* dp_timer_add with 0: as soon as possible. */
+	struct timer_state z = {0};
+	dp_source *zs;
+	assert_int_equal(dp_timer_add(l, 0, 0, on_timer, &z, &zs), 0);
+	assert_true(run_until(l, &z.done));
+	assert_int_equal(z.count, 1);
+
+	/* Disarm before expiry: never fires; the guard proves time passed. */
+	t.done = false;
+	guard.done = false;
+	assert_int_equal(dp_timer_set(s, 5000, 0), 0);
+	assert_int_equal(dp_timer_set(s, 0, 0), 0);
+	assert_int_equal(dp_timer_set(g, 30 * DP_USEC_PER_MSEC, 0), 0);
+	assert_true(run_until(l, &guard.done));
+	assert_int_equal(t.count, 3);
+
+	assert_int_equal(dp_timer_set(g, 0, 0), 0);
+	dp_source_free(zs);
+	dp_source_free(g);
+	dp_source_free(s);
+}
+
+static void test_timer_periodic(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct timer_state t = {.stop_at = 3}, guard = {0};
+	dp_source *s, *g;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add(l, 1000, 1000, on_timer, &t, &s), 0);
+	assert_true(run_until_count(l, &t.count, 3));
+	/* It disarmed itself at 3: a 30 ms guard fires and the count stays. */
+	assert_int_equal(dp_timer_add(l, 30 * DP_USEC_PER_MSEC, 0, on_timer, &guard, &g), 0);
+	assert_true(run_until(l, &guard.done));
+	assert_int_equal(t.count, 3);
+
+	/* usec 0 with an interval: first fire at once, then periodic again. */
+	t.stop_at = 6;
+	assert_int_equal(dp_timer_set(s, 0, 1000), 0);
+	assert_true(run_until_count(l, &t.count, 6));
+	dp_source_free(g);
+	dp_source_free(s);
+}
+
+/* Wait (bounded) until the given delay has passed, so that timers are expired in the kernel. */
+static void spin_until(uint64_t t)
+{
+	while (dp_now_usec() < t)
+		;
+}
+
+struct pair_state {
+	dp_source *other;
+	int calls;
+	int other_calls;
+	bool done;
+};
+
+static int on_timer_disarm_other(dp_source *s, void *userdata)
+{
+	struct pair_state *p = userdata;
+
+	p->calls++;
+	if (p->other)
+		assert_int_equal(dp_timer_set(p->other, 0, 0), 0);
+	p->done = true;
+	return 0;
+}
+
+/* An expiry already returned in the batch is dropped when the timer is disarmed meanwhile. */
+static void test_timer_stale_in_batch(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct pair_state a = {0}, b = {0};
+	dp_source *sa, *sb;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add(l, 1, 0, on_timer_disarm_other, &a, &sa), 0);
+	assert_int_equal(dp_timer_add(l, 1, 0, on_timer_disarm_other, &b, &sb), 0);
+	a.other = sb;
+	b.other = sa;
+	spin_until(dp_now_usec() + 2000);
+	/* Both events are in the batch (2 dispatched); the disarmed one's callback is not called. */
+	assert_int_equal(dp_loop_run_once(l, 1000), 2);
+	assert_int_equal(a.calls + b.calls, 1);
+	dp_source_free(sa);
+	dp_source_free(sb);
+}
+
+/* ---- freeing during a batch ---- */
+
+struct free_state {
+	dp_source **other; /* freed by whichever callback runs first */
+	int *calls;
+	bool free_self;
+};
+
+static int on_io_free_other(dp_source *s, int fd, uint32_t revents, void *userdata)
+{
+	struct free_state *f = userdata;
+
+	(*f->calls)++;
+	*f->other = dp_source_free(*f->other);
+	if (f->free_self)
+		dp_source_free(s);
+	/* After freeing itself the source's memory must still be valid in this batch. */
+	return 0;
+}
+
+static void test_free_other_in_batch(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	dp_source *sa, *sb;
+	int calls = 0, p1[2], p2[2];
+	struct free_state fa = {.other = &sb, .calls = &calls, .free_self = true};
+	struct free_state fb = {.other = &sa, .calls = &calls, .free_self = true};
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(pipe2(p1, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(p2, O_CLOEXEC), 0);
+	assert_int_equal(write(p1[1], "a", 1), 1);
+	assert_int_equal(write(p2[1], "b", 1), 1);
+	assert_int_equal(dp_io_add(l, p1[0], EPOLLIN, on_io_free_other, &fa, &sa), 0);
+	assert_int_equal(dp_io_add(l, p2[0], EPOLLIN, on_io_free_other, &fb, &sb), 0);
+
+	/* Both are readable, both events come in one batch; the second is skipped. */
+	assert_int_equal(dp_loop_run_once(l, 1000), 1);
+	assert_int_equal(calls, 1);
+	/* Both sources are gone: more iterations dispatch nothing although data is pending. */
+	assert_int_equal(dp_loop_run_once(l, 0), 0);
+	assert_int_equal(calls, 1);
+	close(p1[0]);
+	close(p1[1]);
+	close(p2[0]);
+	close(p2[1]);
+}
+
+static int on_timer_free_other(dp_source *s, void *userdata)
+{
+	struct pair_state *p = userdata;
+
+	p->calls++;
+	p->other = dp_source_free(p->other);
+	return 0;
+}
+
+/* An owned fd (timerfd) is closed at once when freed in a batch; its event is skipped. */
+static void test_free_owned_in_batch(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct pair_state a = {0}, b = {0};
+	dp_source *sa, *sb;
+	int before = count_fds();
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add(l, 1, 0, on_timer_free_other, &a, &sa), 0);
+	assert_int_equal(dp_timer_add(l, 1, 0, on_timer_free_other, &b, &sb), 0);
+	a.other = sb;
+	b.other = sa;
+	assert_int_equal(count_fds(), before + 3);
+	spin_until(dp_now_usec() + 2000);
+	assert_int_equal(dp_loop_run_once(l, 1000), 1);
+	assert_int_equal(a.calls + b.calls, 1);
+	assert_int_equal(count_fds(), before + 2);
+	dp_source_free(a.calls ? sa : sb);
+	assert_int_equal(count_fds(), before + 1);
+}
+
+/* ---- signals ---- */
+
+struct sig_state {
+	uint32_t signo;
+	int count;
+	bool done;
+};
+
+static int on_signal(dp_source *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	struct sig_state *st = userdata;
+
+	st->signo = si->ssi_signo;
+	st->count++;
+	st->done = true;
+	return 0;
+}
+
+static void test_signal(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct sig_state st = {0};
+	dp_source *s;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_signal_add(l, SIGKILL, on_signal, &st, &s), -EINVAL);
+	assert_int_equal(dp_signal_add(l, 0, on_signal, &st, &s), -EINVAL);
+	assert_int_equal(dp_signal_add(l, SIGUSR1, on_signal, &st, &s), 0);
+	assert_int_equal(raise(SIGUSR1), 0);
+	assert_true(run_until(l, &st.done));
+	assert_int_equal(st.signo, SIGUSR1);
+	assert_int_equal(st.count, 1);
+	dp_source_free(s);
+}
+
+/* ---- children ---- */
+
+struct child_state {
+	siginfo_t si;
+	int calls;
+	bool done;
+};
+
+static int on_child(dp_source *s, const siginfo_t *si, void *userdata)
+{
+	struct child_state *c = userdata;
+
+	c->si = *si;
+	c->calls++;
+	c->done = true;
+	assert_true(dp_child_reaped(s));
+	return 0;
+}
+
+static void test_child_exit(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct child_state c = {0};
+	dp_source *s;
+	pid_t pid;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(7);
+	assert_int_equal(dp_child_add(l, pid, on_child, &c, &s), 0);
+	assert_false(dp_child_reaped(s));
+	assert_true(run_until(l, &c.done));
+	assert_int_equal(c.calls, 1);
+	assert_int_equal(c.si.si_pid, pid);
+	assert_int_equal(c.si.si_code, CLD_EXITED);
+	assert_int_equal(c.si.si_status, 7);
+	assert_true(dp_child_reaped(s));
+	assert_int_equal(dp_child_kill(s, SIGKILL), -ESRCH);
+	/* The reaped pidfd stays readable: the loop must not dispatch it again. */
+	assert_int_equal(dp_loop_run_once(l, 0), 0);
+	assert_int_equal(c.calls, 1);
+	dp_source_free(s);
+}
+
+static void test_child_kill(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct child_state c = {0};
+	dp_source *s;
+	pid_t pid;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (;;)
+			pause();
+	}
+	assert_int_equal(dp_child_add(l, pid, on_child, &c, &s), 0);
+	assert_int_equal(dp_child_kill(s, SIGKILL), 0);
+	assert_true(run_until(l, &c.done));
+	assert_int_equal(c.si.si_code, CLD_KILLED);
+	assert_int_equal(c.si.si_status, SIGKILL);
+	dp_source_free(s);
+
+	/* A pid that does not exist (reaped above). */
+	assert_int_equal(dp_child_add(l, pid, on_child, &c, &s), -ESRCH);
+	assert_int_equal(dp_child_add(l, 0, on_child, &c, &s), -EINVAL);
+}
+
+/* ---- inotify ---- */
+
+#define MAX_EVENTS 16
+struct ino_state {
+	uint32_t mask[MAX_EVENTS];
+	char name[MAX_EVENTS][32];
+	int n;
+	int calls_after_ignored;
+	bool ignored;
+};
+
+static int on_inotify(dp_source *s, const struct inotify_event *ev, void *userdata)
+{
+	struct ino_state *st = userdata;
+
+	if (st->ignored)
+		st->calls_after_ignored++;
+	if (st->n < MAX_EVENTS) {
+		st->mask[st->n] = ev->mask;
+		snprintf(st->name[st->n], sizeof(st->name[0]), "%s", ev->len ? ev->name : "");
+		st->n++;
+	}
+	if (ev->mask & IN_IGNORED)
+		st->ignored = true;
+	return 0;
+}
+
+static bool saw(const struct ino_state *st, uint32_t bit, const char *name)
+{
+	for (int i = 0; i < st->n; i++)
+		if ((st->mask[i] & bit) && strcmp(st->name[i], name) == 0)
+			return true;
+	return false;
+}
+
+static void test_inotify(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct ino_state st = {0};
+	char dir[] = "/tmp/test_loop.XXXXXX", file[64];
+	dp_source *s;
+	int fd;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(file, sizeof(file), "%s/created", dir);
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_inotify_add(l, "/nonexistent/dir", IN_CREATE, on_inotify, &st, &s), -ENOENT);
+	assert_int_equal(dp_inotify_add(l, dir, IN_CREATE | IN_DELETE, on_inotify, &st, &s), 0);
+
+	fd = open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	close(fd);
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (!saw(&st, IN_CREATE, "created") && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(l, 10) >= 0);
+	assert_true(saw(&st, IN_CREATE, "created"));
+
+	assert_int_equal(unlink(file), 0);
+	end = dp_now_usec() + BOUND_USEC;
+	while (!saw(&st, IN_DELETE, "created") && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(l, 10) >= 0);
+	assert_true(saw(&st, IN_DELETE, "created"));
+
+	/* Removing the watched directory ends the watch with IN_IGNORED. */
+	assert_int_equal(rmdir(dir), 0);
+	assert_true(run_until(l, &st.ignored));
+	assert_true(st.mask[st.n - 1] & IN_IGNORED);
+	assert_int_equal(st.calls_after_ignored, 0);
+	assert_int_equal(dp_loop_run_once(l, 0), 0);
+	assert_int_equal(st.calls_after_ignored, 0);
+	dp_source_free(s);
+}
+
+/* ---- defer, run/exit, fds ---- */
+
+static char order[16];
+
+static void on_defer(void *userdata)
+{
+	size_t n = strlen(order);
+
+	order[n] = *(const char *)userdata;
+	order[n + 1] = '\0';
+}
+
+struct defer_ctx {
+	dp_loop *loop;
+	const char *mark;
+};
+
+static void on_defer_again(void *userdata)
+{
+	struct defer_ctx *c = userdata;
+
+	on_defer((void *)c->mark);
+	assert_int_equal(dp_defer(c->loop, on_defer, (void *)"z"), 0);
+}
+
+static void test_defer_order(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct defer_ctx ctx;
+
+	order[0] = '\0';
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_defer(l, NULL, NULL), -EINVAL);
+	assert_int_equal(dp_defer(l, on_defer, (void *)"1"), 0);
+	assert_int_equal(dp_defer(l, on_defer, (void *)"2"), 0);
+	assert_int_equal(dp_defer(l, on_defer, (void *)"3"), 0);
+	assert_string_equal(order, ""); /* never inside dp_defer */
+	assert_int_equal(dp_loop_run_once(l, -1), 0);
+	assert_string_equal(order, "123");
+
+	/* A call deferred from a deferred call runs in the next iteration, which does not block. */
+	ctx.loop = l;
+	ctx.mark = "a";
+	assert_int_equal(dp_defer(l, on_defer_again, &ctx), 0);
+	assert_int_equal(dp_loop_run_once(l, -1), 0);
+	assert_string_equal(order, "123a");
+	assert_int_equal(dp_loop_run_once(l, -1), 0);
+	assert_string_equal(order, "123az");
+}
+
+static int on_timer_exit(dp_source *s, void *userdata)
+{
+	dp_loop_exit(dp_source_loop(s), 3);
+	return 0;
+}
+
+static void test_run_exit(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	dp_source *s;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_false(dp_loop_exiting(l));
+	assert_int_equal(dp_timer_add(l, 1000, 0, on_timer_exit, NULL, &s), 0);
+	assert_int_equal(dp_loop_run(l), 3);
+	assert_true(dp_loop_exiting(l));
+	dp_source_free(s);
+}
+
+static void test_free_loop_closes_fds(void **state)
+{
+	struct sig_state sst = {0};
+	struct child_state c = {0};
+	struct ino_state ist = {0};
+	struct timer_state t = {0};
+	char dir[] = "/tmp/test_loop.XXXXXX";
+	dp_loop *l;
+	dp_source *s;
+	int before = count_fds();
+	pid_t pid;
+
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add(l, DP_USEC_PER_SEC, 0, on_timer, &t, &s), 0);
+	assert_int_equal(dp_signal_add(l, SIGUSR2, on_signal, &sst, &s), 0);
+	assert_int_equal(dp_inotify_add(l, dir, IN_CREATE, on_inotify, &ist, &s), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(0);
+	assert_int_equal(dp_child_add(l, pid, on_child, &c, &s), 0);
+	assert_true(run_until(l, &c.done));
+	assert_int_equal(dp_defer(l, on_defer, (void *)"x"), 0); /* dropped, not run */
+	assert_int_equal(count_fds(), before + 5);
+	order[0] = '\0';
+	assert_null(dp_loop_free(l));
+	assert_string_equal(order, "");
+	assert_int_equal(count_fds(), before);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_io_readiness),
+		cmocka_unit_test(test_io_bad_args),
+		cmocka_unit_test(test_many_sources),
+		cmocka_unit_test(test_timer_oneshot_rearm),
+		cmocka_unit_test(test_timer_periodic),
+		cmocka_unit_test(test_timer_stale_in_batch),
+		cmocka_unit_test(test_free_other_in_batch),
+		cmocka_unit_test(test_free_owned_in_batch),
+		cmocka_unit_test(test_signal),
+		cmocka_unit_test(test_child_exit),
+		cmocka_unit_test(test_child_kill),
+		cmocka_unit_test(test_inotify),
+		cmocka_unit_test(test_defer_order),
+		cmocka_unit_test(test_run_exit),
+		cmocka_unit_test(test_free_loop_closes_fds),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

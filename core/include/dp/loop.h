@@ -39,7 +39,9 @@ typedef void (*dp_defer_fn)(void *userdata);
 uint64_t dp_now_usec(void);
 
 int dp_loop_new(dp_loop **ret);
-/* Frees every remaining source (closing the fds the loop owns). Accepts NULL, returns NULL. */
+/* Frees every remaining source (closing the fds the loop owns) and drops deferred calls without
+ * running them. Not from inside a callback; free the sources' owners first. Accepts NULL,
+ * returns NULL. */
 dp_loop *dp_loop_free(dp_loop *l);
 DP_DEFINE_CLEANUP(dp_loop, dp_loop_free)
 
@@ -51,7 +53,8 @@ int dp_loop_run_once(dp_loop *l, int timeout_ms);
 void dp_loop_exit(dp_loop *l, int code);
 bool dp_loop_exiting(const dp_loop *l);
 
-/* Watch fd (not owned, not closed by the loop) for EPOLLIN/EPOLLOUT/... (level-triggered). */
+/* Watch fd (not owned, not closed by the loop) for EPOLLIN/EPOLLOUT/... (level-triggered).
+ * Free the source before closing fd. -EEXIST when fd is already watched by this loop. */
 int dp_io_add(dp_loop *l, int fd, uint32_t events, dp_io_fn fn, void *userdata, dp_source **ret);
 int dp_io_set_events(dp_source *s, uint32_t events);
 
@@ -59,17 +62,23 @@ int dp_io_set_events(dp_source *s, uint32_t events);
  * interval_usec (0 = one-shot; a one-shot timer stays allocated and can be re-armed). */
 int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
 		 dp_source **ret);
-/* Re-arm (usec > 0 or interval > 0) or disarm (both 0; use dp_timer_set_asap for "now"). */
+/* Re-arm (usec > 0 or interval > 0) or disarm (both 0; use dp_timer_set_asap for "now").
+ * usec 0 with interval > 0 fires as soon as possible, then every interval. An expiry pending
+ * in the current batch is dropped by a re-arm or disarm (fn is not called for it). */
 int dp_timer_set(dp_source *s, uint64_t usec, uint64_t interval_usec);
 int dp_timer_set_asap(dp_source *s);
 
-/* Block sig in this thread and receive it through a signalfd. */
+/* Block sig in this thread and receive it through a signalfd. The signal stays blocked after
+ * the source is freed. -EINVAL for SIGKILL, SIGSTOP or an invalid number. */
 int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret);
 
 /* Track child pid through a pidfd (pidfd_open); fn runs once after the loop reaped it with
- * waitid(WEXITED). The source must still be freed by its owner. */
+ * waitid(WEXITED). The source must still be freed by its owner. If the child was reaped by
+ * someone else (waitid ECHILD), fn gets si_code 0 and si_pid = pid. A child whose source is
+ * freed before it was reaped is not reaped by the loop. -ESRCH when pid does not exist. */
 int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_source **ret);
-/* Send a signal through the pidfd (pidfd_send_signal): never hits a recycled pid. */
+/* Send a signal through the pidfd (pidfd_send_signal): never hits a recycled pid.
+ * -ESRCH once reaped. */
 int dp_child_kill(dp_source *s, int sig);
 /* True once the child was reaped. */
 bool dp_child_reaped(const dp_source *s);
@@ -84,5 +93,7 @@ dp_source *dp_source_free(dp_source *s);
 DP_DEFINE_CLEANUP(dp_source, dp_source_free)
 dp_loop *dp_source_loop(const dp_source *s);
 
-/* Run fn(userdata) after the current batch (or at the next dp_loop_run_once). */
+/* Run fn(userdata) after the current batch (or at the next dp_loop_run_once), in FIFO order.
+ * A call deferred from a deferred call runs at the next dp_loop_run_once, which then does not
+ * block. -ENOMEM. */
 int dp_defer(dp_loop *l, dp_defer_fn fn, void *userdata);
