@@ -1,1 +1,217 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dp/log.h"
+
+/* ---- stderr capture ---- */
+
+static int saved_stderr = -1;
+static int capture_fd = -1;
+static char captured[16384];
+
+static void capture_start(void)
+{
+	capture_fd = memfd_create("log", MFD_CLOEXEC);
+	assert_true(capture_fd >= 0);
+	saved_stderr = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+	assert_true(saved_stderr >= 0);
+	assert_int_equal(dup2(capture_fd, STDERR_FILENO), STDERR_FILENO);
+}
+
+/* Restore stderr and return what was written. */
+static const char *capture_end(void)
+{
+	ssize_t n;
+
+	assert_int_equal(dup2(saved_stderr, STDERR_FILENO), STDERR_FILENO);
+	close(saved_stderr);
+	assert_int_equal(lseek(capture_fd, 0, SEEK_SET), 0);
+	n = read(capture_fd, captured, sizeof(captured) - 1);
+	assert_true(n >= 0);
+	captured[n] = '\0';
+	close(capture_fd);
+	return captured;
+}
+
+static bool matches(const char *s, const char *re)
+{
+	regex_t rx;
+	int r;
+
+	assert_int_equal(regcomp(&rx, re, REG_EXTENDED | REG_NOSUB), 0);
+	r = regexec(&rx, s, 0, NULL, 0);
+	regfree(&rx);
+	return r == 0;
+}
+
+static int setup(void **state)
+{
+	unsetenv("LOG_LEVEL");
+	dp_log_set_level(DP_LOG_INFO);
+	return 0;
+}
+
+#define TIME_RE "time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z"
+
+static void test_line_format(void **state)
+{
+	char q[64];
+	const char *out;
+
+	capture_start();
+	dp_info("registered with kubelet", "resource=%s", "hyperlight.dev/hypervisor");
+	dp_error("stop", "reason=%s", dp_logq(q, sizeof(q), "socket gone"));
+	dp_warn("plain", NULL);
+	out = capture_end();
+	assert_true(matches(out, "^" TIME_RE " level=info msg=\"registered with kubelet\" "
+				 "resource=hyperlight.dev/hypervisor\n" TIME_RE
+				 " level=error msg=stop reason=\"socket gone\"\n" TIME_RE
+				 " level=warn msg=plain\n$"));
+}
+
+static void test_levels(void **state)
+{
+	const char *out;
+
+	assert_false(dp_log_enabled(DP_LOG_DEBUG));
+	assert_true(dp_log_enabled(DP_LOG_INFO));
+	capture_start();
+	dp_debug("hidden", NULL);
+	dp_log_set_level(DP_LOG_ERROR);
+	dp_warn("hidden too", NULL);
+	dp_error("shown", NULL);
+	dp_log_set_level(DP_LOG_DEBUG);
+	dp_debug("now shown", "n=%d", 1);
+	out = capture_end();
+	assert_null(strstr(out, "hidden"));
+	assert_true(matches(out, "^" TIME_RE " level=error msg=shown\n" TIME_RE
+				 " level=debug msg=\"now shown\" n=1\n$"));
+}
+
+static void test_init_from_env(void **state)
+{
+	const char *out;
+
+	setenv("LOG_LEVEL", "DeBuG", 1);
+	assert_int_equal(dp_log_init(), 0);
+	assert_true(dp_log_enabled(DP_LOG_DEBUG));
+
+	setenv("LOG_LEVEL", "error", 1);
+	assert_int_equal(dp_log_init(), 0);
+	assert_false(dp_log_enabled(DP_LOG_WARN));
+	assert_true(dp_log_enabled(DP_LOG_ERROR));
+
+	setenv("LOG_LEVEL", "WARN", 1);
+	assert_int_equal(dp_log_init(), 0);
+	assert_false(dp_log_enabled(DP_LOG_INFO));
+	assert_true(dp_log_enabled(DP_LOG_WARN));
+
+	/* Invalid: -EINVAL, one warning naming the value, level info. */
+	setenv("LOG_LEVEL", "loud noise", 1);
+	capture_start();
+	assert_int_equal(dp_log_init(), -EINVAL);
+	out = capture_end();
+	assert_true(matches(out, "^" TIME_RE " level=warn msg=\"[^\"]*LOG_LEVEL[^\"]*\" "
+				 "value=\"loud noise\"[^\n]*\n$"));
+	assert_true(dp_log_enabled(DP_LOG_INFO));
+	assert_false(dp_log_enabled(DP_LOG_DEBUG));
+
+	/* Unset keeps the default. */
+	unsetenv("LOG_LEVEL");
+	assert_int_equal(dp_log_init(), 0);
+	assert_true(dp_log_enabled(DP_LOG_INFO));
+	assert_false(dp_log_enabled(DP_LOG_DEBUG));
+}
+
+static void test_logq(void **state)
+{
+	char b[64];
+
+	assert_string_equal(dp_logq(b, sizeof(b), "simple/value-1.0"), "simple/value-1.0");
+	assert_string_equal(dp_logq(b, sizeof(b), ""), "\"\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "two words"), "\"two words\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "a=b"), "\"a=b\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "say \"hi\""), "\"say \\\"hi\\\"\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "back\\slash"), "\"back\\\\slash\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "l1\nl2\tx"), "\"l1\\nl2\\tx\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "bell\a\r\x7f"), "\"bell\\x07\\x0d\\x7f\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "caf\xc3\xa9"), "caf\xc3\xa9"); /* UTF-8 kept */
+	assert_string_equal(dp_logq(b, sizeof(b), NULL), "(null)");
+}
+
+static void test_logq_truncation(void **state)
+{
+	char b[12], tiny[2];
+
+	/* Too long: cut, marked with ..., still a closed quoted value within the buffer. */
+	assert_string_equal(dp_logq(b, sizeof(b), "abcdefghijklmnop"), "\"abcdef...\"");
+	/* An escape is never split. */
+	assert_string_equal(dp_logq(b, sizeof(b), "abcd\n\n\nxyz"), "\"abcd\\n...\"");
+	/* A UTF-8 character is never split: "é" needs 2 bytes, only 1 would fit. */
+	assert_string_equal(dp_logq(b, sizeof(b), "abcde\xc3\xa9zzzzzz"), "\"abcde...\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "abc \xc3\xa9zzzzzz"), "\"abc \xc3\xa9...\"");
+	assert_string_equal(dp_logq(b, sizeof(b), "abcdefgh ijk"), "\"abcdef...\"");
+	/* Fits exactly without truncation: 9 bytes of content. */
+	assert_string_equal(dp_logq(b, sizeof(b), "abcd efgh"), "\"abcd efgh\"");
+	assert_string_equal(dp_logq(tiny, sizeof(tiny), "xyz"), "");
+	assert_string_equal(dp_logq(b, 0, "x"), "");
+}
+
+static void test_long_line_truncated(void **state)
+{
+	static char big[20000];
+	const char *out;
+	size_t len;
+
+	memset(big, 'v', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	capture_start();
+	dp_info("long", "data=%s", big);
+	dp_info("after", NULL);
+	out = capture_end();
+	/* Exactly two lines: the first cut with "...", the second intact. */
+	const char *nl = strchr(out, '\n');
+	assert_non_null(nl);
+	len = (size_t)(nl - out) + 1;
+	assert_true(len <= 4096);
+	assert_true(len > 1000);
+	assert_memory_equal(nl - 3, "...", 3);
+	assert_true(matches(nl + 1, "^" TIME_RE " level=info msg=after\n$"));
+}
+
+static void test_errno_preserved(void **state)
+{
+	capture_start();
+	errno = ENOTCONN;
+	dp_info("x", NULL);
+	assert_int_equal(errno, ENOTCONN);
+	capture_end();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_line_format, setup),
+		cmocka_unit_test_setup(test_levels, setup),
+		cmocka_unit_test_setup(test_init_from_env, setup),
+		cmocka_unit_test_setup(test_logq, setup),
+		cmocka_unit_test_setup(test_logq_truncation, setup),
+		cmocka_unit_test_setup(test_long_line_truncated, setup),
+		cmocka_unit_test_setup(test_errno_preserved, setup),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
