@@ -1,1 +1,117 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* env: strict decimal parsing of configuration values. */
+#include "dp/env.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VALUE_SHOWN_MAX 64 /* bytes of an invalid value quoted in a message */
+
+int dp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
+{
+	uint64_t v = 0;
+	bool overflow = false;
+
+	if (!s || !*s || min > max)
+		return -EINVAL;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			overflow = true; /* keep scanning: "99...9x" is still not a number */
+		else
+			v = v * 10 + d;
+	}
+	if (overflow || v < min || v > max)
+		return -ERANGE;
+	if (ret)
+		*ret = v;
+	return 0;
+}
+
+/* Quote s C-style for a message: "..." with \" \\ \n \t \xNN, at most VALUE_SHOWN_MAX bytes. */
+static void quote_value(char *buf, size_t size, const char *s)
+{
+	size_t o = 0, i = 0;
+
+	buf[o++] = '"';
+	for (; s[i] && i < VALUE_SHOWN_MAX && o + 6 < size; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\')
+			o += (size_t)snprintf(buf + o, size - o, "\\%c", c);
+		else if (c == '\n')
+			o += (size_t)snprintf(buf + o, size - o, "\\n");
+		else if (c == '\t')
+			o += (size_t)snprintf(buf + o, size - o, "\\t");
+		else if (c < ' ' || c == 0x7f)
+			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	if (s[i] && o + 5 < size)
+		o += (size_t)snprintf(buf + o, size - o, "...");
+	buf[o++] = '"';
+	buf[o] = '\0';
+}
+
+static void format_error(char *err, size_t errlen, const char *name, const char *value, int r,
+			 uint64_t min, uint64_t max)
+{
+	char q[VALUE_SHOWN_MAX * 4 + 8];
+
+	if (!err || errlen == 0)
+		return;
+	if (min > max) {
+		snprintf(err, errlen, "%s: invalid range %" PRIu64 "..%" PRIu64, name, min, max);
+	} else if (r == -ERANGE) {
+		/* Digits only: shown as given, cut after VALUE_SHOWN_MAX digits. */
+		snprintf(err, errlen, "%s=%.*s%s is out of range %" PRIu64 "..%" PRIu64, name,
+			 VALUE_SHOWN_MAX, value, strlen(value) > VALUE_SHOWN_MAX ? "..." : "", min, max);
+	} else {
+		quote_value(q, sizeof(q), value);
+		snprintf(err, errlen, "%s=%s is not a decimal integer", name, q);
+	}
+}
+
+int dp_env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max, uint64_t *ret, char *err,
+	       size_t errlen)
+{
+	const char *value;
+	uint64_t v;
+	int r;
+
+	if (!name || !ret)
+		return -EINVAL;
+	value = getenv(name);
+	if (!value) {
+		*ret = def;
+		return 0;
+	}
+	r = dp_parse_u64(value, min, max, &v);
+	if (r < 0) {
+		format_error(err, errlen, name, value, r, min, max);
+		return r;
+	}
+	*ret = v;
+	return 0;
+}
+
+int dp_env_u32(const char *name, uint32_t def, uint32_t min, uint32_t max, uint32_t *ret, char *err,
+	       size_t errlen)
+{
+	uint64_t v;
+	int r;
+
+	if (!ret)
+		return -EINVAL;
+	r = dp_env_u64(name, def, min, max, &v, err, errlen);
+	if (r < 0)
+		return r;
+	*ret = (uint32_t)v;
+	return 0;
+}

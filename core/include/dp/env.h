@@ -1,20 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * env: strict parsing of integer configuration values. Accepted: decimal digits only (no sign,
- * no whitespace, no leading '+', no "0x", no trailing garbage), at most the range given.
- * On error, *ret is untouched and err (if given) holds a clear message naming the variable
- * and the offending value, e.g. 'DEVICE_COUNT="12a": not a decimal integer'.
+ * no whitespace, no leading '+', no "0x", no trailing garbage; leading zeros are fine: "007" is
+ * 7), at most the range given. On error, *ret is untouched and err (if given) holds a clear
+ * message naming the variable and the offending value, e.g.
+ *   DEVICE_COUNT="12a" is not a decimal integer
+ *   DEVICE_COUNT=0 is out of range 1..12345
+ * (the invalid value is quoted with \" \\ \n \t \xNN escapes and cut after 64 bytes).
+ * err is left untouched on success.
  */
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Parse s as an unsigned decimal in [min, max]. -EINVAL (not a number), -ERANGE (outside). */
+/* Parse s as an unsigned decimal in [min, max]. -EINVAL (NULL, empty, not a number, or
+ * min > max), -ERANGE (outside [min, max], including overflow of uint64). ret may be NULL
+ * to validate only. */
 int dp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 
 /* getenv(name): unset -> *ret = def, return 0 ("" counts as invalid, -EINVAL).
- * Otherwise parse as dp_parse_u64 and write a message into err on failure. */
+ * Otherwise parse as dp_parse_u64 and write a message into err on failure (err may be NULL).
+ * def is not checked against the range. -EINVAL also for a NULL name or ret. */
 int dp_env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max, uint64_t *ret, char *err,
 	       size_t errlen);
 int dp_env_u32(const char *name, uint32_t def, uint32_t min, uint32_t max, uint32_t *ret, char *err,
