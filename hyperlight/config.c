@@ -1,1 +1,73 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "dp/env.h"
+#include "dp/grpc.h"
+#include "dp/log.h"
+
+static size_t varint_len(size_t v)
+{
+	size_t n = 1;
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+/* Bytes one Device takes inside ListAndWatchResponse (field 1, length-delimited). */
+static size_t device_wire_size(uint32_t i)
+{
+	char id[32];
+	hl_device_id(i, id, sizeof(id));
+	size_t idlen = snprintf(NULL, 0, "%s", id);
+	size_t dev = 1 + varint_len(idlen) + idlen + 1 + varint_len(9) + 9; /* ID, "Unhealthy" */
+	return 1 + varint_len(dev) + dev;
+}
+
+uint32_t hl_device_count_ceiling(void)
+{
+	static uint32_t cached;
+	if (cached)
+		return cached;
+	size_t total = 0;
+	uint32_t n = 0;
+	while (total + device_wire_size(n) <= DP_GRPC_MAX_MESSAGE) {
+		total += device_wire_size(n);
+		n++;
+	}
+	cached = n;
+	return n;
+}
+
+void hl_device_id(uint32_t i, char *buf, size_t size)
+{
+	snprintf(buf, size, HL_ID_PREFIX "%u", i);
+}
+
+static void load_id(const char *name, uint32_t *ret)
+{
+	char err[256];
+	if (dp_env_u32(name, HL_DEFAULT_ID, 0, UINT32_MAX, ret, err, sizeof(err)) < 0) {
+		char q[300];
+		dp_warn("invalid value ignored, default kept", "error=%s default=%u",
+			dp_logq(q, sizeof(q), err), HL_DEFAULT_ID);
+		*ret = HL_DEFAULT_ID;
+	}
+}
+
+int hl_config_load(struct hl_config *ret, char *err, size_t errlen)
+{
+	struct hl_config c;
+	int r = dp_env_u32("DEVICE_COUNT", HL_DEFAULT_COUNT, 1, hl_device_count_ceiling(), &c.device_count,
+			   err, errlen);
+	if (r < 0)
+		return r;
+	load_id("DEVICE_UID", &c.uid);
+	load_id("DEVICE_GID", &c.gid);
+	*ret = c;
+	return 0;
+}

@@ -1,1 +1,518 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* endpoint: one resource's socket, registration life cycle, streams and devices. */
+#include "dp/endpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api.pb-c.h"
+#include "dp/grpc.h"
+#include "dp/health.h"
+#include "dp/log.h"
+#include "endpoint_internal.h"
+
+#define REGISTER_TIMEOUT_USEC (20 * DP_USEC_PER_SEC)
+#define BACKOFF_MIN_USEC (100 * DP_USEC_PER_MSEC)
+#define BACKOFF_MAX_USEC (5 * DP_USEC_PER_SEC)
+#define STAT_FALLBACK_USEC (5 * DP_USEC_PER_SEC)
+#define RECHECK_MIN_USEC (1 * DP_USEC_PER_SEC)
+#define DEFAULT_CHECK_USEC (30 * DP_USEC_PER_SEC)
+
+static unsigned socket_generation;
+
+static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
+
+/* ---- devices ---- */
+
+static int cmp_index(const void *a, const void *b, void *ud)
+{
+	const dp_device *d = ud;
+	return strcmp(d[*(const size_t *)a].id, d[*(const size_t *)b].id);
+}
+
+static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
+{
+	ep->devices = calloc(n ? n : 1, sizeof(*ep->devices));
+	ep->sorted = calloc(n ? n : 1, sizeof(*ep->sorted));
+	if (!ep->devices || !ep->sorted)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = devs[i].id ? strlen(devs[i].id) : 0;
+		if (len == 0 || len > 63)
+			return -EINVAL;
+		ep->devices[i].id = strdup(devs[i].id);
+		if (!ep->devices[i].id)
+			return -ENOMEM;
+		ep->devices[i].numa_node = devs[i].numa_node;
+		ep->sorted[i] = i;
+		ep->n_devices = i + 1;
+	}
+	qsort_r(ep->sorted, n, sizeof(*ep->sorted), cmp_index, ep->devices);
+	for (size_t i = 1; i < n; i++)
+		if (strcmp(ep->devices[ep->sorted[i - 1]].id, ep->devices[ep->sorted[i]].id) == 0)
+			return -EINVAL;
+	return 0;
+}
+
+bool dp_endpoint_has_device(const dp_endpoint *ep, const char *id)
+{
+	size_t lo = 0, hi = ep->n_devices;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(id, ep->devices[ep->sorted[mid]].id);
+		if (c == 0)
+			return true;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return false;
+}
+
+/* ---- health and the ListAndWatch snapshot ---- */
+
+static void ep_invalidate_snapshot(dp_endpoint *ep)
+{
+	free(ep->snapshot);
+	ep->snapshot = NULL;
+	ep->snapshot_len = 0;
+}
+
+/* Encode the current device list once; every stream gets the same bytes. */
+static int ep_snapshot(dp_endpoint *ep)
+{
+	if (ep->snapshot)
+		return 0;
+	size_t n = ep->n_devices;
+	_cleanup_free_ V1beta1__Device *devs = calloc(n ? n : 1, sizeof(*devs));
+	_cleanup_free_ V1beta1__Device **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+	_cleanup_free_ V1beta1__TopologyInfo *topo = calloc(n ? n : 1, sizeof(*topo));
+	_cleanup_free_ V1beta1__NUMANode *numa = calloc(n ? n : 1, sizeof(*numa));
+	_cleanup_free_ V1beta1__NUMANode **numa_ptrs = calloc(n ? n : 1, sizeof(*numa_ptrs));
+	if (!devs || !ptrs || !topo || !numa || !numa_ptrs)
+		return -ENOMEM;
+	const char *health = ep->healthy ? "Healthy" : "Unhealthy";
+	for (size_t i = 0; i < n; i++) {
+		v1beta1__device__init(&devs[i]);
+		devs[i].id = ep->devices[i].id;
+		devs[i].health = (char *)health;
+		if (ep->devices[i].numa_node >= 0) {
+			v1beta1__topology_info__init(&topo[i]);
+			v1beta1__numanode__init(&numa[i]);
+			numa[i].id = ep->devices[i].numa_node;
+			numa_ptrs[i] = &numa[i];
+			topo[i].n_nodes = 1;
+			topo[i].nodes = &numa_ptrs[i];
+			devs[i].topology = &topo[i];
+		}
+		ptrs[i] = &devs[i];
+	}
+	V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
+	resp.n_devices = n;
+	resp.devices = ptrs;
+	size_t len = v1beta1__list_and_watch_response__get_packed_size(&resp);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (!buf)
+		return -ENOMEM;
+	v1beta1__list_and_watch_response__pack(&resp, buf);
+	ep->snapshot = buf;
+	ep->snapshot_len = len;
+	return 0;
+}
+
+static void ep_send_snapshot(dp_endpoint *ep, struct ep_stream *st)
+{
+	if (ep_snapshot(ep) < 0) {
+		dp_debug("cannot encode device list", "resource=%s", ep->resource);
+		return;
+	}
+	int r = dp_grpc_call_send(st->call, ep->snapshot, ep->snapshot_len);
+	if (r < 0)
+		dp_debug("cannot send device list", "resource=%s error=%d", ep->resource, r);
+}
+
+static void ep_broadcast(dp_endpoint *ep)
+{
+	for (struct ep_stream *st = ep->streams; st; st = st->next)
+		ep_send_snapshot(ep, st);
+}
+
+static void ep_arm_check_timer(dp_endpoint *ep)
+{
+	uint64_t usec = ep->check_interval;
+	if (!ep->healthy) {
+		usec = ep->recheck_backoff ? ep->recheck_backoff : RECHECK_MIN_USEC;
+		ep->recheck_backoff = usec * 2 > ep->check_interval ? ep->check_interval : usec * 2;
+	} else {
+		ep->recheck_backoff = 0;
+	}
+	if (ep->check_timer)
+		(void)dp_timer_set(ep->check_timer, usec, 0);
+}
+
+void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason)
+{
+	bool first = !ep->checked;
+	bool changed = first || ep->healthy != healthy;
+	ep->checked = true;
+	ep->healthy = healthy;
+	snprintf(ep->reason, sizeof(ep->reason), "%s", healthy ? "" : (reason ? reason : "unhealthy"));
+	ep_arm_check_timer(ep);
+	if (!changed)
+		return;
+	dp_debug("health changed", "resource=%s healthy=%d", ep->resource, healthy);
+	ep_invalidate_snapshot(ep);
+	ep_broadcast(ep);
+	if (ep->health)
+		dp_health_changed(ep->health);
+}
+
+static void ep_do_check(void *userdata)
+{
+	dp_endpoint *ep = userdata;
+	ep->check_deferred = false;
+	ep->driver.check(ep, ep->userdata);
+}
+
+void dp_endpoint_request_check(dp_endpoint *ep)
+{
+	if (ep->check_deferred)
+		return;
+	if (dp_defer(ep->loop, ep_do_check, ep) == 0)
+		ep->check_deferred = true;
+}
+
+static int ep_on_check_timer(dp_source *s, void *userdata)
+{
+	dp_endpoint_request_check(userdata);
+	return 0;
+}
+
+/* ---- streams ---- */
+
+static void ep_stream_remove(dp_endpoint *ep, struct ep_stream *st)
+{
+	for (struct ep_stream **p = &ep->streams; *p; p = &(*p)->next)
+		if (*p == st) {
+			*p = st->next;
+			break;
+		}
+	ep->n_streams--;
+	free(st);
+}
+
+static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
+{
+	struct ep_stream *st = userdata;
+	dp_endpoint *ep = st->ep;
+	dp_debug("call cancelled", "path=%s status=%s resource=%s", dp_grpc_call_path(call),
+		 dp_grpc_status_name(status), ep->resource);
+	ep_stream_remove(ep, st);
+	if (ep->health)
+		dp_health_changed(ep->health);
+	/* kubelet never re-dials: its stream ending means register again. */
+	if (ep->n_streams == 0 && ep->state == EP_REGISTERED && !ep->stopping)
+		dp_endpoint_restart(ep, "ListAndWatch stream ended");
+}
+
+void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
+{
+	dp_endpoint *ep = userdata;
+	struct ep_stream *st = calloc(1, sizeof(*st));
+	if (!st) {
+		dp_grpc_call_finish(call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	st->ep = ep;
+	st->call = call;
+	st->next = ep->streams;
+	ep->streams = st;
+	ep->n_streams++;
+	dp_grpc_call_set_cancel(call, ep_on_stream_cancel, st);
+	if (ep->checked)
+		ep_send_snapshot(ep, st);
+	if (ep->health)
+		dp_health_changed(ep->health);
+}
+
+static void ep_close_streams(dp_endpoint *ep)
+{
+	while (ep->streams) {
+		struct ep_stream *st = ep->streams;
+		dp_grpc_call_finish(st->call, DP_GRPC_UNAVAILABLE, "plugin restarting");
+		ep_stream_remove(ep, st);
+	}
+}
+
+/* ---- server and socket ---- */
+
+static void ep_stop_server(dp_endpoint *ep)
+{
+	ep->stopping = true;
+	ep_close_streams(ep);
+	ep->server = dp_grpc_server_free(ep->server);
+	ep->stopping = false;
+	if (!ep->socket_name[0])
+		return;
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", ep->dir, ep->socket_name);
+	/* Delete only the socket we created: same inode, still a socket. */
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ep->socket_ino &&
+	    st.st_dev == ep->socket_dev)
+		(void)unlink(path);
+	ep->socket_name[0] = '\0';
+}
+
+static int ep_start_server(dp_endpoint *ep)
+{
+	char path[PATH_MAX];
+	dp_grpc_method methods[8];
+	size_t n = dp_endpoint_methods(ep, methods);
+	struct stat st;
+
+	snprintf(ep->socket_name, sizeof(ep->socket_name), "%s-%d-%u.sock", ep->prefix, (int)getpid(),
+		 ++socket_generation);
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ep->dir, ep->socket_name) >= sizeof(path))
+		return -ENAMETOOLONG;
+	int r = dp_grpc_server_new(ep->loop, path, methods, n, NULL, &ep->server);
+	if (r < 0) {
+		ep->socket_name[0] = '\0';
+		return r;
+	}
+	if (lstat(path, &st) == 0) {
+		ep->socket_ino = st.st_ino;
+		ep->socket_dev = st.st_dev;
+	}
+	return 0;
+}
+
+/* ---- registration ---- */
+
+static void ep_on_registered(void *userdata, int status, const char *message, const uint8_t *resp,
+			     size_t resp_len)
+{
+	dp_endpoint *ep = userdata;
+	ep->register_call = NULL;
+	if (status != DP_GRPC_OK) {
+		snprintf(ep->reason_register, sizeof(ep->reason_register), "%s: %s",
+			 dp_grpc_status_name(status), message ? message : "");
+		dp_debug("register failed", "resource=%s status=%s", ep->resource,
+			 dp_grpc_status_name(status));
+		ep->state = EP_BACKOFF;
+		ep_stop_server(ep);
+		uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
+		ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
+		ep_schedule_register(ep, b);
+		if (ep->events.on_register_failed)
+			ep->events.on_register_failed(ep, ep->reason_register, ep->events.userdata);
+		return;
+	}
+	ep->state = EP_REGISTERED;
+	ep->backoff = 0;
+	ep->registrations++;
+	ep->reason_register[0] = '\0';
+	dp_endpoint_watch_remember(ep);
+	dp_debug("registered", "resource=%s socket=%s", ep->resource, ep->socket_name);
+	if (ep->health)
+		dp_health_changed(ep->health);
+	if (ep->events.on_registered)
+		ep->events.on_registered(ep, ep->events.userdata);
+}
+
+static int ep_send_register(dp_endpoint *ep)
+{
+	char kubelet_sock[PATH_MAX];
+	V1beta1__DevicePluginOptions opts = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+	V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
+
+	opts.pre_start_required = ep->pre_start_required;
+	opts.get_preferred_allocation_available = ep->preferred_allocation;
+	req.version = (char *)"v1beta1";
+	req.endpoint = ep->socket_name;
+	req.resource_name = ep->resource;
+	req.options = &opts;
+	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
+	return dp_grpc_client_call_pb(ep->loop, kubelet_sock, "localhost", "/v1beta1.Registration/Register",
+				      &req.base, REGISTER_TIMEOUT_USEC, ep_on_registered, ep,
+				      &ep->register_call);
+}
+
+static void ep_register_now(dp_endpoint *ep)
+{
+	char kubelet_sock[PATH_MAX];
+	struct stat st;
+	int r;
+
+	ep->register_call = dp_grpc_client_call_cancel(ep->register_call);
+	ep_stop_server(ep);
+	dp_endpoint_watch_ensure(ep);
+	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
+	if (stat(kubelet_sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		/* Wait for kubelet.sock to appear (inotify; the stat fallback as a backstop). */
+		ep->state = EP_WAIT_KUBELET;
+		snprintf(ep->reason_register, sizeof(ep->reason_register), "waiting for %s",
+			 kubelet_sock);
+		return;
+	}
+	r = ep_start_server(ep);
+	if (r >= 0)
+		r = ep_send_register(ep);
+	if (r < 0) {
+		snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot serve %s/%s: %s",
+			 ep->dir, ep->socket_name, strerror(-r));
+		ep_stop_server(ep);
+		ep->state = EP_BACKOFF;
+		ep_schedule_register(ep, BACKOFF_MAX_USEC);
+		return;
+	}
+	ep->state = EP_REGISTERING;
+}
+
+static int ep_on_register_timer(dp_source *s, void *userdata)
+{
+	dp_endpoint *ep = userdata;
+	ep_register_now(ep);
+	return 0;
+}
+
+static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
+{
+	if (usec == 0)
+		(void)dp_timer_set_asap(ep->register_timer);
+	else
+		(void)dp_timer_set(ep->register_timer, usec, 0);
+}
+
+void dp_endpoint_restart(dp_endpoint *ep, const char *why)
+{
+	if (ep->stopping)
+		return;
+	dp_debug("re-registering", "resource=%s reason=%s", ep->resource, why);
+	if (ep->events.on_restart)
+		ep->events.on_restart(ep, why, ep->events.userdata);
+	ep->state = EP_IDLE;
+	ep->backoff = 0;
+	ep_schedule_register(ep, 0);
+	if (ep->health)
+		dp_health_changed(ep->health);
+}
+
+/* ---- public ---- */
+
+static int ep_validate(const dp_endpoint_config *cfg)
+{
+	if (!cfg->resource_name || !strchr(cfg->resource_name, '/') || !cfg->socket_prefix ||
+	    !cfg->socket_prefix[0] || strchr(cfg->socket_prefix, '/') || !cfg->driver ||
+	    !cfg->driver->check || !cfg->driver->allocate)
+		return -EINVAL;
+	return 0;
+}
+
+int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_config *cfg,
+		    dp_endpoint **ret)
+{
+	int r = ep_validate(cfg);
+	if (r < 0)
+		return r;
+	_cleanup_(dp_endpoint_freep) dp_endpoint *ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return -ENOMEM;
+	ep->loop = loop;
+	ep->driver = *cfg->driver;
+	ep->userdata = cfg->userdata;
+	ep->preferred_allocation = cfg->preferred_allocation;
+	ep->pre_start_required = cfg->pre_start_required;
+	ep->check_interval = cfg->check_interval_usec ? cfg->check_interval_usec : DEFAULT_CHECK_USEC;
+	ep->resource = strdup(cfg->resource_name);
+	ep->prefix = strdup(cfg->socket_prefix);
+	ep->dir = strdup(kubelet_dir);
+	if (!ep->resource || !ep->prefix || !ep->dir)
+		return -ENOMEM;
+	r = ep_copy_devices(ep, cfg->devices, cfg->n_devices);
+	if (r < 0)
+		return r;
+	r = dp_health_new(dp_endpoint_health_status, ep, &ep->health);
+	if (r < 0)
+		return r;
+	r = dp_timer_add(loop, 0, 0, ep_on_register_timer, ep, &ep->register_timer);
+	if (r < 0)
+		return r;
+	(void)dp_timer_set(ep->register_timer, 0, 0);
+	r = dp_timer_add(loop, 0, 0, ep_on_check_timer, ep, &ep->check_timer);
+	if (r < 0)
+		return r;
+	(void)dp_timer_set(ep->check_timer, 0, 0);
+	*ret = TAKE_PTR(ep);
+	return 0;
+}
+
+void dp_endpoint_set_events(dp_endpoint *ep, const dp_endpoint_events *ev)
+{
+	ep->events = *ev;
+}
+
+int dp_endpoint_start(dp_endpoint *ep)
+{
+	int r = dp_endpoint_watch_start(ep);
+	if (r < 0)
+		return r;
+	ep_register_now(ep);
+	dp_endpoint_request_check(ep);
+	return 0;
+}
+
+dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
+{
+	if (!ep)
+		return NULL;
+	ep->register_call = dp_grpc_client_call_cancel(ep->register_call);
+	ep_stop_server(ep);
+	ep->health = dp_health_free(ep->health);
+	dp_endpoint_watch_stop(ep);
+	dp_source_free(ep->register_timer);
+	dp_source_free(ep->check_timer);
+	for (size_t i = 0; i < ep->n_devices; i++)
+		free(ep->devices[i].id);
+	free(ep->devices);
+	free(ep->sorted);
+	ep_invalidate_snapshot(ep);
+	free(ep->resource);
+	free(ep->prefix);
+	free(ep->dir);
+	free(ep);
+	return NULL;
+}
+
+int dp_endpoint_health_status(const char *service, void *userdata)
+{
+	dp_endpoint *ep = userdata;
+	if (service[0] == '\0')
+		return DP_HEALTH_SERVING;
+	if (strcmp(service, DP_HEALTH_READINESS) == 0)
+		return dp_endpoint_ready(ep) ? DP_HEALTH_SERVING : DP_HEALTH_NOT_SERVING;
+	return -ENOENT;
+}
+
+bool dp_endpoint_healthy(const dp_endpoint *ep) { return ep->checked && ep->healthy; }
+bool dp_endpoint_registered(const dp_endpoint *ep) { return ep->state == EP_REGISTERED; }
+bool dp_endpoint_ready(const dp_endpoint *ep)
+{
+	return dp_endpoint_registered(ep) && ep->n_streams > 0 && dp_endpoint_healthy(ep);
+}
+unsigned dp_endpoint_streams(const dp_endpoint *ep) { return ep->n_streams; }
+unsigned dp_endpoint_registrations(const dp_endpoint *ep) { return ep->registrations; }
+const char *dp_endpoint_resource(const dp_endpoint *ep) { return ep->resource; }
+const char *dp_endpoint_socket(const dp_endpoint *ep)
+{
+	return ep->socket_name[0] ? ep->socket_name : NULL;
+}
+const char *dp_endpoint_reason(const dp_endpoint *ep)
+{
+	return ep->healthy ? ep->reason_register : ep->reason;
+}
+size_t dp_endpoint_devices(const dp_endpoint *ep) { return ep->n_devices; }

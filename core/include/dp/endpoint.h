@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * endpoint: one advertised resource. Owns the plugin's gRPC server on a socket with a fresh
+ * name per server instance ("<prefix>-<pid>-<n>.sock" in the device-plugins directory), the
+ * registration life cycle with kubelet, the ListAndWatch streams, the device list, the health
+ * service and the periodic/backoff check timers. Hardware knowledge stays in the driver.
+ *
+ * Life cycle (design decision 4): serve, then Register (deadline 20 s > kubelet's 10 s dial).
+ * On failure: stop that server, remove our socket, back off (100 ms doubling, capped at 5 s),
+ * retry with a fresh server. kubelet restarts are seen by inotify on the device-plugins
+ * directory (kubelet.sock created, our socket deleted, directory replaced: the watch is re-armed)
+ * plus a 5 s stat fallback, and by the last ListAndWatch stream ending: old streams are closed,
+ * a fresh server is created and registered at once. Only sockets this endpoint created are
+ * ever deleted.
+ *
+ * Health (decision 7): devices start Unhealthy until the driver reports its first check; the
+ * first ListAndWatch response is sent only after it. Later responses only on change, to every
+ * open stream. While unhealthy the endpoint asks the driver to check again with a backoff
+ * (1 s doubling to the periodic interval); healthy: every check_interval_usec.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dp/loop.h"
+
+typedef struct dp_endpoint dp_endpoint;
+typedef struct dp_alloc dp_alloc;
+
+typedef struct dp_device {
+	const char *id;    /* at most 63 characters */
+	int64_t numa_node; /* -1: unknown (no TopologyInfo sent) */
+} dp_device;
+
+typedef struct dp_driver {
+	/* Start a check. Answer with dp_endpoint_set_health(), now or later. */
+	void (*check)(dp_endpoint *ep, void *userdata);
+	/* Every requested ID is known. Answer with dp_alloc_finish(), now or later. */
+	void (*allocate)(dp_endpoint *ep, dp_alloc *a, void *userdata);
+} dp_driver;
+
+typedef struct dp_endpoint_config {
+	const char *resource_name;   /* "hyperlight.dev/hypervisor" */
+	const char *socket_prefix;   /* "hyperlight" */
+	const dp_device *devices;    /* copied */
+	size_t n_devices;
+	bool preferred_allocation;   /* advertise GetPreferredAllocation */
+	bool pre_start_required;
+	uint64_t check_interval_usec; /* 0: 30 s */
+	const dp_driver *driver;
+	void *userdata;
+} dp_endpoint_config;
+
+/* Validates the configuration (-EINVAL: empty or too long IDs, duplicates, bad resource name). */
+int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_config *cfg,
+		    dp_endpoint **ret);
+/* Serve and register; asks the driver for the first check. */
+int dp_endpoint_start(dp_endpoint *ep);
+/* GOAWAY, close streams, remove our socket. Accepts NULL, returns NULL. */
+dp_endpoint *dp_endpoint_free(dp_endpoint *ep);
+DP_DEFINE_CLEANUP(dp_endpoint, dp_endpoint_free)
+
+/* The driver's verdict for every device. reason: why unhealthy (logged once per change). */
+void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason);
+/* Ask the driver for a check soon (coalesced into one per loop batch). */
+void dp_endpoint_request_check(dp_endpoint *ep);
+
+bool dp_endpoint_healthy(const dp_endpoint *ep);
+bool dp_endpoint_registered(const dp_endpoint *ep);
+bool dp_endpoint_ready(const dp_endpoint *ep);
+unsigned dp_endpoint_streams(const dp_endpoint *ep);
+unsigned dp_endpoint_registrations(const dp_endpoint *ep);
+const char *dp_endpoint_resource(const dp_endpoint *ep);
+/* Current socket file name (base name), NULL when not serving. */
+const char *dp_endpoint_socket(const dp_endpoint *ep);
+
+/* ---- one Allocate call ---- */
+
+size_t dp_alloc_containers(const dp_alloc *a);
+/* IDs of container c; *ret_n set. */
+char **dp_alloc_ids(const dp_alloc *a, size_t c, size_t *ret_n);
+/* Add to the response of container c. -ENOMEM, -EINVAL. */
+int dp_alloc_add_cdi(dp_alloc *a, size_t c, const char *cdi_name);
+int dp_alloc_add_annotation(dp_alloc *a, size_t c, const char *key, const char *value);
+int dp_alloc_add_env(dp_alloc *a, size_t c, const char *key, const char *value);
+int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const char *host_path,
+			const char *permissions);
+/* True when the requester went away; the driver may still finish (nothing is sent). */
+bool dp_alloc_cancelled(const dp_alloc *a);
+/* Deadline of the request (0: none). */
+uint64_t dp_alloc_deadline(const dp_alloc *a);
+/* Send the response (status OK) or the error; frees a. */
+void dp_alloc_finish(dp_alloc *a, int status, const char *message);
+
+/* ---- events for the daemon's own (info-level) logging ---- */
+
+typedef struct dp_endpoint_events {
+	void (*on_registered)(dp_endpoint *ep, void *userdata);
+	void (*on_register_failed)(dp_endpoint *ep, const char *reason, void *userdata);
+	void (*on_restart)(dp_endpoint *ep, const char *why, void *userdata);
+	void *userdata;
+} dp_endpoint_events;
+
+void dp_endpoint_set_events(dp_endpoint *ep, const dp_endpoint_events *ev);
+/* Why the endpoint is unhealthy, or why registration is pending ("" otherwise). */
+const char *dp_endpoint_reason(const dp_endpoint *ep);
+size_t dp_endpoint_devices(const dp_endpoint *ep);

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* endpoint internals shared by endpoint.c, endpoint_rpc.c and endpoint_watch.c. */
+#pragma once
+
+#include <limits.h>
+#include <sys/types.h>
+
+#include "dp/endpoint.h"
+#include "dp/grpc.h"
+#include "dp/health.h"
+
+enum ep_state { EP_IDLE, EP_WAIT_KUBELET, EP_REGISTERING, EP_REGISTERED, EP_BACKOFF };
+
+struct ep_stream {
+	struct ep_stream *next;
+	dp_endpoint *ep;
+	dp_grpc_call *call;
+};
+
+struct ep_device {
+	char *id;
+	int64_t numa_node;
+};
+
+struct dp_endpoint {
+	dp_loop *loop;
+	dp_driver driver;
+	void *userdata;
+	dp_endpoint_events events;
+	char *resource;
+	char *prefix;
+	char *dir;
+	bool preferred_allocation;
+	bool pre_start_required;
+
+	struct ep_device *devices;
+	size_t *sorted; /* indices of devices ordered by ID, for lookups */
+	size_t n_devices;
+
+	/* health */
+	bool checked;
+	bool healthy;
+	bool check_deferred;
+	char reason[512];
+	uint64_t check_interval;
+	uint64_t recheck_backoff;
+	dp_source *check_timer;
+	uint8_t *snapshot; /* encoded ListAndWatchResponse for the current state */
+	size_t snapshot_len;
+
+	/* serving and registration */
+	enum ep_state state;
+	bool stopping;
+	dp_grpc_server *server;
+	dp_health *health;
+	char socket_name[128];
+	ino_t socket_ino;
+	dev_t socket_dev;
+	dp_grpc_client_call *register_call;
+	dp_source *register_timer;
+	uint64_t backoff;
+	unsigned registrations;
+	char reason_register[512];
+	struct ep_stream *streams;
+	unsigned n_streams;
+
+	/* kubelet directory watch */
+	dp_source *dir_watch;
+	dp_source *stat_timer;
+	ino_t kubelet_ino;
+	dev_t kubelet_dev;
+};
+
+/* endpoint.c */
+bool dp_endpoint_has_device(const dp_endpoint *ep, const char *id);
+void dp_endpoint_restart(dp_endpoint *ep, const char *why);
+int dp_endpoint_health_status(const char *service, void *userdata);
+void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata);
+
+/* endpoint_rpc.c: fills out (at least 8 entries) with the served methods; returns the count. */
+size_t dp_endpoint_methods(dp_endpoint *ep, dp_grpc_method *out);
+
+/* endpoint_watch.c */
+int dp_endpoint_watch_start(dp_endpoint *ep);
+void dp_endpoint_watch_stop(dp_endpoint *ep);
+/* Re-arm the directory watch if it is gone. */
+void dp_endpoint_watch_ensure(dp_endpoint *ep);
+/* Remember kubelet.sock's identity at registration time. */
+void dp_endpoint_watch_remember(dp_endpoint *ep);

@@ -1,0 +1,349 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* endpoint_rpc: the DevicePlugin service methods of one endpoint, and one Allocate call. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.pb-c.h"
+#include "dp/cdi.h"
+#include "dp/log.h"
+#include "endpoint_internal.h"
+
+#define MAX_NAMED_IDS 10
+
+struct dp_alloc {
+	dp_endpoint *ep;
+	dp_grpc_call *call; /* NULL once the requester went away */
+	uint64_t deadline;
+	V1beta1__AllocateRequest *req;
+	V1beta1__ContainerAllocateResponse *resp; /* one per container request */
+	size_t n;
+};
+
+/* ---- small responses ---- */
+
+static void rpc_options(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
+{
+	dp_endpoint *ep = userdata;
+	V1beta1__DevicePluginOptions opts = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+	opts.pre_start_required = ep->pre_start_required;
+	opts.get_preferred_allocation_available = ep->preferred_allocation;
+	(void)dp_grpc_call_send_pb(call, &opts.base);
+}
+
+static void rpc_prestart(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
+{
+	V1beta1__PreStartContainerRequest *req = v1beta1__pre_start_container_request__unpack(NULL, len, msg);
+	if (!req) {
+		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "cannot decode PreStartContainerRequest");
+		return;
+	}
+	v1beta1__pre_start_container_request__free_unpacked(req, NULL);
+	V1beta1__PreStartContainerResponse resp = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
+	(void)dp_grpc_call_send_pb(call, &resp.base);
+}
+
+/* ---- ID validation ---- */
+
+/* Append the unknown IDs of ids[] to b as "a, b, c (and N more)"; returns how many. */
+static size_t unknown_ids(const dp_endpoint *ep, char **ids, size_t n, dp_buf *b)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (dp_endpoint_has_device(ep, ids[i]))
+			continue;
+		if (bad < MAX_NAMED_IDS) {
+			if (bad)
+				dp_buf_puts(b, ", ");
+			dp_buf_json_string(b, ids[i]);
+		}
+		bad++;
+	}
+	if (bad > MAX_NAMED_IDS)
+		dp_buf_printf(b, " (and %zu more)", bad - MAX_NAMED_IDS);
+	return bad;
+}
+
+/* 0, or a gRPC status with the message in b. */
+static int validate_containers(const dp_endpoint *ep, V1beta1__ContainerAllocateRequest **c, size_t n,
+			       dp_buf *b)
+{
+	if (n == 0) {
+		dp_buf_puts(b, "Allocate request has no container requests");
+		return DP_GRPC_INVALID_ARGUMENT;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (c[i]->n_devices_ids == 0) {
+			dp_buf_printf(b, "container request %zu has no device IDs", i);
+			return DP_GRPC_INVALID_ARGUMENT;
+		}
+		_cleanup_(dp_buf_done) dp_buf ids = { 0 };
+		if (unknown_ids(ep, c[i]->devices_ids, c[i]->n_devices_ids, &ids) > 0) {
+			dp_buf_printf(b, "unknown device IDs for %s: ", ep->resource);
+			dp_buf_append(b, ids.data, ids.len);
+			return DP_GRPC_INVALID_ARGUMENT;
+		}
+	}
+	return 0;
+}
+
+/* ---- Allocate ---- */
+
+static void alloc_free(dp_alloc *a)
+{
+	for (size_t i = 0; i < a->n; i++) {
+		V1beta1__ContainerAllocateResponse *r = &a->resp[i];
+		for (size_t j = 0; j < r->n_envs; j++) {
+			free(r->envs[j]->key);
+			free(r->envs[j]->value);
+			free(r->envs[j]);
+		}
+		free(r->envs);
+		for (size_t j = 0; j < r->n_annotations; j++) {
+			free(r->annotations[j]->key);
+			free(r->annotations[j]->value);
+			free(r->annotations[j]);
+		}
+		free(r->annotations);
+		for (size_t j = 0; j < r->n_devices; j++) {
+			free(r->devices[j]->container_path);
+			free(r->devices[j]->host_path);
+			free(r->devices[j]->permissions);
+			free(r->devices[j]);
+		}
+		free(r->devices);
+		for (size_t j = 0; j < r->n_cdi_devices; j++) {
+			free(r->cdi_devices[j]->name);
+			free(r->cdi_devices[j]);
+		}
+		free(r->cdi_devices);
+	}
+	free(a->resp);
+	if (a->req)
+		v1beta1__allocate_request__free_unpacked(a->req, NULL);
+	free(a);
+}
+
+static void alloc_on_cancel(dp_grpc_call *call, int status, void *userdata)
+{
+	dp_alloc *a = userdata;
+	dp_debug("call cancelled", "path=%s status=%s resource=%s", dp_grpc_call_path(call),
+		 dp_grpc_status_name(status), a->ep->resource);
+	a->call = NULL;
+}
+
+static void rpc_allocate(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
+{
+	dp_endpoint *ep = userdata;
+	_cleanup_(dp_buf_done) dp_buf b = { 0 };
+	V1beta1__AllocateRequest *req = v1beta1__allocate_request__unpack(NULL, len, msg);
+	if (!req) {
+		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "cannot decode AllocateRequest");
+		return;
+	}
+	int status = validate_containers(ep, req->container_requests, req->n_container_requests, &b);
+	dp_alloc *a = status ? NULL : calloc(1, sizeof(*a));
+	if (a)
+		a->resp = calloc(req->n_container_requests, sizeof(*a->resp));
+	if (status || !a || !a->resp) {
+		if (!status)
+			dp_buf_puts(&b, "out of memory");
+		dp_buf_append(&b, "", 1);
+		dp_grpc_call_finish(call, status ? status : DP_GRPC_RESOURCE_EXHAUSTED, b.data);
+		if (a)
+			free(a);
+		v1beta1__allocate_request__free_unpacked(req, NULL);
+		return;
+	}
+	a->ep = ep;
+	a->call = call;
+	a->req = req;
+	a->n = req->n_container_requests;
+	a->deadline = dp_grpc_call_deadline(call);
+	for (size_t i = 0; i < a->n; i++)
+		v1beta1__container_allocate_response__init(&a->resp[i]);
+	dp_grpc_call_set_cancel(call, alloc_on_cancel, a);
+	ep->driver.allocate(ep, a, ep->userdata);
+}
+
+size_t dp_alloc_containers(const dp_alloc *a) { return a->n; }
+
+char **dp_alloc_ids(const dp_alloc *a, size_t c, size_t *ret_n)
+{
+	*ret_n = a->req->container_requests[c]->n_devices_ids;
+	return a->req->container_requests[c]->devices_ids;
+}
+
+bool dp_alloc_cancelled(const dp_alloc *a) { return !a->call; }
+uint64_t dp_alloc_deadline(const dp_alloc *a) { return a->deadline; }
+
+/* Grow a protobuf-c repeated pointer field by one element. */
+static void *push(void ***arr, size_t *n, size_t size)
+{
+	void *e = calloc(1, size);
+	void **na = e ? realloc(*arr, (*n + 1) * sizeof(void *)) : NULL;
+	if (!na) {
+		free(e);
+		return NULL;
+	}
+	na[*n] = e;
+	*arr = na;
+	(*n)++;
+	return e;
+}
+
+int dp_alloc_add_cdi(dp_alloc *a, size_t c, const char *cdi_name)
+{
+	if (c >= a->n)
+		return -EINVAL;
+	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
+	V1beta1__CDIDevice *d = push((void ***)&r->cdi_devices, &r->n_cdi_devices, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	v1beta1__cdidevice__init(d);
+	d->name = strdup(cdi_name);
+	return d->name ? 0 : -ENOMEM;
+}
+
+int dp_alloc_add_annotation(dp_alloc *a, size_t c, const char *key, const char *value)
+{
+	if (c >= a->n)
+		return -EINVAL;
+	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
+	V1beta1__ContainerAllocateResponse__AnnotationsEntry *e =
+		push((void ***)&r->annotations, &r->n_annotations, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	v1beta1__container_allocate_response__annotations_entry__init(e);
+	e->key = strdup(key);
+	e->value = strdup(value);
+	return e->key && e->value ? 0 : -ENOMEM;
+}
+
+int dp_alloc_add_env(dp_alloc *a, size_t c, const char *key, const char *value)
+{
+	if (c >= a->n)
+		return -EINVAL;
+	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
+	V1beta1__ContainerAllocateResponse__EnvsEntry *e = push((void ***)&r->envs, &r->n_envs, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	v1beta1__container_allocate_response__envs_entry__init(e);
+	e->key = strdup(key);
+	e->value = strdup(value);
+	return e->key && e->value ? 0 : -ENOMEM;
+}
+
+int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const char *host_path,
+			const char *permissions)
+{
+	if (c >= a->n)
+		return -EINVAL;
+	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
+	V1beta1__DeviceSpec *d = push((void ***)&r->devices, &r->n_devices, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	v1beta1__device_spec__init(d);
+	d->container_path = strdup(container_path);
+	d->host_path = strdup(host_path);
+	d->permissions = strdup(permissions);
+	return d->container_path && d->host_path && d->permissions ? 0 : -ENOMEM;
+}
+
+void dp_alloc_finish(dp_alloc *a, int status, const char *message)
+{
+	if (a->call) {
+		dp_grpc_call_set_cancel(a->call, NULL, NULL);
+		if (status != DP_GRPC_OK) {
+			dp_grpc_call_finish(a->call, status, message);
+		} else {
+			V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
+			_cleanup_free_ V1beta1__ContainerAllocateResponse **ptrs = calloc(a->n, sizeof(*ptrs));
+			if (!ptrs) {
+				dp_grpc_call_finish(a->call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+			} else {
+				for (size_t i = 0; i < a->n; i++)
+					ptrs[i] = &a->resp[i];
+				resp.n_container_responses = a->n;
+				resp.container_responses = ptrs;
+				(void)dp_grpc_call_send_pb(a->call, &resp.base);
+			}
+		}
+	}
+	alloc_free(a);
+}
+
+/* ---- GetPreferredAllocation: must-include first, then available in the given order ---- */
+
+static bool in_list(char **ids, size_t n, const char *id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(ids[i], id) == 0)
+			return true;
+	return false;
+}
+
+static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *c,
+		      V1beta1__ContainerPreferredAllocationResponse *out)
+{
+	size_t want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0;
+	out->deviceids = calloc(want ? want : 1, sizeof(char *));
+	if (!out->deviceids)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n_must_include_deviceids && out->n_deviceids < want; i++)
+		if (!in_list(out->deviceids, out->n_deviceids, c->must_include_deviceids[i]))
+			out->deviceids[out->n_deviceids++] = c->must_include_deviceids[i];
+	for (size_t i = 0; i < c->n_available_deviceids && out->n_deviceids < want; i++)
+		if (!in_list(out->deviceids, out->n_deviceids, c->available_deviceids[i]))
+			out->deviceids[out->n_deviceids++] = c->available_deviceids[i];
+	return 0;
+}
+
+static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
+{
+	V1beta1__PreferredAllocationRequest *req = v1beta1__preferred_allocation_request__unpack(NULL, len, msg);
+	if (!req) {
+		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "cannot decode PreferredAllocationRequest");
+		return;
+	}
+	size_t n = req->n_container_requests;
+	V1beta1__ContainerPreferredAllocationResponse *rs = calloc(n ? n : 1, sizeof(*rs));
+	V1beta1__ContainerPreferredAllocationResponse **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+	int r = rs && ptrs ? 0 : -ENOMEM;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		v1beta1__container_preferred_allocation_response__init(&rs[i]);
+		ptrs[i] = &rs[i];
+		r = prefer_one(req->container_requests[i], &rs[i]);
+	}
+	if (r < 0) {
+		dp_grpc_call_finish(call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	} else {
+		V1beta1__PreferredAllocationResponse resp = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
+		resp.n_container_responses = n;
+		resp.container_responses = ptrs;
+		(void)dp_grpc_call_send_pb(call, &resp.base);
+	}
+	for (size_t i = 0; rs && i < n; i++)
+		free(rs[i].deviceids);
+	free(rs);
+	free(ptrs);
+	v1beta1__preferred_allocation_request__free_unpacked(req, NULL);
+}
+
+size_t dp_endpoint_methods(dp_endpoint *ep, dp_grpc_method *out)
+{
+	size_t n = 0;
+	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/GetDevicePluginOptions", DP_GRPC_METHOD_UNARY,
+				     rpc_options, ep };
+	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/ListAndWatch", DP_GRPC_METHOD_SERVER_STREAM,
+				     dp_endpoint_list_and_watch, ep };
+	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/GetPreferredAllocation", DP_GRPC_METHOD_UNARY,
+				     rpc_preferred, ep };
+	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/Allocate", DP_GRPC_METHOD_UNARY, rpc_allocate,
+				     ep };
+	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/PreStartContainer", DP_GRPC_METHOD_UNARY,
+				     rpc_prestart, ep };
+	n += dp_health_methods(ep->health, out + n);
+	return n;
+}

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * health_probe: the exec-probe client (--health-check[=readiness]). Finds the daemon's plugin
+ * sockets ("<prefix>-<pid>-<n>.sock") in the device-plugins directory and asks each for
+ * grpc.health.v1 Check; every prefix needs one SERVING answer.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp/health.h"
+#include "health.pb-c.h"
+
+#define MAX_PROBES 64
+
+struct probe {
+	struct probe_run *run;
+	size_t prefix;
+	dp_grpc_client_call *call;
+	bool done;
+};
+
+struct probe_run {
+	dp_loop *loop;
+	size_t n_prefixes;
+	int *verdict; /* per prefix: 1 serving, 0 pending, -errno */
+	struct probe probes[MAX_PROBES];
+	size_t n_probes;
+	size_t pending;
+	char last_error[256];
+};
+
+/* "<prefix>-<digits>-<digits>.sock" */
+static bool name_matches(const char *name, const char *prefix)
+{
+	size_t pl = strlen(prefix);
+	if (strncmp(name, prefix, pl) != 0 || name[pl] != '-')
+		return false;
+	const char *p = name + pl + 1;
+	for (int part = 0; part < 2; part++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (part == 0 && *p++ != '-')
+			return false;
+	}
+	return strcmp(p, ".sock") == 0;
+}
+
+static bool all_decided(const struct probe_run *run)
+{
+	for (size_t i = 0; i < run->n_prefixes; i++)
+		if (run->verdict[i] != 1)
+			return run->pending == 0;
+	return true;
+}
+
+static void on_probe_done(void *userdata, int status, const char *message, const uint8_t *resp,
+			  size_t len)
+{
+	struct probe *p = userdata;
+	struct probe_run *run = p->run;
+	p->call = NULL;
+	p->done = true;
+	run->pending--;
+	if (status != DP_GRPC_OK) {
+		snprintf(run->last_error, sizeof(run->last_error), "%s: %s", dp_grpc_status_name(status),
+			 message ? message : "");
+	} else {
+		Grpc__Health__V1__HealthCheckResponse *r =
+			grpc__health__v1__health_check_response__unpack(NULL, len, resp);
+		if (r && r->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING)
+			run->verdict[p->prefix] = 1;
+		else
+			snprintf(run->last_error, sizeof(run->last_error), "not serving");
+		if (r)
+			grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+	}
+	if (all_decided(run))
+		dp_loop_exit(run->loop, 0);
+}
+
+static int start_probes(struct probe_run *run, const char *dir, const char *const *prefixes,
+			const char *service, uint64_t timeout)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	req.service = (char *)service;
+	struct dirent *de;
+	while ((de = readdir(d)) && run->n_probes < MAX_PROBES) {
+		for (size_t i = 0; i < run->n_prefixes; i++) {
+			if (!name_matches(de->d_name, prefixes[i]))
+				continue;
+			char path[4096];
+			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+			struct probe *p = &run->probes[run->n_probes];
+			p->run = run;
+			p->prefix = i;
+			if (dp_grpc_client_call_pb(run->loop, path, "localhost", DP_HEALTH_CHECK_PATH, &req.base,
+						   timeout, on_probe_done, p, &p->call) == 0) {
+				run->n_probes++;
+				run->pending++;
+			}
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
+static int on_deadline(dp_source *s, void *userdata)
+{
+	dp_loop_exit(userdata, 0);
+	return 0;
+}
+
+int dp_health_probe(const char *dir, const char *const *prefixes, size_t n_prefixes, bool readiness,
+		    uint64_t timeout_usec, char *err, size_t errlen)
+{
+	_cleanup_(dp_loop_freep) dp_loop *loop = NULL;
+	_cleanup_free_ int *verdict = calloc(n_prefixes ? n_prefixes : 1, sizeof(int));
+	struct probe_run run = { .n_prefixes = n_prefixes };
+	const char *what = readiness ? "ready" : "live";
+	int r;
+
+	if (!verdict || dp_loop_new(&loop) < 0)
+		return -ENOMEM;
+	run.loop = loop;
+	run.verdict = verdict;
+	r = start_probes(&run, dir, prefixes, readiness ? DP_HEALTH_READINESS : "", timeout_usec);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot read %s: %s", dir, strerror(-r));
+		return r;
+	}
+	dp_source *t = NULL;
+	if (run.pending > 0 && dp_timer_add(loop, timeout_usec, 0, on_deadline, loop, &t) == 0)
+		(void)dp_loop_run(loop);
+	dp_source_free(t);
+	for (size_t i = 0; i < run.n_probes; i++)
+		dp_grpc_client_call_cancel(run.probes[i].call);
+	for (size_t i = 0; i < n_prefixes; i++) {
+		if (verdict[i] == 1)
+			continue;
+		bool any = false;
+		for (size_t j = 0; j < run.n_probes; j++)
+			any |= run.probes[j].prefix == i;
+		if (!any) {
+			snprintf(err, errlen, "not %s: no plugin socket %s-*.sock in %s", what, prefixes[i], dir);
+			return -ENOENT;
+		}
+		snprintf(err, errlen, "not %s: %s-*.sock: %s", what, prefixes[i],
+			 run.last_error[0] ? run.last_error : "no answer before the deadline");
+		return run.pending ? -ETIMEDOUT : -EAGAIN;
+	}
+	return 0;
+}

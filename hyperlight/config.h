@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* config: the hyperlight daemon's environment (DEVICE_COUNT, DEVICE_UID, DEVICE_GID). */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HL_DEFAULT_COUNT 2000u
+#define HL_DEFAULT_ID 65534u
+#define HL_RESOURCE "hyperlight.dev/hypervisor"
+#define HL_SOCKET_PREFIX "hyperlight"
+#define HL_ID_PREFIX "hyperlight-"
+
+struct hl_config {
+	uint32_t device_count;
+	uint32_t uid;
+	uint32_t gid;
+};
+
+/* The largest DEVICE_COUNT whose ListAndWatch response (all devices "Unhealthy", the longer
+ * health string) still fits the 4 MiB gRPC message limit. */
+uint32_t hl_device_count_ceiling(void);
+/* Read the environment. DEVICE_COUNT invalid or outside 1..ceiling: -EINVAL/-ERANGE with the
+ * message in err (the daemon exits 1). DEVICE_UID/DEVICE_GID invalid: default kept, a warning
+ * naming the value is logged. */
+int hl_config_load(struct hl_config *ret, char *err, size_t errlen);
+/* Device ID i ("hyperlight-<i>") into buf. */
+void hl_device_id(uint32_t i, char *buf, size_t size);
