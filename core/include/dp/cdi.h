@@ -16,27 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dp/buf.h" /* dp_buf and the JSON/YAML string emitters used by renderers */
 #include "dp/loop.h"
 #include "dp/macro.h"
-
-/* ---- growable byte buffer and emitters ---- */
-
-typedef struct dp_buf {
-	char *data;
-	size_t len;
-	size_t cap;
-	bool oom; /* an append failed; the content is incomplete */
-} dp_buf;
-
-void dp_buf_done(dp_buf *b);
-void dp_buf_append(dp_buf *b, const void *p, size_t n);
-void dp_buf_puts(dp_buf *b, const char *s);
-void dp_buf_printf(dp_buf *b, const char *fmt, ...) _printf_(2, 3);
-/* A JSON string literal with quotes; escapes ", \, control chars (\n \t ... \u00XX); bytes
- * >= 0x80 pass through (UTF-8). */
-void dp_buf_json_string(dp_buf *b, const char *s);
-/* A YAML double-quoted scalar (same escaping rules, valid YAML 1.2 and 1.1). */
-void dp_buf_yaml_string(dp_buf *b, const char *s);
 
 /* ---- cdiVersion ---- */
 
@@ -49,24 +31,32 @@ typedef struct dp_cdi_features {
 	bool additional_gids;               /* 0.7.0 */
 	bool intel_rdt;                     /* 0.7.0 */
 	bool net_devices;                   /* 1.1.0 */
+	bool intel_rdt_schemata;            /* 1.1.0: intelRdt.schemata or enableMonitoring */
 } dp_cdi_features;
 
-/* The minimum cdiVersion the content requires ("0.3.0" when nothing newer is used). */
+/* The minimum cdiVersion the content requires: the newest version any used feature needs,
+ * "0.3.0" when nothing newer is used (also for f == NULL). A static string. */
 const char *dp_cdi_min_version(const dp_cdi_features *f);
-/* Validation helpers for CDI names: vendor/class per the CDI library (first char a letter, last
- * alnum, middle [A-Za-z0-9_.-]); device name (first/last alnum, middle [A-Za-z0-9_.:-]). */
+/* Validation helpers for CDI names, as the CDI library checks them. kind: "<vendor>/<class>"
+ * with exactly one '/', vendor and class each non-empty, first char a letter, last alnum,
+ * middle [A-Za-z0-9_.-]. Device name: non-empty, first/last alnum, middle [A-Za-z0-9_.:-].
+ * NULL is invalid. (No length limit: the library enforces none.) */
 bool dp_cdi_kind_valid(const char *kind);
 bool dp_cdi_device_name_valid(const char *name);
 
 /* ---- compare and replace (directory fd based, no loop needed) ---- */
 
-/* 0: the file holds exactly these bytes. 1: it differs, is missing, or cannot be parsed as
- * what we wrote (any difference). -ELOOP: a symlink at name. -EEXIST: not a regular file.
- * Other negative errno: could not read (e.g. -EACCES). Reads at most len + 1 bytes. */
+/* 0: the file holds exactly these bytes. 1: it differs in any way or is missing.
+ * -ELOOP: a symlink at name. -EEXIST: not a regular file (directory, FIFO, socket, device; a
+ * FIFO never blocks: opened O_NONBLOCK, and only after lstat said regular). -EINVAL: name is
+ * empty, ".", ".." or holds a '/'. Other negative errno: could not read (e.g. -EACCES, -EIO).
+ * Reads at most len + 1 bytes. */
 int dp_cdi_compare(int dirfd, const char *name, const void *data, size_t len);
-/* Atomically replace name with data as described above. -ELOOP / -EEXIST refuse as above (the
- * path is left untouched); other negative errno from the failed step (-ENOSPC, -EROFS,
- * -EACCES...); on any failure the old file is left intact and the temp file removed. */
+/* Atomically replace name with data as described above. 0 on success (a failing fsync of the
+ * directory after the rename is only logged: the new bytes are in place). -ELOOP / -EEXIST
+ * refuse as above (the path is left untouched); -EINVAL for a bad name; -ENAMETOOLONG when the
+ * temp name would not fit; other negative errno from the failed step (-ENOSPC, -EDQUOT, -EROFS,
+ * -EACCES, -EIO...); on any failure the old file is left intact and the temp file removed. */
 int dp_cdi_replace(int dirfd, const char *name, const void *data, size_t len);
 
 /* ---- the owned file, watched ---- */

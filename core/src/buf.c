@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "dp/buf.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dp_buf_done(dp_buf *b)
+{
+	free(b->data);
+	*b = (dp_buf){ 0 };
+}
+
+/* Make room for n more bytes plus the NUL. false (and oom set) when impossible. */
+static bool buf_reserve(dp_buf *b, size_t n)
+{
+	if (b->oom)
+		return false;
+	if (n > SIZE_MAX - 1 - b->len) {
+		b->oom = true;
+		return false;
+	}
+	size_t need = b->len + n + 1;
+	if (need <= b->cap)
+		return true;
+	size_t cap = b->cap ? b->cap : 64;
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+	char *p = realloc(b->data, cap);
+	if (!p) {
+		b->oom = true;
+		return false;
+	}
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
+void dp_buf_append(dp_buf *b, const void *p, size_t n)
+{
+	if (!buf_reserve(b, n))
+		return;
+	if (n)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+void dp_buf_puts(dp_buf *b, const char *s)
+{
+	dp_buf_append(b, s, strlen(s));
+}
+
+void dp_buf_printf(dp_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (b->oom)
+		return;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		b->oom = true; /* only EOVERFLOW / bad format: the content is incomplete */
+		return;
+	}
+	if (!buf_reserve(b, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+}
+
+static void buf_putc(dp_buf *b, char c)
+{
+	dp_buf_append(b, &c, 1);
+}
+
+/* The escape letter for the control characters both JSON and YAML name, or 0. */
+static char named_escape(unsigned char c)
+{
+	switch (c) {
+	case '"':
+		return '"';
+	case '\\':
+		return '\\';
+	case '\b':
+		return 'b';
+	case '\f':
+		return 'f';
+	case '\n':
+		return 'n';
+	case '\r':
+		return 'r';
+	case '\t':
+		return 't';
+	default:
+		return 0;
+	}
+}
+
+void dp_buf_json_string(dp_buf *b, const char *str)
+{
+	const char *s = str ? str : "";
+	const char *run = s;
+
+	buf_putc(b, '"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char e = named_escape(c);
+
+		if (!e && c >= 0x20)
+			continue; /* DEL and UTF-8 bytes pass */
+		dp_buf_append(b, run, (size_t)(s - run));
+		if (e)
+			dp_buf_printf(b, "\\%c", e);
+		else
+			dp_buf_printf(b, "\\u%04x", (unsigned)c);
+		run = s + 1;
+	}
+	dp_buf_append(b, run, (size_t)(s - run));
+	buf_putc(b, '"');
+}
+
+/* Decode one UTF-8 sequence (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
+ * Returns its length and sets *cp, or 0 when s does not start a valid sequence. */
+static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
+{
+	unsigned char c = s[0];
+	size_t n;
+	uint32_t v;
+	unsigned char lo = 0x80, hi = 0xbf; /* bounds of the second byte */
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	} else if (c >= 0xc2 && c <= 0xdf) {
+		n = 2, v = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		n = 3, v = c & 0x0f;
+		if (c == 0xe0)
+			lo = 0xa0;
+		else if (c == 0xed)
+			hi = 0x9f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4, v = c & 0x07;
+		if (c == 0xf0)
+			lo = 0x90;
+		else if (c == 0xf4)
+			hi = 0x8f;
+	} else {
+		return 0;
+	}
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80) /* also stops at the NUL */
+			return 0;
+		v = (v << 6) | (s[i] & 0x3f);
+	}
+	*cp = v;
+	return n;
+}
+
+/* Code points a YAML 1.1/1.2 stream may not hold raw (or that 1.1 reads as line breaks). */
+static bool yaml_must_escape(uint32_t cp)
+{
+	return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+	       cp == 0xfeff || cp == 0xfffe || cp == 0xffff;
+}
+
+void dp_buf_yaml_string(dp_buf *b, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)(str ? str : "");
+
+	buf_putc(b, '"');
+	while (*s) {
+		uint32_t cp;
+		size_t n = utf8_decode(s, &cp);
+		char e = n == 1 ? named_escape(*s) : 0;
+
+		if (n == 0) {
+			dp_buf_puts(b, "\\uFFFD");
+			n = 1;
+		} else if (e) {
+			dp_buf_printf(b, "\\%c", e);
+		} else if (!yaml_must_escape(cp)) {
+			dp_buf_append(b, s, n);
+		} else if (cp <= 0xff) {
+			dp_buf_printf(b, "\\x%02X", (unsigned)cp);
+		} else {
+			dp_buf_printf(b, "\\u%04X", (unsigned)cp);
+		}
+		s += n;
+	}
+	buf_putc(b, '"');
+}
