@@ -1,0 +1,75 @@
+#!/bin/bash
+# Run every test against a build directory and end with "N passed, M failed".
+#   unit tests (cmocka, one binary per module), the grpc-go conformance tests of the gRPC layer,
+#   and the scenario tests that drive the daemons through the grpc-go mock kubelet.
+# With SDP_SANITIZE=1 (make asan) every sanitizer report, from any process, counts as a failure.
+set -u
+build=$(cd "${1:-build}" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+export SDP_BUILD_DIR="$build"
+passed=0
+failed=0
+failures=()
+logdir="$build/test-logs"
+rm -rf "$logdir" && mkdir -p "$logdir"
+
+if [ "${SDP_SANITIZE:-0}" = 1 ]; then
+	sandir="$logdir/sanitizer"
+	mkdir -p "$sandir"
+	export ASAN_OPTIONS="log_path=$sandir/asan:detect_leaks=1:abort_on_error=0:strict_string_checks=1"
+	export UBSAN_OPTIONS="log_path=$sandir/ubsan:print_stacktrace=1:halt_on_error=1"
+fi
+
+# cmocka: "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)"
+run_unit() {
+	local bin=$1 name out rc p f
+	name=$(basename "$bin")
+	out="$logdir/$name.log"
+	timeout 300 "$bin" >"$out" 2>&1
+	rc=$?
+	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
+	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
+	p=${p:-0}
+	f=${f:-0}
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
+	if [ "$f" -ne 0 ]; then failures+=("$name"); tail -40 "$out"; fi
+}
+
+# go test -test.v: count "--- PASS" / "--- FAIL" lines (subtests included)
+run_go() {
+	local name=$1 out rc p f
+	shift
+	out="$logdir/$name.log"
+	(cd "$src/tests/kubelet" && timeout 1200 "$@" -test.v -test.timeout 1100s) >"$out" 2>&1
+	rc=$?
+	p=$(grep -c -- '--- PASS' "$out")
+	f=$(grep -c -- '--- FAIL' "$out")
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
+	if [ "$f" -ne 0 ]; then failures+=("$name"); grep -B2 -A30 -- '--- FAIL' "$out" | head -150; fi
+}
+
+for t in "$build"/tests/test_*; do
+	[ -x "$t" ] && run_unit "$t"
+done
+run_go grpc-conformance "$build/grpcpeer.test"
+# Scenarios mount (read-only CDI directory, full tmpfs) in a private mount namespace.
+run_go scenarios unshare -m --propagation private "$build/scenario.test"
+
+if [ "${SDP_SANITIZE:-0}" = 1 ]; then
+	reports=$(find "$sandir" -type f | wc -l)
+	if [ "$reports" -ne 0 ]; then
+		echo "sanitizer reports:"
+		for r in "$sandir"/*; do echo "== $r"; head -60 "$r"; done
+		failed=$((failed + reports))
+		failures+=("sanitizer($reports)")
+	fi
+fi
+[ ${#failures[@]} -ne 0 ] && echo "failed: ${failures[*]} (logs in $logdir)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
