@@ -72,14 +72,17 @@ typedef struct dp_grpc_deframer {
 	size_t msg_have;
 	size_t max;     /* maximum message size accepted */
 	unsigned n_msgs; /* complete messages seen */
+	int error;       /* sticky: once a feed failed, every later feed returns the same error */
 } dp_grpc_deframer;
 
 void dp_grpc_deframer_init(dp_grpc_deframer *d, size_t max);
 void dp_grpc_deframer_done(dp_grpc_deframer *d);
 /* Feed bytes. For each complete message fn(ud, msg, len) is called (msg owned by the deframer
- * and valid only during the call); a non-zero return from fn stops and is returned.
- * -EMSGSIZE: declared length above max; -EPROTONOSUPPORT: compressed flag set; -EBADMSG: flag
- * neither 0 nor 1. Nothing is buffered beyond max + 5 bytes. */
+ * and valid only during the call, never NULL, also for len 0); a non-zero return from fn stops
+ * and is returned (the rest of the chunk is not consumed).
+ * -EMSGSIZE: declared length above max (decided from the prefix, before allocating);
+ * -EPROTONOSUPPORT: compressed flag set; -EBADMSG: flag neither 0 nor 1; -ENOMEM. These errors
+ * are sticky. Nothing is buffered beyond max + 5 bytes. */
 int dp_grpc_deframer_feed(dp_grpc_deframer *d, const uint8_t *data, size_t len,
 			  int (*fn)(void *ud, const uint8_t *msg, size_t len), void *ud);
 /* True when no partial message is pending. */
