@@ -12,3 +12,4 @@ export GOPATH="$gp:/usr/share/gocode" GO111MODULE=off GOFLAGS= GOCACHE="$out/goc
 go build -o "$out/mock-kubelet" sdp/kubelet/cmd/mock-kubelet
 go build -o "$out/sdp-demo" sdp/kubelet/cmd/demo
 go test -c -o "$out/scenario.test" sdp/kubelet
+go test -c -o "$out/grpcpeer.test" sdp/kubelet/grpcpeer
