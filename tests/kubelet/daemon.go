@@ -1,0 +1,251 @@
+package kubelet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// BuildDir returns $SDP_BUILD_DIR as an absolute path (the meson build directory holding the
+// daemons). It is required: a default relative to the test's working directory is not reliable.
+func BuildDir() (string, error) {
+	d := os.Getenv("SDP_BUILD_DIR")
+	if d == "" {
+		return "", errors.New("SDP_BUILD_DIR is not set: set it to the build directory holding " +
+			HyperlightBinary + " (e.g. SDP_BUILD_DIR=/path/to/repo/build)")
+	}
+	abs, err := filepath.Abs(d)
+	if err != nil {
+		return "", err
+	}
+	return abs, nil
+}
+
+// Executable returns <build>/<name> after checking that it is an executable file.
+func Executable(buildDir, name string) (string, error) {
+	p := filepath.Join(buildDir, name)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("%s: %v (build it first)", p, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s is not an executable file", p)
+	}
+	return p, nil
+}
+
+// daemonEnvKeys are removed from the inherited environment so only the test decides them.
+var daemonEnvKeys = []string{"SDP_TEST_ROOT", "DEVICE_COUNT", "DEVICE_UID", "DEVICE_GID", "LOG_LEVEL",
+	"HOST_DEVICE_DIR", "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+
+// DaemonEnv is the inherited environment without the daemon's own variables, plus
+// SDP_TEST_ROOT=root, LOG_LEVEL=debug and then extra ("KEY=value"; later entries win).
+func DaemonEnv(root string, extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		keep := true
+		for _, k := range daemonEnvKeys {
+			if strings.HasPrefix(kv, k+"=") {
+				keep = false
+			}
+		}
+		if keep {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "SDP_TEST_ROOT="+root, "LOG_LEVEL=debug")
+	return append(env, extra...)
+}
+
+// LogBuffer collects a process's output; safe for concurrent use.
+type LogBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	Echo io.Writer // optional: also copy every line here
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.Echo != nil {
+		b.Echo.Write(p)
+	}
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Lines returns the complete lines written so far.
+func (b *LogBuffer) Lines() []string {
+	s := b.String()
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	} else {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// Daemon is a running device plugin process.
+type Daemon struct {
+	Path   string
+	Cmd    *exec.Cmd
+	Stderr *LogBuffer
+	Stdout *LogBuffer
+	done   chan struct{}
+	state  *os.ProcessState
+}
+
+// StartDaemon starts path with env and args; stdout and stderr are captured.
+func StartDaemon(path string, env []string, args ...string) (*Daemon, error) {
+	d := &Daemon{Path: path, Stderr: &LogBuffer{}, Stdout: &LogBuffer{}, done: make(chan struct{})}
+	d.Cmd = exec.Command(path, args...)
+	d.Cmd.Env = env
+	d.Cmd.Stdout = d.Stdout
+	d.Cmd.Stderr = d.Stderr
+	d.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := d.Cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %v", path, err)
+	}
+	go func() {
+		d.Cmd.Wait() //nolint:errcheck // the state holds the outcome
+		d.state = d.Cmd.ProcessState
+		close(d.done)
+	}()
+	return d, nil
+}
+
+// Pid is the daemon's process id.
+func (d *Daemon) Pid() int { return d.Cmd.Process.Pid }
+
+// Log is the daemon's stderr (its logfmt log) so far.
+func (d *Daemon) Log() string { return d.Stderr.String() }
+
+// Exited reports whether the process has exited.
+func (d *Daemon) Exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// ExitCode is the exit status, -1 if killed by a signal or still running.
+func (d *Daemon) ExitCode() int {
+	if !d.Exited() {
+		return -1
+	}
+	return d.state.ExitCode()
+}
+
+// ExitDescription says how the process ended ("exit status 1", "signal: killed").
+func (d *Daemon) ExitDescription() string {
+	if !d.Exited() {
+		return "running"
+	}
+	return d.state.String()
+}
+
+// Wait waits up to timeout for the process to exit and returns its exit code.
+func (d *Daemon) Wait(timeout time.Duration) (int, error) {
+	select {
+	case <-d.done:
+		return d.state.ExitCode(), nil
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("%s (pid %d) still running after %v", filepath.Base(d.Path), d.Pid(), timeout)
+	}
+}
+
+// Signal sends sig to the process.
+func (d *Daemon) Signal(sig os.Signal) error { return d.Cmd.Process.Signal(sig) }
+
+// Stop sends SIGTERM and waits up to timeout; then SIGKILL. It returns the exit code and an
+// error if SIGKILL was needed.
+func (d *Daemon) Stop(timeout time.Duration) (int, error) {
+	if d.Exited() {
+		return d.ExitCode(), nil
+	}
+	d.Signal(syscall.SIGTERM)
+	code, err := d.Wait(timeout)
+	if err == nil {
+		return code, nil
+	}
+	d.Signal(syscall.SIGKILL)
+	d.Wait(5 * time.Second)
+	return -1, fmt.Errorf("did not exit within %v of SIGTERM; killed", timeout)
+}
+
+// WaitLog waits until a log line satisfies match and returns it.
+func (d *Daemon) WaitLog(timeout time.Duration, match func(line string) bool) (string, bool) {
+	var found string
+	ok := Poll(timeout, func() bool {
+		for _, l := range d.Stderr.Lines() {
+			if match(l) {
+				found = l
+				return true
+			}
+		}
+		return false
+	})
+	return found, ok
+}
+
+// SanitizerReports returns the ASan/LSan/UBSan report lines found in a log.
+func SanitizerReports(log string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.Contains(l, "ERROR: AddressSanitizer") || strings.Contains(l, "ERROR: LeakSanitizer") ||
+			strings.Contains(l, "runtime error:") || strings.Contains(l, "SUMMARY: UndefinedBehaviorSanitizer") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Result is the outcome of a short command.
+type Result struct {
+	Code           int // -1 if killed or timed out
+	Stdout, Stderr string
+}
+
+// RunCommand runs a short-lived command with a bound; it errors if the bound passes.
+func RunCommand(timeout time.Duration, path string, env []string, args ...string) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := Result{Code: -1, Stdout: out.String(), Stderr: errb.String()}
+	if cmd.ProcessState != nil {
+		r.Code = cmd.ProcessState.ExitCode()
+	}
+	if ctx.Err() != nil {
+		return r, fmt.Errorf("%s %s did not finish within %v", path, strings.Join(args, " "), timeout)
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return r, err
+	}
+	return r, nil
+}

@@ -1,0 +1,201 @@
+package kubelet
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The hyperlight daemon's contract.
+const (
+	HyperlightResource = "hyperlight.dev/hypervisor"
+	HyperlightBinary   = "hyperlight-device-plugin"
+	HyperlightCDIFile  = "hyperlight.json"
+	HyperlightCDIName  = "hyperlight.dev/hypervisor=kvm"
+	KVMMajor, KVMMinor = 10, 232
+)
+
+// Node is a simulated node under a temporary root (the daemon's SDP_TEST_ROOT).
+type Node struct {
+	Root       string
+	KubeletDir string // <root>/var/lib/kubelet/device-plugins
+	CDIDir     string // <root>/var/run/cdi
+	DevDir     string // <root>/dev
+}
+
+// NewNode creates a short temporary root (unix socket paths are limited to 107 bytes) with the
+// kubelet, CDI and /dev directories.
+func NewNode() (*Node, error) {
+	root, err := os.MkdirTemp("", "sdp-")
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		Root:       root,
+		KubeletDir: filepath.Join(root, "var/lib/kubelet/device-plugins"),
+		CDIDir:     filepath.Join(root, "var/run/cdi"),
+		DevDir:     filepath.Join(root, "dev"),
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{n.KubeletDir, 0o750}, {n.CDIDir, 0o755}, {n.DevDir, 0o755}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			os.RemoveAll(root)
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// Remove deletes the whole root.
+func (n *Node) Remove() error { return os.RemoveAll(n.Root) }
+
+// KVMPath is <root>/dev/kvm.
+func (n *Node) KVMPath() string { return filepath.Join(n.DevDir, "kvm") }
+
+// CDIPath is <root>/var/run/cdi/hyperlight.json.
+func (n *Node) CDIPath() string { return filepath.Join(n.CDIDir, HyperlightCDIFile) }
+
+// SocketPath is <kubelet dir>/<name>.
+func (n *Node) SocketPath(name string) string { return filepath.Join(n.KubeletDir, name) }
+
+// MknodKVM creates <root>/dev/kvm as the character device 10:232, mode 0666 (needs root).
+func (n *Node) MknodKVM() error { return Mknod(n.KVMPath(), KVMMajor, KVMMinor) }
+
+// Mknod creates a character device node with mode 0666.
+func Mknod(path string, major, minor uint32) error {
+	if err := syscall.Mknod(path, syscall.S_IFCHR|0o666, int(unix.Mkdev(major, minor))); err != nil {
+		return fmt.Errorf("mknod %s c %d %d: %v", path, major, minor, err)
+	}
+	return os.Chmod(path, 0o666) // umask
+}
+
+// PluginSockets lists the sockets in the kubelet directory other than kubelet.sock, sorted.
+func (n *Node) PluginSockets() ([]string, error) {
+	entries, err := os.ReadDir(n.KubeletDir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket != 0 && e.Name() != KubeletSocket {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// IsSocket reports whether path exists and is a socket (without following symlinks).
+func IsSocket(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+// CDISpec is the subset of the CDI spec (specs-go/config.go) the tests check.
+type CDISpec struct {
+	CDIVersion     string          `json:"cdiVersion"`
+	Kind           string          `json:"kind"`
+	Devices        []CDIDevice     `json:"devices"`
+	ContainerEdits *CDIEdits       `json:"containerEdits,omitempty"`
+	Annotations    json.RawMessage `json:"annotations,omitempty"`
+}
+
+// CDIDevice is one named device of a spec.
+type CDIDevice struct {
+	Name           string   `json:"name"`
+	ContainerEdits CDIEdits `json:"containerEdits"`
+}
+
+// CDIEdits are container edits.
+type CDIEdits struct {
+	Env         []string        `json:"env,omitempty"`
+	DeviceNodes []CDIDeviceNode `json:"deviceNodes,omitempty"`
+	Mounts      json.RawMessage `json:"mounts,omitempty"`
+	Hooks       json.RawMessage `json:"hooks,omitempty"`
+}
+
+// CDIDeviceNode is a device node edit. Pointers tell absent from zero.
+type CDIDeviceNode struct {
+	Path        string  `json:"path"`
+	HostPath    string  `json:"hostPath,omitempty"`
+	Type        string  `json:"type,omitempty"`
+	Major       *int64  `json:"major,omitempty"`
+	Minor       *int64  `json:"minor,omitempty"`
+	FileMode    *uint32 `json:"fileMode,omitempty"`
+	Permissions string  `json:"permissions,omitempty"`
+	UID         *uint32 `json:"uid,omitempty"`
+	GID         *uint32 `json:"gid,omitempty"`
+}
+
+// ParseCDI decodes a CDI spec strictly as JSON (trailing data is an error).
+func ParseCDI(data []byte) (*CDISpec, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var s CDISpec
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("CDI spec is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("CDI spec has trailing data after the JSON object")
+	}
+	return &s, nil
+}
+
+// CheckHyperlightCDI checks a parsed hyperlight spec against the contract for a KVM node.
+func CheckHyperlightCDI(s *CDISpec, uid, gid uint32) error {
+	if s.CDIVersion != "0.3.0" {
+		return fmt.Errorf("cdiVersion %q, want \"0.3.0\"", s.CDIVersion)
+	}
+	if s.Kind != HyperlightResource {
+		return fmt.Errorf("kind %q, want %q", s.Kind, HyperlightResource)
+	}
+	if len(s.Devices) != 1 {
+		return fmt.Errorf("%d devices, want 1", len(s.Devices))
+	}
+	d := s.Devices[0]
+	if d.Name != "kvm" {
+		return fmt.Errorf("device name %q, want \"kvm\"", d.Name)
+	}
+	nodes := d.ContainerEdits.DeviceNodes
+	if len(nodes) != 1 {
+		return fmt.Errorf("%d deviceNodes, want 1", len(nodes))
+	}
+	dn := nodes[0]
+	if dn.Path != "/dev/kvm" || dn.Type != "c" || dn.Permissions != "rw" {
+		return fmt.Errorf("deviceNode path=%q type=%q permissions=%q, want /dev/kvm c rw", dn.Path, dn.Type, dn.Permissions)
+	}
+	if dn.HostPath != "" && dn.HostPath != "/dev/kvm" {
+		return fmt.Errorf("deviceNode hostPath %q, want none or /dev/kvm", dn.HostPath)
+	}
+	if dn.UID == nil || *dn.UID != uid || dn.GID == nil || *dn.GID != gid {
+		return fmt.Errorf("deviceNode uid/gid %v/%v, want %d/%d", ptr(dn.UID), ptr(dn.GID), uid, gid)
+	}
+	want := []string{"HYPERLIGHT_HYPERVISOR=kvm", "HYPERLIGHT_DEVICE_PATH=/dev/kvm"}
+	env := map[string]bool{}
+	for _, e := range d.ContainerEdits.Env {
+		env[e] = true
+	}
+	for _, w := range want {
+		if !env[w] {
+			return fmt.Errorf("device env %q lacks %q", d.ContainerEdits.Env, w)
+		}
+	}
+	if len(d.ContainerEdits.Env) != len(want) {
+		return fmt.Errorf("device env %q, want exactly %q", d.ContainerEdits.Env, want)
+	}
+	return nil
+}
+
+func ptr(p *uint32) interface{} {
+	if p == nil {
+		return "absent"
+	}
+	return *p
+}
