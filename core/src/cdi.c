@@ -1,1 +1,526 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "dp/cdi.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dp/log.h"
+
+/* ---- cdiVersion and names ---- */
+
+const char *dp_cdi_min_version(const dp_cdi_features *f)
+{
+	if (!f)
+		return "0.3.0";
+	if (f->net_devices || f->intel_rdt_schemata)
+		return "1.1.0";
+	if (f->additional_gids || f->intel_rdt)
+		return "0.7.0";
+	if (f->annotations || f->class_has_dot)
+		return "0.6.0";
+	if (f->device_node_host_path || f->device_name_starts_with_digit)
+		return "0.5.0";
+	if (f->mount_type)
+		return "0.4.0";
+	return "0.3.0";
+}
+
+static bool is_letter(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+static bool is_alnum(char c)
+{
+	return is_letter(c) || (c >= '0' && c <= '9');
+}
+
+/* s[0..n): first char accepted by first(), last alnum, the others alnum or in extra. */
+static bool name_chars_valid(const char *s, size_t n, bool (*first)(char), const char *extra)
+{
+	if (n == 0 || !first(s[0]) || !is_alnum(s[n - 1]))
+		return false;
+	for (size_t i = 1; i + 1 < n; i++)
+		if (!is_alnum(s[i]) && !strchr(extra, s[i]))
+			return false;
+	return true;
+}
+
+bool dp_cdi_kind_valid(const char *kind)
+{
+	const char *slash = kind ? strchr(kind, '/') : NULL;
+
+	if (!slash)
+		return false;
+	/* A second '/' lands in the class and fails the character check there. */
+	return name_chars_valid(kind, (size_t)(slash - kind), is_letter, "_.-") &&
+	       name_chars_valid(slash + 1, strlen(slash + 1), is_letter, "_.-");
+}
+
+bool dp_cdi_device_name_valid(const char *name)
+{
+	return name && name_chars_valid(name, strlen(name), is_alnum, "_.:-");
+}
+
+/* ---- compare and replace ---- */
+
+#define TMP_SUFFIX ".tmp-"
+#define TMP_RANDOM 6
+
+/* A single path component we may create: not empty, not "." or "..", no '/'. */
+static bool file_name_valid(const char *name)
+{
+	return name && *name && !strchr(name, '/') && strcmp(name, ".") != 0 &&
+	       strcmp(name, "..") != 0;
+}
+
+/* -ELOOP for a symlink, -EEXIST for any other non-regular file, 0 for a regular file. */
+static int check_type(const struct stat *st)
+{
+	if (S_ISLNK(st->st_mode))
+		return -ELOOP;
+	if (!S_ISREG(st->st_mode))
+		return -EEXIST;
+	return 0;
+}
+
+/* Read fd to its end (at most len + 1 bytes) comparing with data: 0 equal, 1 different. */
+static int compare_content(int fd, const unsigned char *data, size_t len)
+{
+	unsigned char buf[16384];
+	size_t off = 0;
+
+	while (off <= len) {
+		size_t want = len - off + 1 < sizeof(buf) ? len - off + 1 : sizeof(buf);
+		ssize_t n = read(fd, buf, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		if ((size_t)n > len - off || memcmp(buf, data + off, (size_t)n) != 0)
+			return 1;
+		off += (size_t)n;
+	}
+	return off == len ? 0 : 1;
+}
+
+int dp_cdi_compare(int dirfd, const char *name, const void *data, size_t len)
+{
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+	int r;
+
+	if (!file_name_valid(name) || (!data && len))
+		return -EINVAL;
+	/* lstat first so a device node or FIFO planted at our path is never opened. */
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 1 : -errno;
+	r = check_type(&st);
+	if (r < 0)
+		return r;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 1;
+		return errno == ENXIO ? -EEXIST : -errno; /* ENXIO: swapped for a socket */
+	}
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	r = check_type(&st); /* it may have been swapped since the lstat */
+	if (r < 0)
+		return r;
+	if (st.st_size < 0 || (unsigned long long)st.st_size != (unsigned long long)len)
+		return 1;
+	return compare_content(fd, data, len);
+}
+
+static void random_suffix(char out[static TMP_RANDOM + 1])
+{
+	static const char alphabet[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	static unsigned counter;
+	unsigned char rnd[TMP_RANDOM];
+
+	if (getrandom(rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		unsigned long long x = (unsigned long long)ts.tv_nsec ^
+				       ((unsigned long long)getpid() << 20) ^ (++counter * 2654435761u);
+		for (size_t i = 0; i < sizeof(rnd); i++, x >>= 7)
+			rnd[i] = (unsigned char)(x ^ (x >> 31));
+	}
+	for (size_t i = 0; i < TMP_RANDOM; i++)
+		out[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
+	out[TMP_RANDOM] = '\0';
+}
+
+/* Create ".<name>.tmp-XXXXXX" exclusively; its name goes to tmp. Returns the fd or -errno. */
+static int create_temp(int dirfd, const char *name, char tmp[static NAME_MAX + 1])
+{
+	for (int attempt = 0; attempt < 64; attempt++) {
+		char rnd[TMP_RANDOM + 1];
+		random_suffix(rnd);
+		snprintf(tmp, NAME_MAX + 1, ".%s" TMP_SUFFIX "%s", name, rnd);
+		int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Fill the temp file, make it durable and close it (close errors count: NFS reports there). */
+static int finish_temp(int fd, const void *data, size_t len)
+{
+	int r = 0;
+
+	if (fchmod(fd, 0644) < 0) /* the umask must not narrow the mode */
+		r = -errno;
+	if (r == 0)
+		r = write_all(fd, data, len);
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && r == 0 && errno != EINTR)
+		r = -errno;
+	return r;
+}
+
+int dp_cdi_replace(int dirfd, const char *name, const void *data, size_t len)
+{
+	char tmp[NAME_MAX + 1];
+	struct stat st;
+	int fd, r;
+
+	if (!file_name_valid(name) || (!data && len))
+		return -EINVAL;
+	if (strlen(name) + 1 + strlen(TMP_SUFFIX) + TMP_RANDOM > NAME_MAX)
+		return -ENAMETOOLONG;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		r = check_type(&st);
+		if (r < 0)
+			return r;
+	} else if (errno != ENOENT) {
+		return -errno;
+	}
+
+	fd = create_temp(dirfd, name, tmp);
+	if (fd < 0) {
+		dp_debug("cdi: cannot create temp file", "name=%s errno=%d", name, -fd);
+		return fd;
+	}
+	r = finish_temp(fd, data, len);
+	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+		r = -errno;
+	if (r < 0) {
+		dp_debug("cdi: replace failed", "name=%s errno=%d", name, -r);
+		(void)unlinkat(dirfd, tmp, 0);
+		return r;
+	}
+	if (fsync(dirfd) < 0)
+		dp_debug("cdi: fsync of the directory failed", "name=%s errno=%d", name, errno);
+	return 0;
+}
+
+/* ---- the owned file, watched ---- */
+
+#define DIR_MASK                                                                             \
+	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | IN_MODIFY |  \
+	 IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+#define PARENT_MASK                                                                          \
+	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | \
+	 IN_ONLYDIR)
+#define WATCH_GONE (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)
+
+struct dp_cdi_file {
+	dp_loop *loop;
+	char *dir;      /* absolute, no trailing '/' */
+	char *parent;   /* dirname(dir), NULL for "/" */
+	char *dir_base; /* basename(dir) inside parent */
+	char *name;
+	char *path;
+	void *content;
+	size_t len;
+	bool has_content;
+	dp_cdi_changed_fn changed;
+	void *userdata;
+	dp_source *dir_watch;    /* inotify on dir; NULL when not armed */
+	dp_source *parent_watch; /* inotify on parent, for dir created / removed / replaced */
+	dp_source *notify;       /* one-shot timer: coalesces a burst of events into one call */
+	unsigned own_renames;    /* IN_MOVED_TO of name still expected from our own replaces */
+	char error[PATH_MAX + 128];
+};
+
+static int notify_fired(dp_source *s, void *userdata);
+
+static void schedule_changed(dp_cdi_file *f)
+{
+	int r = f->notify ? dp_timer_set_asap(f->notify)
+			  : dp_timer_add(f->loop, 0, 0, notify_fired, f, &f->notify);
+	if (r < 0)
+		dp_debug("cdi: cannot schedule the change callback", "path=%s errno=%d", f->path, -r);
+}
+
+static void drop_dir_watch(dp_cdi_file *f)
+{
+	f->dir_watch = dp_source_free(f->dir_watch);
+	f->own_renames = 0; /* the events of the old watch are gone with it */
+}
+
+static int dir_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+{
+	dp_cdi_file *f = userdata;
+
+	if (ev->mask & (WATCH_GONE | IN_Q_OVERFLOW)) {
+		/* dir removed, moved away or unmounted, or events lost: re-arm on the path */
+		drop_dir_watch(f);
+		schedule_changed(f);
+		return 0;
+	}
+	if (ev->len == 0 || strcmp(ev->name, f->name) != 0)
+		return 0; /* other files, including our own temp files */
+	if ((ev->mask & IN_MOVED_TO) && f->own_renames > 0) {
+		f->own_renames--; /* our own renameat(): the content is what we wrote */
+		return 0;
+	}
+	schedule_changed(f);
+	return 0;
+}
+
+static int parent_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+{
+	dp_cdi_file *f = userdata;
+
+	if (ev->mask & (WATCH_GONE | IN_Q_OVERFLOW)) {
+		if (ev->mask & WATCH_GONE)
+			f->parent_watch = dp_source_free(f->parent_watch);
+		drop_dir_watch(f);
+		schedule_changed(f);
+		return 0;
+	}
+	if (ev->len == 0 || strcmp(ev->name, f->dir_base) != 0)
+		return 0;
+	/* dir created, removed, renamed away or replaced: the dir watch may be on a stale inode */
+	drop_dir_watch(f);
+	schedule_changed(f);
+	return 0;
+}
+
+/* Best effort: a missing directory is noticed through the parent watch, a missing parent at
+ * the next sync. */
+static void arm_watches(dp_cdi_file *f)
+{
+	int r;
+
+	if (!f->parent_watch && f->parent) {
+		r = dp_inotify_add(f->loop, f->parent, PARENT_MASK, parent_event, f, &f->parent_watch);
+		if (r < 0)
+			dp_debug("cdi: cannot watch directory", "path=%s errno=%d", f->parent, -r);
+	}
+	if (!f->dir_watch) {
+		f->own_renames = 0;
+		r = dp_inotify_add(f->loop, f->dir, DIR_MASK, dir_event, f, &f->dir_watch);
+		if (r < 0)
+			dp_debug("cdi: cannot watch directory", "path=%s errno=%d", f->dir, -r);
+	}
+}
+
+static int notify_fired(dp_source *s, void *userdata)
+{
+	dp_cdi_file *f = userdata;
+
+	arm_watches(f);
+	f->changed(f, f->userdata); /* may free f */
+	return 0;
+}
+
+/* dir without trailing slashes; parent and base split off (none for "/"). */
+static int split_dir(dp_cdi_file *f, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	f->dir = strndup(dir, n);
+	if (!f->dir)
+		return -ENOMEM;
+	if (n == 1)
+		return 0; /* "/" */
+	char *slash = strrchr(f->dir, '/');
+	f->parent = slash == f->dir ? strdup("/") : strndup(f->dir, (size_t)(slash - f->dir));
+	f->dir_base = strdup(slash + 1);
+	return f->parent && f->dir_base ? 0 : -ENOMEM;
+}
+
+int dp_cdi_file_new(dp_loop *loop, const char *dir, const char *name, dp_cdi_changed_fn changed,
+		    void *userdata, dp_cdi_file **ret)
+{
+	_cleanup_(dp_cdi_file_freep) dp_cdi_file *f = NULL;
+
+	if (!loop || !dir || dir[0] != '/' || !file_name_valid(name) || !changed || !ret)
+		return -EINVAL;
+	if (strlen(name) + 1 + strlen(TMP_SUFFIX) + TMP_RANDOM > NAME_MAX)
+		return -ENAMETOOLONG;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->loop = loop;
+	f->changed = changed;
+	f->userdata = userdata;
+	if (split_dir(f, dir) < 0)
+		return -ENOMEM;
+	f->name = strdup(name);
+	if (!f->name || asprintf(&f->path, "%s%s%s", f->dir, f->parent ? "/" : "", name) < 0) {
+		f->path = NULL;
+		return -ENOMEM;
+	}
+	*ret = TAKE_PTR(f);
+	return 0;
+}
+
+dp_cdi_file *dp_cdi_file_free(dp_cdi_file *f)
+{
+	if (!f)
+		return NULL;
+	dp_source_free(f->dir_watch);
+	dp_source_free(f->parent_watch);
+	dp_source_free(f->notify);
+	free(f->dir);
+	free(f->parent);
+	free(f->dir_base);
+	free(f->name);
+	free(f->path);
+	free(f->content);
+	free(f);
+	return NULL;
+}
+
+int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len)
+{
+	void *copy;
+
+	if (!f || (!data && len))
+		return -EINVAL;
+	copy = malloc(len ? len : 1);
+	if (!copy)
+		return -ENOMEM;
+	if (len)
+		memcpy(copy, data, len);
+	free(f->content);
+	f->content = copy;
+	f->len = len;
+	f->has_content = true;
+	return 0;
+}
+
+static int set_error(dp_cdi_file *f, int r, const char *fmt, ...) _printf_(3, 4);
+static int set_error(dp_cdi_file *f, int r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(f->error, sizeof(f->error), fmt, ap);
+	va_end(ap);
+	dp_debug("cdi: sync failed", "path=%s errno=%d", f->path, -r);
+	return r;
+}
+
+/* Open dir, creating it (0755 whatever the umask; not its parents) when missing. */
+static int open_dir(dp_cdi_file *f)
+{
+	int fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 && errno == ENOENT) {
+		bool created = mkdir(f->dir, 0755) == 0;
+		int e = errno;
+		if (!created && e != EEXIST)
+			return set_error(f, -e, "cannot create directory %s: %s", f->dir, strerror(e));
+		fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0 && created && fchmod(fd, 0755) < 0)
+			dp_debug("cdi: cannot chmod directory", "path=%s errno=%d", f->dir, errno);
+	}
+	if (fd < 0) {
+		int e = errno;
+		return set_error(f, -e, "cannot open directory %s: %s", f->dir, strerror(e));
+	}
+	return fd;
+}
+
+/* The message for a failed compare (reading) or replace (writing). */
+static int file_error(dp_cdi_file *f, int r, const char *verb)
+{
+	if (r == -ELOOP)
+		return set_error(f, r, "refusing symlink at %s", f->path);
+	if (r == -EEXIST)
+		return set_error(f, r, "refusing non-regular file at %s", f->path);
+	return set_error(f, r, "cannot %s %s: %s", verb, f->path, strerror(-r));
+}
+
+int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired)
+{
+	_cleanup_close_ int dirfd = -1;
+	bool repaired = false;
+	int r;
+
+	if (!f)
+		return -EINVAL;
+	if (!f->has_content)
+		return set_error(f, -EINVAL, "no content set for %s", f->path);
+	dirfd = open_dir(f);
+	if (dirfd < 0)
+		return dirfd;
+	arm_watches(f); /* before writing, so our own rename is seen and recognised */
+
+	r = dp_cdi_compare(dirfd, f->name, f->content, f->len);
+	if (r < 0)
+		return file_error(f, r, "read");
+	if (r == 1) {
+		r = dp_cdi_replace(dirfd, f->name, f->content, f->len);
+		if (r < 0)
+			return file_error(f, r, "write");
+		if (f->dir_watch)
+			f->own_renames++;
+		repaired = true;
+	}
+	f->error[0] = '\0';
+	if (ret_repaired)
+		*ret_repaired = repaired;
+	return 0;
+}
+
+const char *dp_cdi_file_error(const dp_cdi_file *f)
+{
+	return f ? f->error : "";
+}
+
+const char *dp_cdi_file_path(const dp_cdi_file *f)
+{
+	return f ? f->path : NULL;
+}

@@ -63,13 +63,18 @@ int dp_cdi_replace(int dirfd, const char *name, const void *data, size_t len);
 
 typedef struct dp_cdi_file dp_cdi_file;
 /* Called (from the loop) when something in the directory that concerns our file happened:
- * created, written, removed, renamed, attributes; or the directory itself was removed or
- * replaced (the watch is re-armed by this module). The receiver normally calls
- * dp_cdi_file_sync(). */
+ * created, written, removed, renamed, attributes; or the directory itself was created, removed
+ * or replaced (the watches are re-armed by this module before the call). A burst of events
+ * becomes one call (a one-shot timer source coalesces them). Events of other names are
+ * ignored, and so are our own temp files and the rename of our own replace (a repair causes no
+ * further call). The receiver normally calls dp_cdi_file_sync(); it may free f. Watches: the
+ * directory (symlinks followed: /var/run is often one) and its parent (to see the directory
+ * appear, go or be replaced); both are armed by dp_cdi_file_sync(), best effort. */
 typedef void (*dp_cdi_changed_fn)(dp_cdi_file *f, void *userdata);
 
-/* dir: absolute host path (already resolved under the test root), name: e.g. "hyperlight.json".
- * The directory need not exist yet. */
+/* dir: absolute host path (already resolved under the test root; trailing '/' dropped), name:
+ * e.g. "hyperlight.json". The directory need not exist yet. Nothing is watched before the
+ * first sync. -EINVAL: NULL loop/changed/ret, relative dir, bad name; -ENAMETOOLONG; -ENOMEM. */
 int dp_cdi_file_new(dp_loop *loop, const char *dir, const char *name, dp_cdi_changed_fn changed,
 		    void *userdata, dp_cdi_file **ret);
 dp_cdi_file *dp_cdi_file_free(dp_cdi_file *f);
@@ -77,10 +82,14 @@ DP_DEFINE_CLEANUP(dp_cdi_file, dp_cdi_file_free)
 /* Set the exact bytes the file must hold (copied). */
 int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len);
 /* Make the file match: compare, replace when it differs (creating the directory 0755 when
- * missing). 0 when the file now holds exactly our bytes (*ret_repaired, if given, says whether
- * it was written); negative errno otherwise, with a human reason in dp_cdi_file_error(). The
- * directory watch is (re)armed as a side effect. */
+ * missing, not its parents). 0 when the file now holds exactly our bytes (*ret_repaired, if
+ * given, says whether it was written); negative errno otherwise, with a human reason in
+ * dp_cdi_file_error(): -EINVAL "no content set for P", -ELOOP "refusing symlink at P",
+ * -EEXIST "refusing non-regular file at P", "cannot read P: <strerror>", "cannot write P:
+ * <strerror>", "cannot create directory D: <strerror>", "cannot open directory D: <strerror>".
+ * The watches are (re)armed as a side effect. */
 int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired);
-/* Reason of the last failed sync ("refusing symlink at /var/run/cdi/hyperlight.json", ...). */
+/* Reason of the last failed sync ("refusing symlink at /var/run/cdi/hyperlight.json", ...);
+ * "" after a successful one. */
 const char *dp_cdi_file_error(const dp_cdi_file *f);
 const char *dp_cdi_file_path(const dp_cdi_file *f);
