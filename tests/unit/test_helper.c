@@ -1,1 +1,609 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dp/helper.h"
+
+#define BOUND_USEC (10 * DP_USEC_PER_SEC)
+#define LONG_DEADLINE (10 * DP_USEC_PER_SEC)
+#define SELF "/proc/self/exe"
+
+/* ---------------------------------------------------------------- child entries */
+
+static void h_ok(int argc, char **argv)
+{
+	dp_helper_reply_ok("probe fine");
+}
+
+static void h_echo(int argc, char **argv)
+{
+	dp_helper_reply_ok(argc > 1 ? argv[1] : "");
+}
+
+static void h_fail(int argc, char **argv)
+{
+	dp_helper_reply_fail("cannot open %s: %s", "/dev/kvm", "No such file or directory");
+}
+
+static void h_sleep(int argc, char **argv)
+{
+	for (;;)
+		pause();
+}
+
+/* Sleeps the first time (creates the marker argv[1]); answers ok when the marker exists. */
+static void h_sleep_once(int argc, char **argv)
+{
+	int fd = open(argv[1], O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+
+	if (fd < 0) {
+		dp_helper_reply_ok("second run");
+		return;
+	}
+	close(fd);
+	h_sleep(argc, argv);
+}
+
+static void h_crash(int argc, char **argv)
+{
+	abort();
+}
+
+static void h_exit3(int argc, char **argv)
+{
+	_exit(3);
+}
+
+static void h_garbage(int argc, char **argv)
+{
+	static const char junk[] = "\x01hello\tworld \xff garbage that is longer than sixty-four bytes, "
+				   "which is cut\n";
+	(void)!write(STDOUT_FILENO, junk, sizeof(junk) - 1);
+}
+
+static void h_two_lines(int argc, char **argv)
+{
+	(void)!write(STDOUT_FILENO, "ok\nok\n", 6);
+}
+
+static void h_no_newline(int argc, char **argv)
+{
+	(void)!write(STDOUT_FILENO, "ok", 2);
+}
+
+static void h_silent(int argc, char **argv)
+{
+}
+
+static void h_big(int argc, char **argv)
+{
+	static char buf[10240];
+
+	memset(buf, 'x', sizeof(buf));
+	for (size_t o = 0; o < sizeof(buf);) {
+		ssize_t n = write(STDOUT_FILENO, buf + o, sizeof(buf) - o);
+		if (n <= 0)
+			_exit(9);
+		o += (size_t)n;
+	}
+}
+
+static void h_fail_exit(int argc, char **argv)
+{
+	dp_helper_reply_fail("device busy");
+	_exit(4);
+}
+
+static const dp_helper_entry entries[] = {
+	{"ok", h_ok},		{"echo", h_echo},	  {"fail", h_fail},
+	{"sleep", h_sleep},	{"sleep-once", h_sleep_once}, {"crash", h_crash},
+	{"exit3", h_exit3},	{"garbage", h_garbage},	  {"two-lines", h_two_lines},
+	{"no-newline", h_no_newline}, {"silent", h_silent}, {"big", h_big},
+	{"fail-exit", h_fail_exit},
+};
+
+/* ---------------------------------------------------------------- test utilities */
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1;
+}
+
+struct res {
+	int calls;
+	bool done;
+	dp_helper_result r;
+	uint64_t at; /* when the callback ran */
+};
+
+static void on_done(const dp_helper_result *r, void *userdata)
+{
+	struct res *x = userdata;
+
+	x->calls++;
+	x->done = true;
+	x->r = *r;
+	x->at = dp_now_usec();
+}
+
+static bool run_until(dp_loop *l, const bool *flag)
+{
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+
+	while (!*flag && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(l, 10) >= 0);
+	return *flag;
+}
+
+struct fixture {
+	dp_loop *loop;
+	dp_helper *h;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(dp_loop_new(&f->loop), 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	dp_helper_free(f->h);
+	dp_loop_free(f->loop);
+	free(f);
+	return 0;
+}
+
+static dp_helper *new_helper(struct fixture *f, const char *name, const char *arg,
+			     uint64_t deadline, uint64_t grace)
+{
+	char *argv[] = {(char *)name, (char *)arg, NULL};
+
+	assert_int_equal(dp_helper_new(f->loop, SELF, argv, deadline, grace, &f->h), 0);
+	return f->h;
+}
+
+/* One request, run to completion; the callback never runs inside dp_helper_request. */
+static void run_one(struct fixture *f, struct res *x)
+{
+	assert_int_equal(dp_helper_request(f->h, on_done, x, NULL), 0);
+	assert_int_equal(x->calls, 0);
+	assert_true(run_until(f->loop, &x->done));
+	assert_int_equal(x->calls, 1);
+}
+
+static void expect_result(void **state, const char *name, bool ok, const char *reason)
+{
+	struct fixture *f = *state;
+	struct res x = {0};
+	dp_helper *h = new_helper(f, name, NULL, LONG_DEADLINE, DP_USEC_PER_SEC);
+
+	assert_null(dp_helper_last(h));
+	run_one(f, &x);
+	assert_int_equal(x.r.ok, ok);
+	assert_string_equal(x.r.reason, reason);
+	assert_int_equal(dp_helper_runs(h), 1);
+	assert_false(dp_helper_running(h));
+	assert_false(dp_helper_blocked(h));
+	assert_non_null(dp_helper_last(h));
+	assert_int_equal(dp_helper_last(h)->ok, ok);
+	assert_string_equal(dp_helper_last(h)->reason, reason);
+}
+
+/* ---------------------------------------------------------------- results */
+
+static void test_ok(void **state)
+{
+	expect_result(state, "ok", true, "probe fine");
+}
+
+static void test_fail_reason(void **state)
+{
+	expect_result(state, "fail", false, "cannot open /dev/kvm: No such file or directory");
+}
+
+static void test_signal(void **state)
+{
+	expect_result(state, "crash", false, "helper killed by signal 6 (SIGABRT)");
+}
+
+static void test_exit_status(void **state)
+{
+	expect_result(state, "exit3", false, "helper exited with status 3");
+}
+
+static void test_exit_status_with_reason(void **state)
+{
+	expect_result(state, "fail-exit", false, "helper exited with status 4: device busy");
+}
+
+static void test_unknown_entry(void **state)
+{
+	expect_result(state, "no-such-entry", false, "helper exited with status 2: unknown helper no-such-entry");
+}
+
+static void test_garbage(void **state)
+{
+	expect_result(state, "garbage", false,
+		      "helper printed an invalid result: ?hello?world ? garbage that is longer than "
+		      "sixty-four bytes, whi");
+}
+
+static void test_two_lines(void **state)
+{
+	expect_result(state, "two-lines", false, "helper printed an invalid result: ok?ok?");
+}
+
+static void test_no_newline(void **state)
+{
+	expect_result(state, "no-newline", false, "helper printed an invalid result: ok");
+}
+
+static void test_silent(void **state)
+{
+	expect_result(state, "silent", false, "helper exited without a result");
+}
+
+static void test_oversize(void **state)
+{
+	expect_result(state, "big", false, "helper printed more than 4096 bytes");
+}
+
+static void test_arguments(void **state)
+{
+	struct fixture *f = *state;
+	struct res x = {0};
+
+	new_helper(f, "echo", "hello world", LONG_DEADLINE, DP_USEC_PER_SEC);
+	run_one(f, &x);
+	assert_true(x.r.ok);
+	assert_string_equal(x.r.reason, "hello world");
+}
+
+static void test_exec_failure(void **state)
+{
+	struct fixture *f = *state;
+	char *argv[] = {"ok", NULL};
+	struct res x = {0};
+
+	assert_int_equal(dp_helper_new(f->loop, "/nonexistent/helper", argv, LONG_DEADLINE, 0, &f->h), 0);
+	run_one(f, &x);
+	assert_false(x.r.ok);
+	assert_string_equal(x.r.reason, "cannot start helper: No such file or directory");
+	assert_int_equal(dp_helper_runs(f->h), 0);
+}
+
+static void test_bad_arguments(void **state)
+{
+	struct fixture *f = *state;
+	char *argv[] = {"ok", NULL}, *empty[] = {NULL};
+	dp_helper *h = NULL;
+
+	assert_int_equal(dp_helper_new(f->loop, SELF, argv, 0, 0, &h), -EINVAL);
+	assert_int_equal(dp_helper_new(f->loop, SELF, empty, LONG_DEADLINE, 0, &h), -EINVAL);
+	assert_int_equal(dp_helper_new(NULL, SELF, argv, LONG_DEADLINE, 0, &h), -EINVAL);
+	assert_int_equal(dp_helper_new(f->loop, "", argv, LONG_DEADLINE, 0, &h), -EINVAL);
+	assert_null(h);
+	new_helper(f, "ok", NULL, LONG_DEADLINE, 0);
+	assert_int_equal(dp_helper_request(f->h, NULL, NULL, NULL), -EINVAL);
+	assert_int_equal(dp_helper_request(NULL, on_done, NULL, NULL), -EINVAL);
+	dp_helper_wait_cancel(NULL);
+	assert_null(dp_helper_free(NULL));
+	assert_int_equal(dp_helper_runs(f->h), 0);
+}
+
+/* ---------------------------------------------------------------- deadlines */
+
+static void expect_timeout(void **state, uint64_t deadline, const char *reason)
+{
+	struct fixture *f = *state;
+	struct res x = {0};
+	uint64_t start = dp_now_usec();
+
+	new_helper(f, "sleep", NULL, deadline, 5 * DP_USEC_PER_SEC);
+	run_one(f, &x);
+	assert_false(x.r.ok);
+	assert_string_equal(x.r.reason, reason);
+	assert_true(x.at - start < deadline + 3 * DP_USEC_PER_SEC);
+	assert_string_equal(dp_helper_last(f->h)->reason, reason);
+	assert_false(dp_helper_running(f->h));
+}
+
+static void test_timeout_ms(void **state)
+{
+	expect_timeout(state, 150 * DP_USEC_PER_MSEC, "timeout after 150 ms");
+}
+
+static void test_timeout_s(void **state)
+{
+	expect_timeout(state, DP_USEC_PER_SEC, "timeout after 1 s");
+}
+
+/* A request while the killed child is not reaped yet waits for the reap, then runs anew. */
+static void test_request_waits_for_reap(void **state)
+{
+	struct fixture *f = *state;
+	char marker[] = "/tmp/test_helper.XXXXXX";
+	struct res a = {0}, b = {0};
+	int fd = mkstemp(marker);
+
+	assert_true(fd >= 0);
+	close(fd);
+	unlink(marker); /* the first run creates it, then sleeps */
+	new_helper(f, "sleep-once", marker, 150 * DP_USEC_PER_MSEC, 5 * DP_USEC_PER_SEC);
+	run_one(f, &a);
+	assert_string_equal(a.r.reason, "timeout after 150 ms");
+	/* Right after the timeout callback the child is (almost surely) not reaped yet. */
+	assert_int_equal(dp_helper_request(f->h, on_done, &b, NULL), 0);
+	assert_false(dp_helper_blocked(f->h));
+	assert_true(run_until(f->loop, &b.done));
+	assert_true(b.r.ok);
+	assert_string_equal(b.r.reason, "second run");
+	assert_int_equal(dp_helper_runs(f->h), 2);
+	assert_int_equal(a.calls, 1);
+	assert_int_equal(b.calls, 1);
+	unlink(marker);
+}
+
+struct blocked_ctx {
+	struct fixture *f;
+	struct res first, second;
+	bool second_inside_request;
+	bool blocked_in_callback;
+};
+
+static void on_second(const dp_helper_result *r, void *userdata)
+{
+	struct blocked_ctx *c = userdata;
+
+	on_done(r, &c->second);
+}
+
+static void on_first_request_again(const dp_helper_result *r, void *userdata)
+{
+	struct blocked_ctx *c = userdata;
+
+	on_done(r, &c->first);
+	/* The killed child cannot be reaped before we return: grace 0 means blocked now. */
+	c->blocked_in_callback = dp_helper_blocked(c->f->h);
+	assert_int_equal(dp_helper_request(c->f->h, on_second, c, NULL), 0);
+	c->second_inside_request = c->second.calls > 0;
+}
+
+static void test_blocked_then_recovers(void **state)
+{
+	struct fixture *f = *state;
+	char marker[] = "/tmp/test_helper.XXXXXX";
+	struct blocked_ctx c = {.f = f};
+	const char *prefix = "previous helper (pid ";
+	const char *suffix = ") not reaped after SIGKILL; probes blocked";
+	int fd = mkstemp(marker);
+
+	assert_true(fd >= 0);
+	close(fd);
+	unlink(marker);
+	new_helper(f, "sleep-once", marker, 150 * DP_USEC_PER_MSEC, 0);
+	assert_int_equal(dp_helper_request(f->h, on_first_request_again, &c, NULL), 0);
+	assert_true(run_until(f->loop, &c.second.done));
+	assert_string_equal(c.first.r.reason, "timeout after 150 ms");
+	assert_true(c.blocked_in_callback);
+	assert_false(c.second_inside_request);
+	assert_false(c.second.r.ok);
+	assert_memory_equal(c.second.r.reason, prefix, strlen(prefix));
+	assert_true(strlen(c.second.r.reason) > strlen(suffix));
+	assert_string_equal(c.second.r.reason + strlen(c.second.r.reason) - strlen(suffix), suffix);
+	assert_int_equal(dp_helper_runs(f->h), 1);
+	/* A blocked failure is not a run: the last run's result stays the timeout. */
+	assert_string_equal(dp_helper_last(f->h)->reason, "timeout after 150 ms");
+
+	/* The loop reaps the killed child; the block ends and a new request runs. */
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (dp_helper_blocked(f->h) && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(f->loop, 10) >= 0);
+	assert_false(dp_helper_blocked(f->h));
+	struct res x = {0};
+	run_one(f, &x);
+	assert_true(x.r.ok);
+	assert_string_equal(x.r.reason, "second run");
+	assert_int_equal(dp_helper_runs(f->h), 2);
+	assert_int_equal(c.first.calls, 1);
+	assert_int_equal(c.second.calls, 1);
+	unlink(marker);
+}
+
+/* ---------------------------------------------------------------- joining and cancelling */
+
+static void test_join_in_flight(void **state)
+{
+	struct fixture *f = *state;
+	struct res x[3] = {0};
+
+	new_helper(f, "fail", NULL, LONG_DEADLINE, 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(dp_helper_request(f->h, on_done, &x[i], NULL), 0);
+		assert_true(dp_helper_running(f->h));
+	}
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (!(x[0].done && x[1].done && x[2].done) && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(f->loop, 10) >= 0);
+	assert_int_equal(dp_helper_runs(f->h), 1);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(x[i].calls, 1);
+		assert_false(x[i].r.ok);
+		assert_string_equal(x[i].r.reason, "cannot open /dev/kvm: No such file or directory");
+	}
+}
+
+static void test_cancel_one_waiter(void **state)
+{
+	struct fixture *f = *state;
+	struct res x[3] = {0};
+	dp_helper_wait *w[3];
+
+	new_helper(f, "ok", NULL, LONG_DEADLINE, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(dp_helper_request(f->h, on_done, &x[i], &w[i]), 0);
+	dp_helper_wait_cancel(w[1]);
+	assert_true(run_until(f->loop, &x[2].done));
+	assert_true(x[0].done);
+	assert_int_equal(x[0].calls, 1);
+	assert_int_equal(x[1].calls, 0);
+	assert_int_equal(x[2].calls, 1);
+	assert_true(x[0].r.ok);
+	assert_string_equal(x[2].r.reason, "probe fine");
+	assert_int_equal(dp_helper_runs(f->h), 1);
+	assert_true(dp_helper_last(f->h)->ok);
+}
+
+static void test_cancel_all_run_goes_on(void **state)
+{
+	struct fixture *f = *state;
+	struct res x = {0};
+	dp_helper_wait *w;
+
+	new_helper(f, "fail", NULL, LONG_DEADLINE, 0);
+	assert_int_equal(dp_helper_request(f->h, on_done, &x, &w), 0);
+	dp_helper_wait_cancel(w);
+	assert_true(dp_helper_running(f->h));
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (!dp_helper_last(f->h) && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(f->loop, 10) >= 0);
+	assert_non_null(dp_helper_last(f->h));
+	assert_string_equal(dp_helper_last(f->h)->reason,
+			    "cannot open /dev/kvm: No such file or directory");
+	assert_int_equal(x.calls, 0);
+	assert_false(dp_helper_running(f->h));
+}
+
+struct free_ctx {
+	struct fixture *f;
+	int calls;
+};
+
+static void on_done_free_helper(const dp_helper_result *r, void *userdata)
+{
+	struct free_ctx *c = userdata;
+
+	c->calls++;
+	c->f->h = dp_helper_free(c->f->h);
+}
+
+/* The first callback frees the helper: the other waiters get no callback, nothing breaks. */
+static void test_free_from_callback(void **state)
+{
+	struct fixture *f = *state;
+	struct free_ctx c = {.f = f};
+
+	new_helper(f, "ok", NULL, LONG_DEADLINE, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(dp_helper_request(f->h, on_done_free_helper, &c, NULL), 0);
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (f->h && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(f->loop, 10) >= 0);
+	assert_null(f->h);
+	assert_int_equal(c.calls, 1);
+	assert_true(dp_loop_run_once(f->loop, 0) >= 0);
+	assert_int_equal(c.calls, 1);
+}
+
+/* Freeing with a run and waiters: no callback, the child is killed. */
+static void test_free_while_running(void **state)
+{
+	struct fixture *f = *state;
+	struct res x = {0};
+
+	new_helper(f, "sleep", NULL, LONG_DEADLINE, 0);
+	assert_int_equal(dp_helper_request(f->h, on_done, &x, NULL), 0);
+	assert_true(dp_loop_run_once(f->loop, 0) >= 0);
+	f->h = dp_helper_free(f->h);
+	assert_true(dp_loop_run_once(f->loop, 0) >= 0);
+	assert_int_equal(x.calls, 0);
+}
+
+/* ---------------------------------------------------------------- fds */
+
+static void test_no_fd_leak(void **state)
+{
+	int before = count_fds();
+	static const char *const names[] = {"ok", "big", "garbage", "sleep"};
+
+	for (size_t i = 0; i < DP_ELEMENTSOF(names); i++) {
+		dp_loop *l;
+		dp_helper *h;
+		char *argv[] = {(char *)names[i], NULL};
+		struct res x = {0};
+
+		assert_int_equal(dp_loop_new(&l), 0);
+		assert_int_equal(dp_helper_new(l, SELF, argv, 150 * DP_USEC_PER_MSEC, 0, &h), 0);
+		assert_int_equal(dp_helper_request(h, on_done, &x, NULL), 0);
+		assert_true(run_until(l, &x.done));
+		/* Let the loop reap a killed child too. */
+		uint64_t end = dp_now_usec() + BOUND_USEC;
+		while (dp_helper_blocked(h) && dp_now_usec() < end)
+			assert_true(dp_loop_run_once(l, 10) >= 0);
+		dp_helper_free(h);
+		dp_loop_free(l);
+		assert_int_equal(count_fds(), before);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	dp_helper_main(argc, argv, entries, DP_ELEMENTSOF(entries));
+
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_ok, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fail_reason, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_signal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exit_status, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exit_status_with_reason, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_entry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_garbage, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_two_lines, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_newline, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_silent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exec_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_timeout_ms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_timeout_s, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_request_waits_for_reap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blocked_then_recovers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_in_flight, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_one_waiter, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_all_run_goes_on, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_from_callback, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_while_running, setup, teardown),
+		cmocka_unit_test(test_no_fd_leak),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
