@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
 #include <ftw.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -21,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1061,6 +1064,61 @@ static void test_file_sync_full(void **state)
 	unmount_tmpfs(d);
 }
 
+/* As an unprivileged user (a forked child drops to nobody): reading and writing refused. */
+static int permission_child(const char *d)
+{
+	dp_loop *l = NULL;
+	dp_cdi_file *f = NULL;
+	char want[PATH_MAX + 64];
+	int dfd;
+
+	if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+		return 10;
+	dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return 11;
+	if (dp_cdi_compare(dfd, NAME, NEW, strlen(NEW)) != -EACCES)
+		return 12;
+	if (dp_cdi_replace(dfd, NAME, NEW, strlen(NEW)) != -EACCES)
+		return 13;
+	close(dfd);
+	if (dp_loop_new(&l) < 0 || dp_cdi_file_new(l, d, NAME, on_changed, NULL, &f) < 0 ||
+	    dp_cdi_file_set_content(f, NEW, strlen(NEW)) < 0)
+		return 14;
+	if (dp_cdi_file_sync(f, NULL) != -EACCES)
+		return 15;
+	snprintf(want, sizeof(want), "cannot read %s/%s: Permission denied", d, NAME);
+	if (strcmp(dp_cdi_file_error(f), want) != 0)
+		return 16;
+	dp_cdi_file_free(f);
+	dp_loop_free(l);
+	return 0;
+}
+
+static void test_permission_denied(void **state)
+{
+	char *d = make_tmpdir();
+	int st;
+
+	assert_int_equal(chmod(d, 0755), 0); /* nobody may enter, not write */
+	write_str(d, NAME, OLD);
+	char *p = join(d, NAME);
+	assert_int_equal(chmod(p, 0600), 0); /* nor read our file */
+	free(p);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(permission_child(d));
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("unprivileged child failed check %d (10: cannot drop to uid 65534)",
+			 WEXITSTATUS(st));
+	assert_file_str(d, NAME, OLD);
+	assert_int_equal(count_entries(d, NULL), 1);
+	rm_rf(d);
+}
+
 /* Enter a private mount namespace so that no mount of these tests reaches the host. */
 static void setup_private_ns(void)
 {
@@ -1105,6 +1163,7 @@ int main(void)
 		WATCH_TEST(test_file_free_with_pending_events),
 		cmocka_unit_test(test_file_sync_read_only),
 		cmocka_unit_test(test_file_sync_full),
+		cmocka_unit_test(test_permission_denied),
 	};
 
 	setup_private_ns();
