@@ -633,12 +633,23 @@ int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t d
 	return 0;
 }
 
+static int reap_orphan(dp_source *s, const siginfo_t *si, void *userdata)
+{
+	dp_source_free(s);
+	return 0;
+}
+
 dp_helper *dp_helper_free(dp_helper *h)
 {
 	if (!h || h->freed)
 		return NULL;
-	if (h->child && !dp_child_reaped(h->child))
+	if (h->child && !dp_child_reaped(h->child)) {
+		dp_source *orphan;
 		(void)dp_child_kill(h->child, SIGKILL);
+		/* Not reaped yet, so the pid cannot be recycled: let the loop reap it. */
+		if (dp_child_add(h->loop, h->pid, reap_orphan, NULL, &orphan) < 0)
+			dp_debug("cannot track killed helper", "pid=%d", (int)h->pid);
+	}
 	h->child = dp_source_free(h->child);
 	close_output(h);
 	h->deadline = dp_source_free(h->deadline);

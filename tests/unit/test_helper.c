@@ -56,6 +56,18 @@ static void h_sleep_once(int argc, char **argv)
 	h_sleep(argc, argv);
 }
 
+/* Writes its pid into the file argv[1], then sleeps. */
+static void h_sleep_pid(int argc, char **argv)
+{
+	FILE *f = fopen(argv[1], "we");
+
+	if (f) {
+		fprintf(f, "%d\n", (int)getpid());
+		fclose(f);
+	}
+	h_sleep(argc, argv);
+}
+
 static void h_crash(int argc, char **argv)
 {
 	abort();
@@ -111,7 +123,7 @@ static const dp_helper_entry entries[] = {
 	{"sleep", h_sleep},	{"sleep-once", h_sleep_once}, {"crash", h_crash},
 	{"exit3", h_exit3},	{"garbage", h_garbage},	  {"two-lines", h_two_lines},
 	{"no-newline", h_no_newline}, {"silent", h_silent}, {"big", h_big},
-	{"fail-exit", h_fail_exit},
+	{"fail-exit", h_fail_exit}, {"sleep-pid", h_sleep_pid},
 };
 
 /* ---------------------------------------------------------------- test utilities */
@@ -533,18 +545,39 @@ static void test_free_from_callback(void **state)
 	assert_int_equal(c.calls, 1);
 }
 
-/* Freeing with a run and waiters: no callback, the child is killed. */
+/* Freeing with a run and waiters: no callback; the child is killed and the loop reaps it. */
 static void test_free_while_running(void **state)
 {
 	struct fixture *f = *state;
+	char pidfile[] = "/tmp/test_helper.XXXXXX";
 	struct res x = {0};
+	int pid = 0, fd = mkstemp(pidfile);
+	FILE *pf;
 
-	new_helper(f, "sleep", NULL, LONG_DEADLINE, 0);
+	assert_true(fd >= 0);
+	close(fd);
+	new_helper(f, "sleep-pid", pidfile, LONG_DEADLINE, 0);
 	assert_int_equal(dp_helper_request(f->h, on_done, &x, NULL), 0);
-	assert_true(dp_loop_run_once(f->loop, 0) >= 0);
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (pid <= 0 && dp_now_usec() < end) {
+		assert_true(dp_loop_run_once(f->loop, 10) >= 0);
+		pf = fopen(pidfile, "re");
+		assert_non_null(pf);
+		if (fscanf(pf, "%d", &pid) != 1)
+			pid = 0;
+		fclose(pf);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(kill(pid, 0), 0);
 	f->h = dp_helper_free(f->h);
-	assert_true(dp_loop_run_once(f->loop, 0) >= 0);
+	/* Gone for good (not even a zombie) once the loop has reaped it. */
+	end = dp_now_usec() + BOUND_USEC;
+	while (kill(pid, 0) == 0 && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(f->loop, 10) >= 0);
+	assert_int_equal(kill(pid, 0), -1);
+	assert_int_equal(errno, ESRCH);
 	assert_int_equal(x.calls, 0);
+	unlink(pidfile);
 }
 
 /* ---------------------------------------------------------------- fds */

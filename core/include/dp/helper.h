@@ -7,10 +7,21 @@
  * SIGKILL (through its pidfd); a child that is still not reaped after a grace period keeps the
  * helper "blocked": every request fails at once with that reason until the child is reaped.
  *
- * Child protocol: the binary is started as  <exe> --dp-helper <name> [args...]  with stdin
- * /dev/null and stdout a pipe; it writes one line: "ok[ detail]\n" or "fail <reason>\n" and
- * exits 0. Anything else (other exit status, a signal, no line, a garbage line, more than
- * 4 KiB) is a failure with a precise reason.
+ * Child protocol: the binary is started (posix_spawn: vfork + exec, default signal dispositions,
+ * empty signal mask) as  <exe> --dp-helper <name> [args...]  with stdin /dev/null, stdout a
+ * pipe and stderr inherited; it writes exactly one line: "ok[ detail]\n" or "fail <reason>\n"
+ * and exits 0. Anything else is a failure with a precise reason:
+ *   "<reason>"                                   exit 0 and "fail <reason>"
+ *   "helper killed by signal 6 (SIGABRT)"        killed by a signal
+ *   "helper exited with status 3"                other exit status (": <reason>" appended when
+ *                                                the output was a valid "fail <reason>" line)
+ *   "helper exited without a result"             exit 0, nothing printed
+ *   "helper printed an invalid result: <text>"   not exactly one valid line; <text> is the first
+ *                                                64 bytes, non-printable bytes shown as '?'
+ *   "helper printed more than 4096 bytes"        (the rest is read and discarded)
+ *   "timeout after 2 s" / "timeout after 150 ms" the deadline passed (child sent SIGKILL)
+ *   "previous helper (pid N) not reaped after SIGKILL; probes blocked"
+ *   "cannot start helper: <strerror>"            pipe/spawn failed (e.g. exe missing)
  */
 #pragma once
 
@@ -34,7 +45,8 @@ typedef void (*dp_helper_done_fn)(const dp_helper_result *r, void *userdata);
 
 /* ---- child side ---- */
 
-/* A helper function: writes its result with dp_helper_reply_ok/fail and returns. */
+/* A helper function: writes its result with dp_helper_reply_ok/fail and returns (then the
+ * process _exit(0)s). argv[0] is the entry name, argv[1..argc-1] the arguments after it. */
 typedef void (*dp_helper_fn)(int argc, char **argv);
 typedef struct dp_helper_entry {
 	const char *name;
@@ -44,6 +56,8 @@ typedef struct dp_helper_entry {
 /* Call first in main(): when argv[1] is DP_HELPER_ARG, run the named entry and _exit(0)
  * (unknown name: "fail unknown helper X", exit 2). Returns normally otherwise. */
 void dp_helper_main(int argc, char **argv, const dp_helper_entry *entries, size_t n);
+/* Write the result line (one write; control chars in the text become spaces; the text is cut
+ * to DP_HELPER_REASON_MAX - 1 bytes). detail may be NULL. */
 void dp_helper_reply_ok(const char *detail);
 void dp_helper_reply_fail(const char *fmt, ...) _printf_(1, 2);
 
@@ -51,23 +65,33 @@ void dp_helper_reply_fail(const char *fmt, ...) _printf_(1, 2);
 
 /* exe: path to execute (NULL: /proc/self/exe); argv: name and arguments after DP_HELPER_ARG
  * (copied, NULL-terminated); deadline_usec: from the start of each run; kill_grace_usec: time
- * after SIGKILL before the helper counts as blocked (it stays blocked until reaped). */
+ * after SIGKILL before the helper counts as blocked (it stays blocked until reaped).
+ * -EINVAL (NULL loop/argv/ret, empty name or exe, deadline 0), -ENOMEM, timerfd errors. */
 int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t deadline_usec,
 		  uint64_t kill_grace_usec, dp_helper **ret);
-/* Kills a running child (SIGKILL) and frees; pending waiters get no callback. */
+/* Kills a running child (SIGKILL; the loop still reaps it) and frees; pending waiters get no
+ * callback and their dp_helper_wait handles become invalid. May be called from a done
+ * callback. Accepts NULL, returns NULL. */
 dp_helper *dp_helper_free(dp_helper *h);
 DP_DEFINE_CLEANUP(dp_helper, dp_helper_free)
 
 /* Ask for a result: joins the run in flight or starts one. done runs once, from the loop,
- * never inside this call. ret_wait (may be NULL) lets the requester go away. */
+ * never inside this call. While a killed child is not reaped, the request waits for the reap
+ * (then a new run starts) until kill_grace_usec after the SIGKILL; later it fails at once
+ * (delivered from the loop) with the "probes blocked" reason. ret_wait (may be NULL) lets the
+ * requester go away; the handle is valid until done has been called or it is cancelled.
+ * -EINVAL (NULL h or done), -ENOMEM. */
 int dp_helper_request(dp_helper *h, dp_helper_done_fn done, void *userdata, dp_helper_wait **ret_wait);
 /* The requester goes away: no callback; the run goes on and its result still reaches the
  * others and dp_helper_last(). Accepts NULL. */
 void dp_helper_wait_cancel(dp_helper_wait *w);
 
+/* A run is in progress (started, result not delivered yet). */
 bool dp_helper_running(const dp_helper *h);
+/* The child killed at its deadline is still not reaped kill_grace_usec after the SIGKILL. */
 bool dp_helper_blocked(const dp_helper *h);
-/* Result of the last finished run (NULL before the first). */
+/* Result of the last finished run, or of the last failure to start one (NULL before the first).
+ * A "probes blocked" failure is not a run and does not replace it. */
 const dp_helper_result *dp_helper_last(const dp_helper *h);
 /* Number of children started so far (for tests and metrics). */
 unsigned dp_helper_runs(const dp_helper *h);
