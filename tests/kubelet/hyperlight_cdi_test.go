@@ -1,0 +1,209 @@
+package kubelet
+
+// Scenarios: the owned CDI spec file: content, and repair after deletion, truncation,
+// modification, a symlink in its place, and a read-only directory.
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// otherFile puts a file the daemon does not own into the CDI directory; the returned check
+// fails the test if it was touched.
+func otherFile(t *testing.T, n *Node) func() {
+	path := filepath.Join(n.CDIDir, "other-vendor.json")
+	content := []byte(`{"cdiVersion":"0.3.0","kind":"example.com/other","devices":[]}` + "\n")
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		fi, err := os.Lstat(path)
+		got, err2 := os.ReadFile(path)
+		if err != nil || err2 != nil || string(got) != string(content) || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the daemon touched %s (%v %v)", path, err, err2)
+		}
+	}
+}
+
+func TestHyperlightCDIContent(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=1000", "DEVICE_GID=1001")
+	s.ready(3)
+	b := s.readCDI()
+	spec, err := ParseCDI(b)
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, b)
+	}
+	if err := CheckHyperlightCDI(spec, 1000, 1001); err != nil {
+		t.Errorf("CDI spec: %v\n%s", err, b)
+	}
+	fi, err := os.Lstat(s.node.CDIPath())
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+		t.Errorf("CDI spec file mode %v (%v), want a regular file 0644", fi.Mode(), err)
+	}
+	// No temporary files are left in the directory.
+	entries, _ := os.ReadDir(s.node.CDIDir)
+	if len(entries) != 1 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("CDI directory holds %v, want only %s", names, HyperlightCDIFile)
+	}
+}
+
+func TestHyperlightCDIDefaultOwner(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	s.ready(3)
+	spec, err := ParseCDI(s.readCDI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
+		t.Errorf("CDI spec: %v", err)
+	}
+}
+
+func TestHyperlightCDIDeleted(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	check := otherFile(t, s.node)
+	orig := s.readCDI()
+	for i := 0; i < 3; i++ { // repeatedly: the watch must survive a repair
+		if err := os.Remove(s.node.CDIPath()); err != nil {
+			t.Fatal(err)
+		}
+		d := s.waitCDI(orig, eventBound)
+		t.Logf("deleted spec repaired in %v", d.Round(time.Millisecond))
+	}
+	check()
+	s.devices(3, Healthy, eventBound)
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered after a CDI repair")
+	}
+}
+
+func TestHyperlightCDITruncated(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	s.ready(3)
+	check := otherFile(t, s.node)
+	orig := s.readCDI()
+	for _, size := range []int64{int64(len(orig) / 2), 0} {
+		if err := os.Truncate(s.node.CDIPath(), size); err != nil {
+			t.Fatal(err)
+		}
+		d := s.waitCDI(orig, eventBound)
+		t.Logf("spec truncated to %d bytes repaired in %v", size, d.Round(time.Millisecond))
+	}
+	check()
+	s.devices(3, Healthy, eventBound)
+}
+
+func TestHyperlightCDIModified(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	s.ready(3)
+	orig := s.readCDI()
+	// Valid JSON with a stale edit, written in place.
+	stale := strings.Replace(string(orig), `"rw"`, `"rwm"`, 1)
+	if stale == string(orig) {
+		t.Fatalf("spec has no \"rw\" permissions to alter:\n%s", orig)
+	}
+	if err := os.WriteFile(s.node.CDIPath(), []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitCDI(orig, eventBound)
+	// Replaced by rename (as an editor or another writer would).
+	tmp := filepath.Join(s.node.CDIDir, ".other-writer")
+	if err := os.WriteFile(tmp, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, s.node.CDIPath()); err != nil {
+		t.Fatal(err)
+	}
+	s.waitCDI(orig, eventBound)
+}
+
+func TestHyperlightCDISymlink(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	orig := s.readCDI()
+	// The link points at a file outside the CDI directory: it must never be written through.
+	decoy := filepath.Join(s.node.Root, "decoy.json")
+	if err := os.WriteFile(decoy, []byte("decoy\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(s.node.CDIDir, ".link")
+	if err := os.Symlink(decoy, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, s.node.CDIPath()); err != nil {
+		t.Fatal(err)
+	}
+	s.devices(3, Unhealthy, eventBound)
+	fi, err := os.Lstat(s.node.CDIPath())
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the symlink at the CDI path was removed or replaced (%v, %v)", fi, err)
+	}
+	if target, _ := os.Readlink(s.node.CDIPath()); target != decoy {
+		t.Errorf("symlink now points at %q", target)
+	}
+	if b, _ := os.ReadFile(decoy); string(b) != "decoy\n" {
+		t.Errorf("the daemon wrote through the symlink: decoy holds %q", b)
+	}
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered instead of reporting Unhealthy on the open stream")
+	}
+	if err := os.Remove(s.node.CDIPath()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.waitCDI(orig, backoffBound)
+	s.devices(3, Healthy, backoffBound)
+	t.Logf("repaired and Healthy %v after the symlink was removed", time.Since(start).Round(time.Millisecond))
+}
+
+func TestHyperlightCDIReadOnlyDir(t *testing.T) {
+	daemonBinary(t)
+	privateMountNamespace(t)
+	node := newNode(t, true)
+	// The CDI directory becomes its own bind mount before the daemon starts, so every fd the
+	// daemon opens on it sees the read-only flag later; a second read-write bind mount of the
+	// same directory lets the test damage the file (inotify is per inode: the daemon sees it).
+	rw := filepath.Join(node.Root, "cdi-rw")
+	if err := os.Mkdir(rw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mount(t, node.CDIDir, "--bind", node.CDIDir, node.CDIDir)
+	mount(t, rw, "--bind", node.CDIDir, rw)
+	s := prepare(t, node)
+	s.startDaemon("DEVICE_COUNT=3")
+	p := s.ready(3)
+	orig := s.readCDI()
+
+	mount(t, "", "-o", "remount,bind,ro", node.CDIDir)
+	probe := filepath.Join(node.CDIDir, "probe")
+	if err := os.WriteFile(probe, nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		os.Remove(probe)
+		t.Fatalf("the CDI directory is not read-only after the remount: %v", err)
+	}
+	if err := os.Remove(filepath.Join(rw, HyperlightCDIFile)); err != nil {
+		t.Fatal(err)
+	}
+	s.devices(3, Unhealthy, eventBound)
+	if _, err := os.Lstat(node.CDIPath()); !os.IsNotExist(err) {
+		t.Errorf("CDI path while the directory is read-only: %v, want it still missing", err)
+	}
+	mount(t, "", "-o", "remount,bind,rw", node.CDIDir)
+	start := time.Now()
+	s.waitCDI(orig, backoffBound)
+	s.devices(3, Healthy, backoffBound)
+	t.Logf("repaired and Healthy %v after the directory became writable", time.Since(start).Round(time.Millisecond))
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered instead of reporting health on the open stream")
+	}
+}

@@ -1,0 +1,206 @@
+package kubelet
+
+// Scenarios: kubelet restarts and stream ends, the device node going away, SIGTERM, --version
+// and the --health-check probe modes.
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestHyperlightKubeletRestart(t *testing.T) {
+	s := newScenario(t) // 2000 devices, as on a real node
+	p := s.ready(2000)
+	start := time.Now()
+	if err := s.k.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	cur := s.settled(p.Seq, p.Endpoint, 2000, eventBound)
+	t.Logf("re-registered as %s (registration #%d) %v after the restart", cur.Endpoint, cur.Seq, time.Since(start).Round(time.Millisecond))
+	if IsSocket(p.Socket) {
+		t.Errorf("old socket %s exists again", p.Socket)
+	}
+	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-1999"}); err != nil {
+		t.Errorf("Allocate after the restart: %v", err)
+	} else {
+		checkAllocation(t, a.Response)
+	}
+	// A second restart works the same way.
+	if err := s.k.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	s.settled(cur.Seq, cur.Endpoint, 2000, eventBound)
+}
+
+func TestHyperlightKubeletSocketRecreated(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	if err := s.k.RecreateSocketOnly(); err != nil {
+		t.Fatal(err)
+	}
+	cur := s.settled(p.Seq, "", 3, eventBound)
+	t.Logf("re-registered as %s (was %s)", cur.Endpoint, p.Endpoint)
+	if cur.Endpoint != p.Endpoint && IsSocket(p.Socket) {
+		t.Errorf("the old socket %s was left behind", p.Socket)
+	}
+	if _, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
+		t.Errorf("Allocate after re-registration: %v", err)
+	}
+}
+
+func TestHyperlightStreamEndedByKubelet(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		keepConn bool
+	}{{"stream-cancelled-connection-kept", true}, {"stream-cancelled-connection-closed", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, "DEVICE_COUNT=3")
+			p := s.ready(3)
+			p.EndStream(tc.keepConn)
+			if _, ok := p.WaitEnded(eventBound); !ok {
+				t.Fatal("kubelet's stream did not end")
+			}
+			cur := s.settled(p.Seq, "", 3, eventBound)
+			t.Logf("re-registered as %s (was %s)", cur.Endpoint, p.Endpoint)
+		})
+	}
+}
+
+func TestHyperlightConnectionClosedByKubelet(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	p.CloseConn()
+	cur := s.settled(p.Seq, "", 3, eventBound)
+	t.Logf("re-registered as %s (was %s)", cur.Endpoint, p.Endpoint)
+}
+
+func TestHyperlightDeviceNodeRemoved(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	removeKVM(t, s.node)
+	s.devices(3, Unhealthy, eventBound)
+	_, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"})
+	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || st.Message() == "" {
+		t.Errorf("Allocate without the device node: %v, want Unavailable with a reason", err)
+	}
+	start := time.Now()
+	mknodKVM(t, s.node)
+	s.devices(3, Healthy, periodBound)
+	t.Logf("Healthy again %v after the node came back", time.Since(start).Round(time.Millisecond))
+	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
+		t.Errorf("Allocate after the node came back: %v", err)
+	} else {
+		checkAllocation(t, a.Response)
+	}
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered; a health change must go through the open stream")
+	}
+}
+
+func TestHyperlightSIGTERM(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	cdi := s.readCDI()
+	if err := s.d.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, err := s.d.Wait(exitBound)
+	if err != nil {
+		s.fatalf("SIGTERM: %v", err)
+	}
+	if code != 0 {
+		t.Errorf("exit %s after SIGTERM, want 0", s.d.ExitDescription())
+	}
+	if IsSocket(p.Socket) {
+		t.Errorf("socket %s left behind", p.Socket)
+	}
+	if socks, _ := s.node.PluginSockets(); len(socks) != 0 {
+		t.Errorf("sockets left behind: %v", socks)
+	}
+	if got, err := os.ReadFile(s.node.CDIPath()); err != nil || string(got) != string(cdi) {
+		t.Errorf("CDI spec not kept on shutdown (%v)", err)
+	}
+	if _, ok := p.WaitEnded(eventBound); !ok {
+		t.Errorf("kubelet's stream did not end when the daemon exited")
+	}
+}
+
+var versionRe = regexp.MustCompile(`^hyperlight-device-plugin (\S+) \(commit (\S+)\)$`)
+
+func TestHyperlightVersion(t *testing.T) {
+	s := prepare(t, newNode(t, true))
+	r := s.run(DaemonEnv(s.node.Root), "--version")
+	out := strings.TrimRight(r.Stdout, "\n")
+	m := versionRe.FindStringSubmatch(out)
+	if r.Code != 0 || m == nil {
+		t.Fatalf("--version: exit %d, stdout %q, stderr %q; want exit 0 and \"hyperlight-device-plugin <version> (commit <hash>)\"",
+			r.Code, r.Stdout, r.Stderr)
+	}
+	if socks, _ := s.node.PluginSockets(); len(socks) != 0 || s.k.Registrations(HyperlightResource) != 0 {
+		t.Errorf("--version served or registered")
+	}
+	// The first log line of a running daemon carries the same version and commit.
+	s.startDaemon("DEVICE_COUNT=3")
+	s.registered(1, startBound)
+	lines := s.d.Stderr.Lines()
+	if len(lines) == 0 || !strings.Contains(lines[0], m[1]) || !strings.Contains(lines[0], m[2]) {
+		t.Errorf("first log line %q lacks version %s and commit %s", first(lines), m[1], m[2])
+	}
+}
+
+func first(l []string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	return l[0]
+}
+
+func TestHyperlightHealthCheck(t *testing.T) {
+	s := prepare(t, newNode(t, true))
+	env := DaemonEnv(s.node.Root, "DEVICE_COUNT=3")
+	probe := func(args ...string) int { return s.run(env, args...).Code }
+	// waitProbe re-runs the probe until it answers want (each run has its own 3 s deadline).
+	waitProbe := func(want int, bound time.Duration, args ...string) {
+		t.Helper()
+		var got int
+		if !Poll(bound, func() bool { got = probe(args...); return got == want }) {
+			s.fatalf("%s: exit %d within %v, want %d", strings.Join(args, " "), got, bound, want)
+		}
+	}
+	if c := probe("--health-check"); c != 1 {
+		t.Errorf("liveness with no daemon running: exit %d, want 1", c)
+	}
+	s.startDaemon("DEVICE_COUNT=3")
+	s.ready(3)
+	waitProbe(0, eventBound, "--health-check")
+	waitProbe(0, eventBound, "--health-check=readiness")
+	// Unhealthy: not ready, still live.
+	removeKVM(t, s.node)
+	s.devices(3, Unhealthy, eventBound)
+	waitProbe(1, eventBound, "--health-check=readiness")
+	if c := probe("--health-check"); c != 0 {
+		t.Errorf("liveness while unhealthy: exit %d, want 0", c)
+	}
+	mknodKVM(t, s.node)
+	s.devices(3, Healthy, periodBound)
+	waitProbe(0, eventBound, "--health-check=readiness")
+	// No kubelet (no registration, no stream): not ready, still live.
+	s.k.Stop()
+	waitProbe(1, eventBound, "--health-check=readiness")
+	if c := probe("--health-check"); c != 0 {
+		t.Errorf("liveness without kubelet: exit %d, want 0", c)
+	}
+	if _, err := s.d.Stop(exitBound); err != nil {
+		t.Error(err)
+	}
+	if c := probe("--health-check"); c != 1 {
+		t.Errorf("liveness after the daemon stopped: exit %d, want 1", c)
+	}
+}
