@@ -265,6 +265,14 @@ static void sanitise(char *out, size_t size, const char *s, size_t n)
 	out[i] = '\0';
 }
 
+/* Replace control characters of a reason taken from the child's output by '?'. */
+static void sanitise_reason(dp_helper_result *r)
+{
+	for (char *p = r->reason; *p; p++)
+		if ((unsigned char)*p < ' ' || *p == 0x7f)
+			*p = '?';
+}
+
 /* Parse the output of a child that exited 0: exactly one line "ok[ detail]" or "fail reason". */
 static void parse_output(const dp_helper *h, dp_helper_result *r)
 {
@@ -288,10 +296,12 @@ static void parse_output(const dp_helper *h, dp_helper_result *r)
 		}
 		if (n > 3 && memcmp(h->buf, "ok ", 3) == 0) {
 			result_set(r, true, "%.*s", (int)(n - 3), h->buf + 3);
+			sanitise_reason(r);
 			return;
 		}
 		if (n > 5 && memcmp(h->buf, "fail ", 5) == 0) {
 			result_set(r, false, "%.*s", (int)(n - 5), h->buf + 5);
+			sanitise_reason(r);
 			return;
 		}
 	}
@@ -311,6 +321,7 @@ static void make_result(const dp_helper *h, const siginfo_t *si, dp_helper_resul
 			   h->buf[h->len - 1] == '\n' && memchr(h->buf, '\n', h->len) == h->buf + h->len - 1) {
 			result_set(r, false, "helper exited with status %d: %.*s", si->si_status,
 				   (int)(h->len - 6), h->buf + 5);
+			sanitise_reason(r);
 		} else {
 			result_set(r, false, "helper exited with status %d", si->si_status);
 		}
@@ -348,8 +359,11 @@ static void drain_output(dp_helper *h)
 				 : read(h->out_fd, scratch, sizeof(scratch));
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0)
-			return; /* EAGAIN: nothing more for now */
+		if (n < 0) {
+			if (errno != EAGAIN)
+				close_output(h); /* never spin on a broken pipe */
+			return;
+		}
 		if (n == 0) {
 			close_output(h); /* EOF */
 			return;

@@ -95,6 +95,13 @@ static void h_no_newline(int argc, char **argv)
 	(void)!write(STDOUT_FILENO, "ok", 2);
 }
 
+static void h_fail_ctrl(int argc, char **argv)
+{
+	static const char line[] = "fail bad\x1b[31m red\r\n";
+
+	(void)!write(STDOUT_FILENO, line, sizeof(line) - 1);
+}
+
 static void h_silent(int argc, char **argv)
 {
 }
@@ -124,6 +131,7 @@ static const dp_helper_entry entries[] = {
 	{"exit3", h_exit3},	{"garbage", h_garbage},	  {"two-lines", h_two_lines},
 	{"no-newline", h_no_newline}, {"silent", h_silent}, {"big", h_big},
 	{"fail-exit", h_fail_exit}, {"sleep-pid", h_sleep_pid},
+	{"fail-ctrl", h_fail_ctrl},
 };
 
 /* ---------------------------------------------------------------- test utilities */
@@ -259,6 +267,11 @@ static void test_exit_status_with_reason(void **state)
 static void test_unknown_entry(void **state)
 {
 	expect_result(state, "no-such-entry", false, "helper exited with status 2: unknown helper no-such-entry");
+}
+
+static void test_reason_control_chars(void **state)
+{
+	expect_result(state, "fail-ctrl", false, "bad?[31m red?");
 }
 
 static void test_garbage(void **state)
@@ -618,6 +631,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_exit_status, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exit_status_with_reason, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_entry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reason_control_chars, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_garbage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_two_lines, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_newline, setup, teardown),
