@@ -4,7 +4,7 @@
 set -eu
 PKGS="gcc clang make git meson ninja-build pkg-config \
 libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libcmocka-dev \
-golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler"
+golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler python3-yaml"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

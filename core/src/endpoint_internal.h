@@ -60,7 +60,7 @@ struct dp_endpoint {
 	dp_source *register_timer;
 	uint64_t backoff;
 	unsigned registrations;
-	char reason_register[512];
+	char reason_register[2 * PATH_MAX + 256];
 	struct ep_stream *streams;
 	unsigned n_streams;
 
