@@ -1,7 +1,7 @@
 package kubelet
 
 // Scenarios: the owned CDI spec file: content, and repair after deletion, truncation,
-// modification, a symlink in its place, and a read-only directory.
+// modification, a symlink in its place, a read-only directory and a full file system.
 
 import (
 	"errors"
@@ -203,6 +203,76 @@ func TestHyperlightCDIReadOnlyDir(t *testing.T) {
 	s.waitCDI(orig, backoffBound)
 	s.devices(3, Healthy, backoffBound)
 	t.Logf("repaired and Healthy %v after the directory became writable", time.Since(start).Round(time.Millisecond))
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered instead of reporting health on the open stream")
+	}
+}
+
+// fill writes path until the file system is full (ENOSPC).
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 4096)
+	for i := 0; i < 1<<16; i++ {
+		if _, err := f.Write(chunk); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return
+			}
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("%s: the file system never filled up", path)
+}
+
+func TestHyperlightCDIDiskFull(t *testing.T) {
+	daemonBinary(t)
+	privateMountNamespace(t)
+	node := newNode(t, true)
+	mount(t, node.CDIDir, "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", node.CDIDir)
+	s := prepare(t, node)
+	s.startDaemon("DEVICE_COUNT=3")
+	p := s.ready(3)
+	orig := s.readCDI()
+	filler := filepath.Join(node.CDIDir, "filler.bin")
+	fill(t, filler)
+	probe := filepath.Join(node.CDIDir, "probe")
+	if err := os.WriteFile(probe, []byte("x"), 0o644); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("the CDI directory is not full: %v", err)
+	}
+	os.Remove(probe)
+	// Damage the spec in place (no space is freed): the daemon cannot write a replacement.
+	f, err := os.OpenFile(node.CDIPath(), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt([]byte("X"), 0)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.devices(3, Unhealthy, eventBound)
+	if b, _ := os.ReadFile(node.CDIPath()); len(b) == 0 || b[0] != 'X' {
+		t.Errorf("the spec changed although the file system is full: %q", b)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.waitCDI(orig, backoffBound)
+	s.devices(3, Healthy, backoffBound)
+	t.Logf("repaired and Healthy %v after space was freed", time.Since(start).Round(time.Millisecond))
+	entries, _ := os.ReadDir(node.CDIDir)
+	if len(entries) != 1 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("CDI directory holds %v after recovery, want only %s (temporary files left behind?)", names, HyperlightCDIFile)
+	}
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered instead of reporting health on the open stream")
 	}
