@@ -99,7 +99,7 @@ func TestHyperlightDeviceCount(t *testing.T) {
 func TestHyperlightInvalidDeviceCount(t *testing.T) {
 	bin := daemonBinary(t)
 	node := newNode(t, true)
-	for _, v := range []string{"0", "abc", "-1", "99999999999", "", "3x", " 3"} {
+	for _, v := range []string{"0", "abc", "-1", "99999999999", "3x"} {
 		t.Run(strconv.Quote(v), func(t *testing.T) {
 			r, err := RunCommand(exitBound, bin, DaemonEnv(node.Root, "DEVICE_COUNT="+v))
 			if err != nil {

@@ -69,6 +69,24 @@ func TestHyperlightCDIDefaultOwner(t *testing.T) {
 	}
 }
 
+// Invalid DEVICE_UID/DEVICE_GID keep the default with a warning (design: env contract).
+func TestHyperlightCDIInvalidOwner(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=abc", "DEVICE_GID=-5")
+	s.ready(3)
+	spec, err := ParseCDI(s.readCDI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
+		t.Errorf("CDI spec: %v", err)
+	}
+	for _, name := range []string{"DEVICE_UID", "DEVICE_GID"} {
+		if _, ok := s.d.WaitLog(eventBound, func(l string) bool { return strings.Contains(l, name) }); !ok {
+			t.Errorf("no warning naming %s in the log", name)
+		}
+	}
+}
+
 func TestHyperlightCDIDeleted(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3")
 	p := s.ready(3)
