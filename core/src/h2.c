@@ -1,1 +1,326 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* h2: one nghttp2 session per connection, its socket, output buffer and read pausing. */
+#include "h2.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dp/log.h"
+
+#define H2_READ_CHUNK (64u * 1024u)
+#define H2_READS_PER_WAKE 4
+
+struct dp_h2 {
+	dp_loop *loop;
+	int fd;
+	dp_source *io;
+	nghttp2_session *session;
+	uint8_t *out; /* what the socket did not take of the last mem_send chunk */
+	size_t out_off, out_len, out_cap;
+	size_t queued; /* owner-accounted stream bytes */
+	size_t max_outbuf;
+	uint32_t events;
+	unsigned depth;
+	bool want_flush;
+	bool flush_scheduled; /* a dp_defer'ed flush holds on to this struct */
+	bool closing, close_flush, finishing, finished;
+	bool broken; /* the socket failed: nothing more can be written */
+	int close_error;
+	dp_h2_closed_fn closed;
+	void *userdata;
+};
+
+nghttp2_session *dp_h2_session(const dp_h2 *h)
+{
+	return h->session;
+}
+
+dp_loop *dp_h2_loop(const dp_h2 *h)
+{
+	return h->loop;
+}
+
+bool dp_h2_closing(const dp_h2 *h)
+{
+	return h->closing;
+}
+
+void dp_h2_account(dp_h2 *h, ptrdiff_t delta)
+{
+	if (delta < 0 && (size_t)-delta > h->queued)
+		h->queued = 0;
+	else
+		h->queued += (size_t)delta;
+}
+
+size_t dp_h2_pending(const dp_h2 *h)
+{
+	return h->queued + (h->out_len - h->out_off);
+}
+
+static void h2_fail(dp_h2 *h, int error)
+{
+	if (!h->closing) {
+		h->closing = true;
+		h->close_error = error;
+	}
+	h->close_flush = false;
+	h->broken = true;
+}
+
+static void h2_update_events(dp_h2 *h)
+{
+	bool blocked = h->out_off < h->out_len;
+	uint32_t ev = 0;
+
+	if (h->closing)
+		return;
+	/* Pause reading only while the peer does not take our output and too much is waiting:
+	 * pausing while we merely wait for its WINDOW_UPDATE would deadlock. */
+	if (!(blocked && dp_h2_pending(h) > h->max_outbuf))
+		ev |= EPOLLIN;
+	if (blocked)
+		ev |= EPOLLOUT;
+	if (ev != h->events && dp_io_set_events(h->io, ev) == 0)
+		h->events = ev;
+}
+
+/* Keep the unsent tail of a chunk. -ENOMEM. */
+static int h2_keep(dp_h2 *h, const uint8_t *data, size_t len)
+{
+	if (len > h->out_cap) {
+		uint8_t *p = realloc(h->out, len);
+		if (!p)
+			return -ENOMEM;
+		h->out = p;
+		h->out_cap = len;
+	}
+	memcpy(h->out, data, len);
+	h->out_off = 0;
+	h->out_len = len;
+	return 0;
+}
+
+/* Write what we hold, then pull from nghttp2 until it has nothing or the socket is full.
+ * Never called from inside an nghttp2 callback. */
+static void h2_flush(dp_h2 *h)
+{
+	if (h->broken)
+		return;
+	h->depth++;
+	h->want_flush = false;
+	for (;;) {
+		const uint8_t *data;
+		ssize_t n, w;
+
+		if (h->out_off < h->out_len) {
+			w = send(h->fd, h->out + h->out_off, h->out_len - h->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0 && errno == EAGAIN)
+				break;
+			if (w < 0) {
+				h2_fail(h, -errno);
+				break;
+			}
+			h->out_off += (size_t)w;
+			continue;
+		}
+		h->out_off = h->out_len = 0;
+		n = nghttp2_session_mem_send(h->session, &data);
+		if (n < 0) {
+			dp_debug("h2: mem_send failed", "error=%s", nghttp2_strerror((int)n));
+			h2_fail(h, -EPROTO);
+			break;
+		}
+		if (n == 0)
+			break;
+		do
+			w = send(h->fd, data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		while (w < 0 && errno == EINTR);
+		if (w < 0 && errno != EAGAIN) {
+			h2_fail(h, -errno);
+			break;
+		}
+		if (w < 0)
+			w = 0;
+		if (w < n && h2_keep(h, data + w, (size_t)(n - w)) < 0) {
+			h2_fail(h, -ENOMEM);
+			break;
+		}
+	}
+	h2_update_events(h);
+	h->depth--;
+}
+
+/* Release everything; the struct itself waits for a scheduled deferred flush, if any. */
+static void h2_free(dp_h2 *h)
+{
+	h->io = dp_source_free(h->io);
+	if (h->fd >= 0)
+		close(h->fd);
+	h->fd = -1;
+	nghttp2_session_del(h->session);
+	h->session = NULL;
+	free(h->out);
+	h->out = NULL;
+	h->finished = true;
+	if (!h->flush_scheduled)
+		free(h);
+}
+
+static void h2_finish(dp_h2 *h)
+{
+	h->finishing = true;
+	h->depth++;
+	if (h->close_flush)
+		h2_flush(h);
+	if (h->closed)
+		h->closed(h, h->close_error, h->userdata);
+	h2_free(h);
+}
+
+/* At depth 0: run the pending flush, detect the end, close. */
+static void h2_settle(dp_h2 *h)
+{
+	if (!h->closing && h->want_flush)
+		h2_flush(h);
+	if (!h->closing && h->out_off == h->out_len && !nghttp2_session_want_read(h->session) &&
+	    !nghttp2_session_want_write(h->session)) {
+		h->closing = true;
+		h->close_error = 0;
+	}
+	if (h->closing)
+		h2_finish(h);
+}
+
+void dp_h2_enter(dp_h2 *h)
+{
+	h->depth++;
+}
+
+void dp_h2_leave(dp_h2 *h)
+{
+	if (--h->depth == 0 && !h->finishing)
+		h2_settle(h);
+}
+
+static void h2_deferred_flush(void *userdata)
+{
+	dp_h2 *h = userdata;
+
+	h->flush_scheduled = false;
+	if (h->finished) {
+		free(h);
+		return;
+	}
+	dp_h2_enter(h);
+	h->want_flush = true;
+	dp_h2_leave(h);
+}
+
+void dp_h2_kick(dp_h2 *h)
+{
+	if (h->finishing)
+		return;
+	h->want_flush = true;
+	if (h->depth > 0 || h->flush_scheduled)
+		return;
+	/* Called from user code (not from inside one of our callbacks): flush after the current
+	 * batch, so no callback re-enters the caller. */
+	if (dp_defer(h->loop, h2_deferred_flush, h) == 0)
+		h->flush_scheduled = true;
+	else
+		h2_settle(h);
+}
+
+void dp_h2_close(dp_h2 *h, bool flush, int error)
+{
+	if (h->closing || h->finishing)
+		return;
+	h->closing = true;
+	h->close_flush = flush && !h->broken;
+	h->close_error = error;
+	if (h->depth == 0)
+		h2_finish(h);
+}
+
+static void h2_read(dp_h2 *h)
+{
+	static uint8_t buf[H2_READ_CHUNK];
+
+	for (int i = 0; i < H2_READS_PER_WAKE && !h->closing && (h->events & EPOLLIN); i++) {
+		ssize_t n = read(h->fd, buf, sizeof(buf)), r;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		if (n <= 0) {
+			h2_fail(h, n == 0 ? 0 : -errno);
+			break;
+		}
+		r = nghttp2_session_mem_recv(h->session, buf, (size_t)n);
+		if (r < 0) {
+			dp_debug("h2: mem_recv failed", "error=%s", nghttp2_strerror((int)r));
+			h2_fail(h, -EPROTO);
+			break;
+		}
+		if (!h->closing)
+			h2_flush(h);
+		if ((size_t)n < sizeof(buf))
+			break;
+	}
+}
+
+static int h2_io(dp_source *s, int fd, uint32_t revents, void *userdata)
+{
+	dp_h2 *h = userdata;
+
+	dp_h2_enter(h);
+	if (revents & EPOLLOUT)
+		h2_flush(h);
+	if (!h->closing && (revents & EPOLLIN))
+		h2_read(h);
+	/* Hang-up or error while not reading (paused) or after reading all: the peer is gone. */
+	if (!h->closing && (revents & (EPOLLHUP | EPOLLERR)) && !(revents & EPOLLIN))
+		h2_fail(h, (revents & EPOLLERR) ? -ECONNRESET : 0);
+	dp_h2_leave(h);
+	return 0;
+}
+
+int dp_h2_new(dp_loop *loop, int fd, bool server, const nghttp2_session_callbacks *cbs,
+	      const nghttp2_option *opt, size_t max_outbuf, dp_h2_closed_fn closed, void *userdata,
+	      dp_h2 **ret)
+{
+	dp_h2 *h = calloc(1, sizeof(*h));
+	int r;
+
+	if (!h)
+		return -ENOMEM;
+	h->loop = loop;
+	h->fd = -1;
+	h->max_outbuf = max_outbuf;
+	h->closed = closed;
+	h->userdata = userdata;
+	r = server ? nghttp2_session_server_new2(&h->session, cbs, userdata, opt)
+		   : nghttp2_session_client_new2(&h->session, cbs, userdata, opt);
+	if (r != 0) {
+		free(h);
+		return r == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EPROTO;
+	}
+	r = dp_io_add(loop, fd, EPOLLIN, h2_io, h, &h->io);
+	if (r < 0) {
+		nghttp2_session_del(h->session);
+		free(h);
+		return r;
+	}
+	h->events = EPOLLIN;
+	h->fd = fd;
+	*ret = h;
+	return 0;
+}

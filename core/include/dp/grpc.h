@@ -125,12 +125,17 @@ extern const dp_grpc_limits dp_grpc_default_limits;
  * methods is copied (the strings must outlive the server). The socket file has mode 0600. */
 int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_method *methods,
 		       size_t n_methods, const dp_grpc_limits *limits, dp_grpc_server **ret);
-/* Graceful stop: stop accepting, GOAWAY on every connection, cancel every open call with
- * UNAVAILABLE (their cancel callbacks run), close connections once flushed (bounded). The
- * socket file is not removed (the owner decides). Returns NULL. Accepts NULL. */
+/* Graceful stop: stop accepting, cancel every open call with UNAVAILABLE (their cancel
+ * callbacks run, then the peer gets grpc-status UNAVAILABLE), GOAWAY on every connection, one
+ * non-blocking write of all that, close. Nothing lingers: the loop may be freed right after.
+ * Safe from inside any of the server's callbacks (the connection in use is closed once that
+ * callback returns). The socket file is not removed (the owner decides). Returns NULL.
+ * Accepts NULL. */
 dp_grpc_server *dp_grpc_server_free(dp_grpc_server *s);
 DP_DEFINE_CLEANUP(dp_grpc_server, dp_grpc_server_free)
 unsigned dp_grpc_server_connections(const dp_grpc_server *s);
+/* Calls (streams) the server holds right now, including ended ones still being flushed. */
+unsigned dp_grpc_server_calls(const dp_grpc_server *s);
 
 /* Set who is told when the call is cancelled. May be called from the handler or later. */
 void dp_grpc_call_set_cancel(dp_grpc_call *call, dp_grpc_cancel_fn fn, void *userdata);
@@ -140,25 +145,40 @@ const char *dp_grpc_call_path(const dp_grpc_call *call);
 
 /* Send one response message (bytes already protobuf-encoded). Unary: also ends the call with
  * OK (the call is invalid afterwards). Stream: queues it (sent in order, flow-controlled).
- * -EMSGSIZE above DP_GRPC_MAX_MESSAGE (the call is then ended with RESOURCE_EXHAUSTED). */
+ * -EMSGSIZE above DP_GRPC_MAX_MESSAGE, -ENOBUFS when the connection already holds 2 x
+ * max_outbuf unsent bytes (a peer that does not read): the call is then ended with
+ * RESOURCE_EXHAUSTED and is invalid. -ENOMEM (the call stays usable). -ESTALE if the call
+ * already ended (only detectable inside its cancel callback). Output is written after the
+ * loop's current batch; no callback runs inside these functions. */
 int dp_grpc_call_send(dp_grpc_call *call, const uint8_t *msg, size_t len);
 /* Encode with protobuf-c and send. */
 int dp_grpc_call_send_pb(dp_grpc_call *call, const ProtobufCMessage *msg);
-/* End the call with status and message (NULL = none), after queued messages. Trailers-Only
- * when nothing was sent yet. The call is invalid afterwards. */
+/* End the call with status and message (NULL = none; cut to 4 KiB), after queued messages.
+ * Trailers-Only when nothing was sent yet. The call is invalid afterwards. -EINVAL, -ESTALE,
+ * -ENOMEM. */
 int dp_grpc_call_finish(dp_grpc_call *call, int status, const char *message);
 
 /* ---- client ---- */
 
 typedef struct dp_grpc_client_call dp_grpc_client_call;
 /* status: grpc-status (or UNAVAILABLE/DEADLINE_EXCEEDED/INTERNAL for transport failures, with a
- * message saying what happened); resp: the single response message when status == OK. */
+ * message saying what happened); message: the percent-decoded grpc-message or our own text,
+ * never NULL (may be empty); resp: the single response message when status == OK (NULL
+ * otherwise). Transport outcomes: connect failure, EOF or GOAWAY before the status ->
+ * UNAVAILABLE; RST_STREAM before the status -> CANCEL: CANCELLED, REFUSED_STREAM: UNAVAILABLE,
+ * ENHANCE_YOUR_CALM: RESOURCE_EXHAUSTED, others INTERNAL; :status != 200 -> grpc-go's HTTP
+ * table (404 UNIMPLEMENTED, 429/502/503/504 UNAVAILABLE, 400 INTERNAL, else UNKNOWN); wrong
+ * content-type -> UNKNOWN; OK without a message, or two messages -> INTERNAL; a response
+ * over DP_GRPC_MAX_MESSAGE -> RESOURCE_EXHAUSTED. The call is freed when done returns
+ * (dp_grpc_client_call_cancel on it from inside done is ignored; after done it is invalid). */
 typedef void (*dp_grpc_client_done_fn)(void *userdata, int status, const char *message,
 				       const uint8_t *resp, size_t resp_len);
 
 /* Start a unary call on socket_path with :authority (e.g. "localhost"), deadline timeout_usec
- * (also sent as grpc-timeout). done runs exactly once, later (never from inside this call),
- * unless the call is cancelled first. */
+ * (> 0; also sent as grpc-timeout, counting from when the request is sent). A connect that
+ * fails with ECONNREFUSED, ENOENT or EAGAIN is retried every 5 ms until the deadline. done
+ * runs exactly once, later (never from inside this call), unless the call is cancelled first.
+ * -EINVAL, -EMSGSIZE (req_len > DP_GRPC_MAX_MESSAGE), -ENAMETOOLONG, -ENOMEM, socket errors. */
 int dp_grpc_client_call_new(dp_loop *loop, const char *socket_path, const char *authority,
 			    const char *path, const uint8_t *req, size_t req_len, uint64_t timeout_usec,
 			    dp_grpc_client_done_fn done, void *userdata, dp_grpc_client_call **ret);
