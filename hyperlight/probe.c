@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "probe.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kvm.h>
+#include <linux/types.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "dp/env.h"
+#include "dp/macro.h"
+
+static_assert(KVM_GET_API_VERSION == 0xAE00, "KVM_GET_API_VERSION is _IO(0xAE, 0x00)");
+static_assert(KVM_CREATE_VM == 0xAE01, "KVM_CREATE_VM is _IO(0xAE, 0x01)");
+
+/*
+ * Upstream <linux/mshv.h> (6.15+), not shipped by Debian 12's linux-libc-dev. The ioctl number
+ * is computed from this 16-byte struct; newer kernels read a longer struct only when pt_flags
+ * bit 3 (MSHV_PT_BIT_CPU_AND_XSAVE_FEATURES) is set, so these arguments are accepted by every
+ * kernel with the upstream ABI.
+ */
+struct hl_mshv_create_partition {
+	__u64 pt_flags;
+	__u64 pt_isolation;
+};
+#define HL_MSHV_IOCTL 0xB8
+#define HL_MSHV_CREATE_PARTITION _IOW(HL_MSHV_IOCTL, 0x00, struct hl_mshv_create_partition)
+#define HL_MSHV_PT_ISOLATION_NONE 0
+static_assert(sizeof(struct hl_mshv_create_partition) == 16, "16-byte MSHV v1 arguments");
+static_assert(HL_MSHV_CREATE_PARTITION == 0x4010B800, "MSHV_CREATE_PARTITION is 0x4010B800");
+
+/*
+ * pt_flags = 0: no optional partition features. Bit 3 clear means the kernel's default CPU and
+ * XSAVE features (what the seed asks for). We also leave LAPIC (bit 0) clear: the probe asks
+ * the hypervisor for the least it can, so that it checks "a partition can be created" rather
+ * than one VMM's feature set; the flag mask of every upstream kernel accepts 0, and a LAPIC is
+ * a choice the workload's own VMM makes when it creates its partitions.
+ */
+#define HL_MSHV_PROBE_FLAGS 0ULL
+
+#define MAJOR_MAX 0xfffu
+#define MINOR_MAX 0xfffffu
+
+static const char *errname(int e)
+{
+	const char *n = strerrorname_np(e);
+	static char buf[32];
+
+	if (n)
+		return n;
+	snprintf(buf, sizeof(buf), "errno %d", e);
+	return buf;
+}
+
+static bool args_ok(const char *path, const char *reason, size_t size)
+{
+	return path && reason && size > 0;
+}
+
+/* -errno of open, reason "EACCES opening <path>". */
+static int open_device(const char *path, char *reason, size_t size)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		int e = errno;
+		snprintf(reason, size, "%s opening %s", errname(e), path);
+		return -e;
+	}
+	return fd;
+}
+
+int hl_probe_kvm(const char *path, char *reason, size_t size)
+{
+	_cleanup_close_ int fd = -1, vm = -1;
+	int version;
+
+	if (!args_ok(path, reason, size))
+		return -EINVAL;
+	fd = open_device(path, reason, size);
+	if (fd < 0)
+		return fd;
+	version = ioctl(fd, KVM_GET_API_VERSION, 0);
+	if (version < 0) {
+		int e = errno;
+		snprintf(reason, size, "KVM_GET_API_VERSION: %s", errname(e));
+		return -e;
+	}
+	if (version != HL_KVM_API_VERSION) {
+		snprintf(reason, size, "API version %d", version);
+		return -EPROTO;
+	}
+	vm = ioctl(fd, KVM_CREATE_VM, 0UL);
+	if (vm < 0) {
+		int e = errno;
+		snprintf(reason, size, "KVM_CREATE_VM: %s", errname(e));
+		return -e;
+	}
+	snprintf(reason, size, "KVM API version %d, VM created", version);
+	return 0;
+}
+
+int hl_probe_mshv(const char *path, char *reason, size_t size)
+{
+	struct hl_mshv_create_partition args = {
+		.pt_flags = HL_MSHV_PROBE_FLAGS,
+		.pt_isolation = HL_MSHV_PT_ISOLATION_NONE,
+	};
+	_cleanup_close_ int fd = -1, partition = -1;
+
+	if (!args_ok(path, reason, size))
+		return -EINVAL;
+	fd = open_device(path, reason, size);
+	if (fd < 0)
+		return fd;
+	/* The partition is closed uninitialised: no memory, no vCPU, nothing runs. */
+	partition = ioctl(fd, HL_MSHV_CREATE_PARTITION, &args);
+	if (partition < 0) {
+		int e = errno;
+		snprintf(reason, size, "MSHV_CREATE_PARTITION: %s", errname(e));
+		return -e;
+	}
+	snprintf(reason, size, "MSHV partition created");
+	return 0;
+}
+
+int hl_probe_host_node(const char *path, unsigned maj, unsigned min, char *reason, size_t size)
+{
+	struct stat st;
+
+	if (!args_ok(path, reason, size))
+		return -EINVAL;
+	if (stat(path, &st) < 0) {
+		int e = errno;
+		if (e == ENOENT)
+			snprintf(reason, size, "host device %s missing", path);
+		else
+			snprintf(reason, size, "host device %s: %s", path, errname(e));
+		return -e;
+	}
+	if (!S_ISCHR(st.st_mode)) {
+		snprintf(reason, size, "host device %s is not a character device", path);
+		return -ENOTTY;
+	}
+	if (major(st.st_rdev) != maj || minor(st.st_rdev) != min) {
+		snprintf(reason, size, "host device %s has device number %u:%u, expected %u:%u", path,
+			 major(st.st_rdev), minor(st.st_rdev), maj, min);
+		return -ENODEV;
+	}
+	snprintf(reason, size, "host device %s is %u:%u", path, maj, min);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- helper entries */
+
+typedef int (*probe_fn)(const char *path, char *reason, size_t size);
+
+static void reply(int r, const char *reason)
+{
+	if (r < 0)
+		dp_helper_reply_fail("%s", reason);
+	else
+		dp_helper_reply_ok(reason);
+}
+
+/* "<major> <minor>" from argv strings; false with a reply written on bad input. */
+static bool parse_devnum(const char *smaj, const char *smin, unsigned *ret_maj, unsigned *ret_min)
+{
+	uint64_t maj, min;
+
+	if (dp_parse_u64(smaj, 0, MAJOR_MAX, &maj) < 0 || dp_parse_u64(smin, 0, MINOR_MAX, &min) < 0) {
+		dp_helper_reply_fail("invalid probe arguments: device number \"%.16s:%.16s\"", smaj, smin);
+		return false;
+	}
+	*ret_maj = (unsigned)maj;
+	*ret_min = (unsigned)min;
+	return true;
+}
+
+static void run_probe(probe_fn fn, int argc, char **argv)
+{
+	char reason[DP_HELPER_REASON_MAX];
+
+	if (argc != 2) {
+		dp_helper_reply_fail("invalid probe arguments: %s takes <device path>", argv[0]);
+		return;
+	}
+	reply(fn(argv[1], reason, sizeof(reason)), reason);
+}
+
+static void entry_probe_kvm(int argc, char **argv)
+{
+	run_probe(hl_probe_kvm, argc, argv);
+}
+
+static void entry_probe_mshv(int argc, char **argv)
+{
+	run_probe(hl_probe_mshv, argc, argv);
+}
+
+/* The host check of argv[0..2]; true when it passed (nothing written), else replies. */
+static bool host_check(char **argv)
+{
+	char reason[DP_HELPER_REASON_MAX];
+	unsigned maj, min;
+
+	if (!parse_devnum(argv[1], argv[2], &maj, &min))
+		return false;
+	if (hl_probe_host_node(argv[0], maj, min, reason, sizeof(reason)) < 0) {
+		dp_helper_reply_fail("%s", reason);
+		return false;
+	}
+	return true;
+}
+
+static void entry_check_host(int argc, char **argv)
+{
+	if (argc != 4) {
+		dp_helper_reply_fail("invalid probe arguments: check-host takes <path> <major> <minor>");
+		return;
+	}
+	if (host_check(argv + 1))
+		dp_helper_reply_ok("host device matches");
+}
+
+static void entry_probe(int argc, char **argv)
+{
+	char reason[DP_HELPER_REASON_MAX];
+	probe_fn fn = NULL;
+
+	if (argc == 3 || argc == 6) {
+		if (strcmp(argv[1], "kvm") == 0)
+			fn = hl_probe_kvm;
+		else if (strcmp(argv[1], "mshv") == 0)
+			fn = hl_probe_mshv;
+	}
+	if (!fn) {
+		dp_helper_reply_fail("invalid probe arguments: probe takes kvm|mshv <device path> "
+				     "[<host path> <major> <minor>]");
+		return;
+	}
+	if (argc == 6 && !host_check(argv + 3))
+		return;
+	reply(fn(argv[2], reason, sizeof(reason)), reason);
+}
+
+const dp_helper_entry hl_probe_helpers[] = {
+	{ "probe-kvm", entry_probe_kvm },
+	{ "probe-mshv", entry_probe_mshv },
+	{ "check-host", entry_check_host },
+	{ HL_PROBE_HELPER, entry_probe },
+};
+const size_t hl_probe_n_helpers = DP_ELEMENTSOF(hl_probe_helpers);

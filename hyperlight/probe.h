@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * probe: the hypervisor usability probe. It runs inside the core's helper child (dp/helper.h),
+ * so a probe stuck in the kernel costs a child process, never the daemon. The daemon calls
+ * dp_helper_main(argc, argv, hl_probe_helpers, hl_probe_n_helpers) first in main() and asks
+ * for one of these entries (argv after DP_HELPER_ARG):
+ *
+ *   probe-kvm   <device path>
+ *   probe-mshv  <device path>
+ *   check-host  <host node path> <major> <minor>
+ *   probe       kvm|mshv <device path> [<host node path> <major> <minor>]
+ *
+ * "probe" is one health check: the host-node check first (when its three arguments are given),
+ * then the device probe. Each entry answers "ok <detail>" or "fail <reason>"; the reasons are
+ * meant for an operator's log line, e.g.
+ *   EACCES opening /dev/kvm                  open(2) failed (errno name, then the path)
+ *   KVM_GET_API_VERSION: ENOTTY              an ioctl failed
+ *   API version 11                           KVM_GET_API_VERSION returned something else than 12
+ *   KVM_CREATE_VM: ENOMEM
+ *   MSHV_CREATE_PARTITION: EINVAL
+ *   host device /host-dev/kvm missing
+ *   host device /host-dev/kvm is not a character device
+ *   host device /host-dev/kvm has device number 10:233, expected 10:232
+ *   host device /host-dev/kvm: EACCES        stat(2) failed otherwise
+ *   invalid probe arguments: ...             the argv given does not match the list above
+ *
+ * KVM: open O_RDWR|O_CLOEXEC, KVM_GET_API_VERSION == 12, KVM_CREATE_VM(0), close both.
+ * MSHV: open O_RDWR|O_CLOEXEC, MSHV_CREATE_PARTITION with the 16-byte non-isolated arguments
+ * (flags 0: bit 3 clear, so the kernel's default CPU/XSAVE features; isolation 0), close the
+ * partition without initialising it. No guest memory, no vCPU.
+ */
+#pragma once
+
+#include <stddef.h>
+
+#include "dp/helper.h"
+
+#define HL_PROBE_HELPER "probe"	    /* the combined entry the daemon uses */
+#define HL_KVM_API_VERSION 12
+
+extern const dp_helper_entry hl_probe_helpers[];
+extern const size_t hl_probe_n_helpers;
+
+/* The probe steps, usable in-process (the helper entries call them). Each returns 0, or a
+ * negative errno with the reason (as listed above) in reason[size]:
+ *   open/ioctl/stat failures: that call's -errno;
+ *   "API version N": -EPROTO;
+ *   "is not a character device": -ENOTTY; "has device number": -ENODEV;
+ *   NULL path or reason, size 0: -EINVAL (reason untouched).
+ * On success reason holds a short detail ("KVM API version 12, VM created"). */
+int hl_probe_kvm(const char *path, char *reason, size_t size);
+int hl_probe_mshv(const char *path, char *reason, size_t size);
+int hl_probe_host_node(const char *path, unsigned major, unsigned minor, char *reason, size_t size);
