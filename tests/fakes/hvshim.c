@@ -1,0 +1,420 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * hvshim: an LD_PRELOAD library that fakes the hypervisor device for tests, so the daemon's real
+ * probe code runs (open, KVM_GET_API_VERSION, KVM_CREATE_VM, MSHV_CREATE_PARTITION, close).
+ *
+ * Knobs (environment, or the file named by HVSHIM_STATE_FILE):
+ *   HVSHIM_DEVICE=<path>          the path (as passed to open) that is the fake device; unset or
+ *                                 empty: the shim passes everything through
+ *   HVSHIM_OPEN_ERRNO=EACCES      open of the device fails with this errno (name or number)
+ *   HVSHIM_API_VERSION=12         what KVM_GET_API_VERSION returns (default 12)
+ *   HVSHIM_CREATE_VM_ERRNO=ENOMEM KVM_CREATE_VM fails with this errno
+ *   HVSHIM_CREATE_ERRNO=EINVAL    MSHV_CREATE_PARTITION fails with this errno
+ *   HVSHIM_HANG=1                 every ioctl on a fake fd sleeps forever (pause() loop)
+ *   HVSHIM_STATE_FILE=<path>      when set and readable, every open and every ioctl on a fake fd
+ *                                 re-reads the knobs from this file (lines KEY=VALUE with the
+ *                                 names above, '#' comments) instead of the environment; when it
+ *                                 is missing or unreadable, the environment is used.
+ *
+ * Opening the device path still has the real node's semantics for existence and permission
+ * (faccessat with the effective ids: a deleted node gives ENOENT, a denied user EACCES), but
+ * nothing is opened: the fd is a memfd the shim remembers (by fd number and inode, so a reused
+ * number is not mistaken for it). On the device fd: KVM_GET_API_VERSION (arg must be 0),
+ * KVM_CREATE_VM (machine type must be 0) and MSHV_CREATE_PARTITION (16-byte arguments: flags
+ * only in bits 0..2, so bit 3 clear; isolation 0; else EINVAL) answer like the kernel, and the
+ * VM/partition fd returned is another fake fd; any other ioctl on a fake fd fails with ENOTTY.
+ * Every other path and fd goes to the real functions (dlsym RTLD_NEXT). Single-threaded use.
+ */
+#undef _FILE_OFFSET_BITS /* define open and open64 as themselves, not one redirected to the other */
+#undef _FORTIFY_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/kvm.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHIM_MSHV_CREATE_PARTITION 0x4010B800UL /* _IOW(0xB8, 0x00, 16-byte struct) */
+#define SHIM_MSHV_FLAGS_KNOWN 0x7ULL		/* LAPIC, X2APIC, GPA_SUPER_PAGES */
+#define MAX_FAKE_FD 1024
+#define VALUE_MAX 64
+
+/* glibc's fortified entry points (declared by bits/fcntl2.h only under _FORTIFY_SOURCE). */
+int __open_2(const char *path, int flags);
+int __open64_2(const char *path, int flags);
+int __openat_2(int dirfd, const char *path, int flags);
+int __openat64_2(int dirfd, const char *path, int flags);
+
+enum fake_kind { FAKE_NONE, FAKE_DEVICE, FAKE_VM };
+
+static struct {
+	unsigned char kind;
+	ino_t ino;
+} fakes[MAX_FAKE_FD];
+
+static struct knobs {
+	char device[PATH_MAX];
+	char open_errno[VALUE_MAX];
+	char api_version[VALUE_MAX];
+	char create_vm_errno[VALUE_MAX];
+	char create_errno[VALUE_MAX];
+	char hang[VALUE_MAX];
+} knobs;
+
+static const struct {
+	const char *name;
+	size_t off, size;
+} knob_table[] = {
+#define KNOB(n, f) { n, offsetof(struct knobs, f), sizeof(((struct knobs *)0)->f) }
+	KNOB("HVSHIM_DEVICE", device),
+	KNOB("HVSHIM_OPEN_ERRNO", open_errno),
+	KNOB("HVSHIM_API_VERSION", api_version),
+	KNOB("HVSHIM_CREATE_VM_ERRNO", create_vm_errno),
+	KNOB("HVSHIM_CREATE_ERRNO", create_errno),
+	KNOB("HVSHIM_HANG", hang),
+#undef KNOB
+};
+#define N_KNOBS (sizeof(knob_table) / sizeof(knob_table[0]))
+
+/* ---------------------------------------------------------------- real functions */
+
+#define REAL(name)                                                  \
+	({                                                          \
+		static __typeof__(name) *_real;                     \
+		if (!_real)                                         \
+			_real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name); \
+		_real;                                              \
+	})
+
+static void set_knob(size_t i, const char *value, size_t len)
+{
+	char *dst = (char *)&knobs + knob_table[i].off;
+
+	if (len >= knob_table[i].size)
+		len = knob_table[i].size - 1;
+	memcpy(dst, value, len);
+	dst[len] = '\0';
+}
+
+static void parse_line(const char *line, size_t len)
+{
+	for (size_t i = 0; i < N_KNOBS; i++) {
+		size_t n = strlen(knob_table[i].name);
+		if (len > n && memcmp(line, knob_table[i].name, n) == 0 && line[n] == '=') {
+			set_knob(i, line + n + 1, len - n - 1);
+			return;
+		}
+	}
+}
+
+/* The state file into the knobs; false when it cannot be read. */
+static bool load_file(const char *path)
+{
+	static char buf[PATH_MAX + 1024];
+	int (*real_open)(const char *, int, ...) = REAL(open);
+	size_t used = 0;
+	int fd;
+
+	if (!real_open || (fd = real_open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	for (;;) {
+		ssize_t n = read(fd, buf + used, sizeof(buf) - 1 - used);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		used += (size_t)n;
+		if (used == sizeof(buf) - 1)
+			break;
+	}
+	REAL(close)(fd);
+	memset(&knobs, 0, sizeof(knobs));
+	for (size_t start = 0; start < used;) {
+		const char *nl = memchr(buf + start, '\n', used - start);
+		size_t end = nl ? (size_t)(nl - buf) : used;
+		if (buf[start] != '#')
+			parse_line(buf + start, end - start);
+		start = end + 1;
+	}
+	return true;
+}
+
+/* Refresh the knobs: the state file when set and readable, else the environment. */
+static void load_knobs(void)
+{
+	int saved = errno;
+	const char *file = getenv("HVSHIM_STATE_FILE");
+
+	if (!file || !*file || !load_file(file)) {
+		memset(&knobs, 0, sizeof(knobs));
+		for (size_t i = 0; i < N_KNOBS; i++) {
+			const char *v = getenv(knob_table[i].name);
+			if (v)
+				set_knob(i, v, strlen(v));
+		}
+	}
+	errno = saved;
+}
+
+/* "ENOMEM" or "12" -> 12; "" -> 0 (no failure); an unknown name -> EIO, with a warning. */
+static int knob_errno(const char *v)
+{
+	char *end;
+	long n;
+
+	if (!*v)
+		return 0;
+	n = strtol(v, &end, 10);
+	if (*end == '\0' && n >= 0 && n < 4096)
+		return (int)n;
+	for (int e = 1; e < 4096; e++) {
+		const char *name = strerrorname_np(e);
+		if (name && strcmp(name, v) == 0)
+			return e;
+	}
+	fprintf(stderr, "hvshim: unknown errno name \"%s\", using EIO\n", v);
+	return EIO;
+}
+
+/* ---------------------------------------------------------------- fake fds */
+
+/* A new fake fd of that kind, or -1 with errno. */
+static int fake_new(enum fake_kind kind, bool cloexec)
+{
+	struct stat st;
+	int fd = memfd_create(kind == FAKE_DEVICE ? "hvshim-device" : "hvshim-vm",
+			      cloexec ? MFD_CLOEXEC : 0);
+
+	if (fd < 0)
+		return -1;
+	if (fd >= MAX_FAKE_FD || fstat(fd, &st) < 0) {
+		REAL(close)(fd);
+		errno = EMFILE;
+		return -1;
+	}
+	fakes[fd].kind = (unsigned char)kind;
+	fakes[fd].ino = st.st_ino;
+	return fd;
+}
+
+/* The kind of a fake fd; FAKE_NONE for every other fd (a stale entry is dropped). */
+static enum fake_kind fake_kind(int fd)
+{
+	struct stat st;
+
+	if (fd < 0 || fd >= MAX_FAKE_FD || fakes[fd].kind == FAKE_NONE)
+		return FAKE_NONE;
+	if (fstat(fd, &st) < 0 || st.st_ino != fakes[fd].ino) {
+		fakes[fd].kind = FAKE_NONE;
+		return FAKE_NONE;
+	}
+	return (enum fake_kind)fakes[fd].kind;
+}
+
+/* 1 when path is the fake device (*ret_fd set, errno set on failure), 0 to pass through. */
+__attribute__((noinline)) static int device_open(int dirfd, const char *path, int flags,
+						 int *ret_fd)
+{
+	int e, mode;
+
+	if (!path || (path[0] != '/' && dirfd != AT_FDCWD))
+		return 0;
+	load_knobs();
+	if (!knobs.device[0] || strcmp(path, knobs.device) != 0)
+		return 0;
+	*ret_fd = -1;
+	if ((e = knob_errno(knobs.open_errno)) != 0) {
+		errno = e;
+		return 1;
+	}
+	mode = (flags & O_ACCMODE) == O_RDONLY ? R_OK : (flags & O_ACCMODE) == O_WRONLY ? W_OK : R_OK | W_OK;
+	if (faccessat(AT_FDCWD, path, mode, AT_EACCESS) < 0)
+		return 1;
+	*ret_fd = fake_new(FAKE_DEVICE, flags & O_CLOEXEC);
+	return 1;
+}
+
+static mode_t va_mode(int flags, va_list ap)
+{
+	return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, unsigned) : 0;
+}
+
+int open(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int fd;
+
+	va_start(ap, flags);
+	mode = va_mode(flags, ap);
+	va_end(ap);
+	if (device_open(AT_FDCWD, path, flags, &fd))
+		return fd;
+	return REAL(open)(path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int fd;
+
+	va_start(ap, flags);
+	mode = va_mode(flags, ap);
+	va_end(ap);
+	if (device_open(AT_FDCWD, path, flags, &fd))
+		return fd;
+	return REAL(open64)(path, flags, mode);
+}
+
+int openat(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int fd;
+
+	va_start(ap, flags);
+	mode = va_mode(flags, ap);
+	va_end(ap);
+	if (device_open(dirfd, path, flags, &fd))
+		return fd;
+	return REAL(openat)(dirfd, path, flags, mode);
+}
+
+int openat64(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+	int fd;
+
+	va_start(ap, flags);
+	mode = va_mode(flags, ap);
+	va_end(ap);
+	if (device_open(dirfd, path, flags, &fd))
+		return fd;
+	return REAL(openat64)(dirfd, path, flags, mode);
+}
+
+int __open_2(const char *path, int flags)
+{
+	int fd;
+
+	if (device_open(AT_FDCWD, path, flags, &fd))
+		return fd;
+	return REAL(__open_2)(path, flags);
+}
+
+int __open64_2(const char *path, int flags)
+{
+	int fd;
+
+	if (device_open(AT_FDCWD, path, flags, &fd))
+		return fd;
+	return REAL(__open64_2)(path, flags);
+}
+
+int __openat_2(int dirfd, const char *path, int flags)
+{
+	int fd;
+
+	if (device_open(dirfd, path, flags, &fd))
+		return fd;
+	return REAL(__openat_2)(dirfd, path, flags);
+}
+
+int __openat64_2(int dirfd, const char *path, int flags)
+{
+	int fd;
+
+	if (device_open(dirfd, path, flags, &fd))
+		return fd;
+	return REAL(__openat64_2)(dirfd, path, flags);
+}
+
+int close(int fd)
+{
+	if (fd >= 0 && fd < MAX_FAKE_FD)
+		fakes[fd].kind = FAKE_NONE;
+	return REAL(close)(fd);
+}
+
+/* ---------------------------------------------------------------- ioctls */
+
+static int fail(int e)
+{
+	errno = e;
+	return -1;
+}
+
+static int create_child(const char *errno_knob)
+{
+	int e = knob_errno(errno_knob);
+
+	return e ? fail(e) : fake_new(FAKE_VM, true);
+}
+
+static int mshv_create(const void *arg)
+{
+	uint64_t a[2];
+
+	if (!arg)
+		return fail(EFAULT);
+	memcpy(a, arg, sizeof(a));
+	if ((a[0] & ~SHIM_MSHV_FLAGS_KNOWN) || a[1] != 0)
+		return fail(EINVAL);
+	return create_child(knobs.create_errno);
+}
+
+static int device_ioctl(unsigned long req, unsigned long arg)
+{
+	char *end;
+	long v;
+
+	switch (req) {
+	case KVM_GET_API_VERSION:
+		if (arg)
+			return fail(EINVAL);
+		if (!knobs.api_version[0])
+			return KVM_API_VERSION;
+		v = strtol(knobs.api_version, &end, 10);
+		return *end ? KVM_API_VERSION : (int)v;
+	case KVM_CREATE_VM:
+		return arg ? fail(EINVAL) : create_child(knobs.create_vm_errno);
+	case SHIM_MSHV_CREATE_PARTITION:
+		return mshv_create((const void *)arg);
+	default:
+		return fail(ENOTTY);
+	}
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+	enum fake_kind kind = fake_kind(fd);
+	unsigned long arg;
+	va_list ap;
+
+	va_start(ap, req);
+	arg = va_arg(ap, unsigned long);
+	va_end(ap);
+	if (kind == FAKE_NONE)
+		return REAL(ioctl)(fd, req, arg);
+	load_knobs();
+	if (knobs.hang[0] && strcmp(knobs.hang, "0") != 0)
+		for (;;)
+			pause();
+	return kind == FAKE_DEVICE ? device_ioctl(req, arg) : fail(ENOTTY);
+}
