@@ -116,6 +116,9 @@ static void client_closed(dp_h2 *h, int error, void *userdata)
 	c->h2 = NULL;
 	if (error == -EPROTO)
 		client_result(c, DP_GRPC_UNAVAILABLE, "HTTP/2 protocol error on the connection");
+	else if (error == -EPIPE || error == -ECONNRESET)
+		client_result(c, DP_GRPC_UNAVAILABLE, "connection closed by the server before the status (%s)",
+			      strerror(-error));
 	else if (error < 0)
 		client_result(c, DP_GRPC_UNAVAILABLE, "connection error: %s", strerror(-error));
 	else
