@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The hypervisor probe, run the way the daemon runs it: through dp_helper (a real child with a
+ * real deadline), this binary being the helper executable. The child gets tests/fakes/
+ * libhvshim.so preloaded (found through SDP_BUILD_DIR) so the real probe code talks to a fake
+ * /dev/kvm or /dev/mshv; a few tests run without the shim against ordinary files.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "dp/helper.h"
+#include "dp/loop.h"
+#include "probe.h"
+
+#define BOUND_USEC (10 * DP_USEC_PER_SEC)
+#define DEADLINE (5 * DP_USEC_PER_SEC)
+#define SHORT_DEADLINE (300 * DP_USEC_PER_MSEC)
+#define GRACE (2 * DP_USEC_PER_SEC)
+#define SELF "/proc/self/exe"
+
+/* ---------------------------------------------------------------- test-only child entry */
+
+/* "mshv-raw <device> <flags> <isolation>": MSHV_CREATE_PARTITION with arbitrary arguments, to
+ * check that the shim judges them like the kernel. Replies "ok" or "fail <ERRNO NAME>". */
+static void entry_mshv_raw(int argc, char **argv)
+{
+	uint64_t args[2];
+	int fd, p;
+
+	if (argc != 4) {
+		dp_helper_reply_fail("usage");
+		return;
+	}
+	args[0] = strtoull(argv[2], NULL, 0);
+	args[1] = strtoull(argv[3], NULL, 0);
+	fd = open(argv[1], O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		dp_helper_reply_fail("open %s", strerrorname_np(errno));
+		return;
+	}
+	p = ioctl(fd, 0x4010B800UL, args);
+	if (p < 0)
+		dp_helper_reply_fail("%s", strerrorname_np(errno));
+	else
+		dp_helper_reply_ok(NULL);
+	if (p >= 0)
+		close(p);
+	close(fd);
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+struct fixture {
+	dp_loop *loop;
+	char dir[64];
+	char kvm[128];	   /* the fake device (a regular file the shim stands in for) */
+	char mshv[128];
+	char host_ok[128]; /* char 10:232 */
+	char host_other[128]; /* char 10:233 */
+	char regular[128];
+	char state[128];
+};
+
+static const char *const knob_names[] = {
+	"HVSHIM_DEVICE",       "HVSHIM_OPEN_ERRNO",   "HVSHIM_API_VERSION", "HVSHIM_CREATE_VM_ERRNO",
+	"HVSHIM_CREATE_ERRNO", "HVSHIM_HANG",	      "HVSHIM_STATE_FILE",  "LD_PRELOAD",
+};
+
+static void clear_child_env(void)
+{
+	for (size_t i = 0; i < DP_ELEMENTSOF(knob_names); i++)
+		unsetenv(knob_names[i]);
+}
+
+static void touch(const char *path)
+{
+	int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+
+	assert_true(fd >= 0);
+	close(fd);
+}
+
+static void make_node(const char *path, unsigned maj, unsigned min)
+{
+	if (mknod(path, S_IFCHR | 0600, makedev(maj, min)) < 0)
+		fail_msg("mknod %s %u:%u: %s (these tests run as root)", path, maj, min, strerror(errno));
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(dp_loop_new(&f->loop), 0);
+	strcpy(f->dir, "/tmp/test_probe.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->kvm, sizeof(f->kvm), "%s/kvm", f->dir);
+	snprintf(f->mshv, sizeof(f->mshv), "%s/mshv", f->dir);
+	snprintf(f->host_ok, sizeof(f->host_ok), "%s/host-kvm", f->dir);
+	snprintf(f->host_other, sizeof(f->host_other), "%s/host-other", f->dir);
+	snprintf(f->regular, sizeof(f->regular), "%s/regular", f->dir);
+	snprintf(f->state, sizeof(f->state), "%s/state", f->dir);
+	touch(f->kvm);
+	touch(f->mshv);
+	touch(f->regular);
+	make_node(f->host_ok, 10, 232);
+	make_node(f->host_other, 10, 233);
+	clear_child_env();
+	*state = f;
+	return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	clear_child_env();
+	dp_loop_free(f->loop);
+	assert_int_equal(nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS), 0);
+	free(f);
+	return 0;
+}
+
+/* Preload the shim into children started from now on (not into this process). */
+static void with_shim(void)
+{
+	const char *build = getenv("SDP_BUILD_DIR");
+	char so[4096];
+
+	if (!build || !*build)
+		fail_msg("SDP_BUILD_DIR is not set: point it at the meson build directory "
+			 "(tests/run.sh does) so that tests/fakes/libhvshim.so can be found");
+	snprintf(so, sizeof(so), "%s/tests/fakes/libhvshim.so", build);
+	if (access(so, R_OK) < 0)
+		fail_msg("%s: %s (build the hvshim target)", so, strerror(errno));
+	assert_int_equal(setenv("LD_PRELOAD", so, 1), 0);
+}
+
+static void knob(const char *name, const char *value)
+{
+	assert_int_equal(setenv(name, value, 1), 0);
+}
+
+struct res {
+	bool done;
+	dp_helper_result r;
+};
+
+static void on_done(const dp_helper_result *r, void *userdata)
+{
+	struct res *x = userdata;
+
+	x->done = true;
+	x->r = *r;
+}
+
+static void run_loop_until(dp_loop *l, const bool *flag)
+{
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+
+	while (!*flag && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(l, 10) >= 0);
+	assert_true(*flag);
+}
+
+/* Run argv (NULL-terminated) in one helper child with that deadline; its result. */
+static dp_helper_result run_helper(struct fixture *f, uint64_t deadline, char *const argv[])
+{
+	_cleanup_(dp_helper_freep) dp_helper *h = NULL;
+	struct res x = {0};
+
+	assert_int_equal(dp_helper_new(f->loop, SELF, argv, deadline, GRACE, &h), 0);
+	assert_int_equal(dp_helper_request(h, on_done, &x, NULL), 0);
+	run_loop_until(f->loop, &x.done);
+	assert_int_equal(dp_helper_runs(h), 1);
+	return x.r;
+}
+
+#define RUN(f, ...) run_helper((f), DEADLINE, (char *const[]){ __VA_ARGS__, NULL })
+
+static void expect_ok(dp_helper_result r, const char *detail)
+{
+	if (!r.ok)
+		fail_msg("expected ok, got failure \"%s\"", r.reason);
+	assert_string_equal(r.reason, detail);
+}
+
+static void expect_fail(dp_helper_result r, const char *reason)
+{
+	if (r.ok)
+		fail_msg("expected failure \"%s\", got ok \"%s\"", reason, r.reason);
+	assert_string_equal(r.reason, reason);
+}
+
+_printf_(2, 3) static void expect_failf(dp_helper_result r, const char *fmt, ...)
+{
+	char want[DP_HELPER_REASON_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	expect_fail(r, want);
+}
+
+/* ---------------------------------------------------------------- KVM through the shim */
+
+static void shim_kvm(struct fixture *f)
+{
+	with_shim();
+	knob("HVSHIM_DEVICE", f->kvm);
+}
+
+static void test_kvm_ok(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	expect_ok(RUN(f, "probe-kvm", f->kvm), "KVM API version 12, VM created");
+}
+
+static void test_kvm_api_version_11(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	knob("HVSHIM_API_VERSION", "11");
+	expect_fail(RUN(f, "probe-kvm", f->kvm), "API version 11");
+}
+
+static void test_kvm_open_eacces(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	knob("HVSHIM_OPEN_ERRNO", "EACCES");
+	expect_failf(RUN(f, "probe-kvm", f->kvm), "EACCES opening %s", f->kvm);
+}
+
+/* The shim keeps the node's existence: a deleted device cannot be opened. */
+static void test_kvm_device_removed(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	assert_int_equal(unlink(f->kvm), 0);
+	expect_failf(RUN(f, "probe-kvm", f->kvm), "ENOENT opening %s", f->kvm);
+}
+
+static void test_kvm_create_vm_enomem(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	knob("HVSHIM_CREATE_VM_ERRNO", "ENOMEM");
+	expect_fail(RUN(f, "probe-kvm", f->kvm), "KVM_CREATE_VM: ENOMEM");
+	knob("HVSHIM_CREATE_VM_ERRNO", "24"); /* numbers work too */
+	expect_fail(RUN(f, "probe-kvm", f->kvm), "KVM_CREATE_VM: EMFILE");
+}
+
+/* A probe stuck in the kernel: the deadline kills it; the next run starts only after the
+ * stuck child was reaped, and then succeeds. */
+static void test_kvm_hang_deadline(void **state)
+{
+	struct fixture *f = *state;
+	_cleanup_(dp_helper_freep) dp_helper *h = NULL;
+	char *argv[] = { "probe-kvm", f->kvm, NULL };
+	struct res first = {0}, second = {0};
+	uint64_t start;
+
+	shim_kvm(f);
+	knob("HVSHIM_HANG", "1");
+	assert_int_equal(dp_helper_new(f->loop, SELF, argv, SHORT_DEADLINE, GRACE, &h), 0);
+	start = dp_now_usec();
+	assert_int_equal(dp_helper_request(h, on_done, &first, NULL), 0);
+	run_loop_until(f->loop, &first.done);
+	expect_fail(first.r, "timeout after 300 ms");
+	/* generous bound: the deadline, not the 10 s loop bound, ended it */
+	assert_true(dp_now_usec() - start < SHORT_DEADLINE + 3 * DP_USEC_PER_SEC);
+
+	unsetenv("HVSHIM_HANG");
+	assert_int_equal(dp_helper_request(h, on_done, &second, NULL), 0);
+	run_loop_until(f->loop, &second.done);
+	expect_ok(second.r, "KVM API version 12, VM created");
+	assert_int_equal(dp_helper_runs(h), 2);
+}
+
+/* The knobs can change under a running parent through the state file. */
+static void test_state_file(void **state)
+{
+	struct fixture *f = *state;
+	FILE *s;
+
+	shim_kvm(f);
+	knob("HVSHIM_API_VERSION", "10"); /* ignored while the state file is readable */
+	knob("HVSHIM_STATE_FILE", f->state);
+	s = fopen(f->state, "we");
+	assert_non_null(s);
+	fprintf(s, "# fake KVM\nHVSHIM_DEVICE=%s\nHVSHIM_API_VERSION=11\n", f->kvm);
+	fclose(s);
+	expect_fail(RUN(f, "probe-kvm", f->kvm), "API version 11");
+
+	s = fopen(f->state, "we");
+	assert_non_null(s);
+	fprintf(s, "HVSHIM_DEVICE=%s\nHVSHIM_CREATE_VM_ERRNO=EPERM\n", f->kvm);
+	fclose(s);
+	expect_fail(RUN(f, "probe-kvm", f->kvm), "KVM_CREATE_VM: EPERM");
+
+	assert_int_equal(unlink(f->state), 0); /* missing: the environment again */
+	expect_fail(RUN(f, "probe-kvm", f->kvm), "API version 10");
+}
+
+/* ---------------------------------------------------------------- MSHV through the shim */
+
+static void shim_mshv(struct fixture *f)
+{
+	with_shim();
+	knob("HVSHIM_DEVICE", f->mshv);
+}
+
+static void test_mshv_ok(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_mshv(f);
+	expect_ok(RUN(f, "probe-mshv", f->mshv), "MSHV partition created");
+}
+
+static void test_mshv_einval(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_mshv(f);
+	knob("HVSHIM_CREATE_ERRNO", "EINVAL");
+	expect_fail(RUN(f, "probe-mshv", f->mshv), "MSHV_CREATE_PARTITION: EINVAL");
+}
+
+static void test_mshv_open_eacces(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_mshv(f);
+	knob("HVSHIM_OPEN_ERRNO", "EACCES");
+	expect_failf(RUN(f, "probe-mshv", f->mshv), "EACCES opening %s", f->mshv);
+}
+
+/* The shim checks the arguments like the kernel: bit 3 (extended arguments) or isolation set
+ * is refused, so the probe's own ok above means its arguments were the non-isolated v1 ones. */
+static void test_shim_mshv_arguments(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_mshv(f);
+	expect_ok(RUN(f, "mshv-raw", f->mshv, "0", "0"), "");
+	expect_ok(RUN(f, "mshv-raw", f->mshv, "1", "0"), "");
+	expect_fail(RUN(f, "mshv-raw", f->mshv, "8", "0"), "EINVAL");
+	expect_fail(RUN(f, "mshv-raw", f->mshv, "0", "1"), "EINVAL");
+}
+
+/* ---------------------------------------------------------------- without the shim */
+
+static void test_regular_file_enotty(void **state)
+{
+	struct fixture *f = *state;
+
+	expect_fail(RUN(f, "probe-kvm", f->regular), "KVM_GET_API_VERSION: ENOTTY");
+	expect_fail(RUN(f, "probe-mshv", f->regular), "MSHV_CREATE_PARTITION: ENOTTY");
+}
+
+static void test_missing_device(void **state)
+{
+	struct fixture *f = *state;
+	char missing[160];
+
+	snprintf(missing, sizeof(missing), "%s/absent", f->dir);
+	expect_failf(RUN(f, "probe-kvm", missing), "ENOENT opening %s", missing);
+}
+
+/* The same checks in-process: return codes as documented. */
+static void test_inprocess_returns(void **state)
+{
+	struct fixture *f = *state;
+	char reason[DP_HELPER_REASON_MAX] = "untouched";
+
+	assert_int_equal(hl_probe_kvm(NULL, reason, sizeof(reason)), -EINVAL);
+	assert_int_equal(hl_probe_mshv(f->kvm, NULL, 10), -EINVAL);
+	assert_int_equal(hl_probe_host_node(f->kvm, 10, 232, reason, 0), -EINVAL);
+	assert_string_equal(reason, "untouched");
+	assert_int_equal(hl_probe_kvm(f->regular, reason, sizeof(reason)), -ENOTTY);
+	assert_string_equal(reason, "KVM_GET_API_VERSION: ENOTTY");
+	assert_int_equal(hl_probe_host_node(f->regular, 10, 232, reason, sizeof(reason)), -ENOTTY);
+	assert_int_equal(hl_probe_host_node(f->host_other, 10, 232, reason, sizeof(reason)), -ENODEV);
+	assert_int_equal(hl_probe_host_node(f->host_ok, 10, 232, reason, sizeof(reason)), 0);
+}
+
+/* ---------------------------------------------------------------- host device check */
+
+static void test_host_missing(void **state)
+{
+	struct fixture *f = *state;
+	char missing[160];
+
+	snprintf(missing, sizeof(missing), "%s/absent", f->dir);
+	expect_failf(RUN(f, "check-host", missing, "10", "232"), "host device %s missing", missing);
+}
+
+static void test_host_not_chardev(void **state)
+{
+	struct fixture *f = *state;
+
+	expect_failf(RUN(f, "check-host", f->regular, "10", "232"),
+		     "host device %s is not a character device", f->regular);
+}
+
+static void test_host_wrong_number(void **state)
+{
+	struct fixture *f = *state;
+
+	expect_failf(RUN(f, "check-host", f->host_other, "10", "232"),
+		     "host device %s has device number 10:233, expected 10:232", f->host_other);
+}
+
+static void test_host_ok(void **state)
+{
+	struct fixture *f = *state;
+
+	expect_ok(RUN(f, "check-host", f->host_ok, "10", "232"), "host device matches");
+}
+
+static void test_bad_arguments(void **state)
+{
+	struct fixture *f = *state;
+
+	expect_fail(RUN(f, "check-host", f->host_ok, "10", "23x"),
+		    "invalid probe arguments: device number \"10:23x\"");
+	expect_fail(RUN(f, "check-host", f->host_ok, "10"),
+		    "invalid probe arguments: check-host takes <path> <major> <minor>");
+	expect_fail(RUN(f, "probe-kvm"), "invalid probe arguments: probe-kvm takes <device path>");
+	expect_fail(RUN(f, "probe", "xen", f->kvm),
+		    "invalid probe arguments: probe takes kvm|mshv <device path> "
+		    "[<host path> <major> <minor>]");
+	expect_fail(RUN(f, "probe", "kvm", f->kvm, f->host_ok, "10"),
+		    "invalid probe arguments: probe takes kvm|mshv <device path> "
+		    "[<host path> <major> <minor>]");
+}
+
+/* ---------------------------------------------------------------- combined "probe" */
+
+static void test_probe_combined_ok(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	expect_ok(RUN(f, HL_PROBE_HELPER, "kvm", f->kvm, f->host_ok, "10", "232"),
+		  "KVM API version 12, VM created");
+	knob("HVSHIM_DEVICE", f->mshv);
+	expect_ok(RUN(f, HL_PROBE_HELPER, "mshv", f->mshv), "MSHV partition created");
+}
+
+/* The host check runs first: its failure is the reason even when the probe would fail too. */
+static void test_probe_combined_host_first(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	knob("HVSHIM_API_VERSION", "11");
+	expect_failf(RUN(f, HL_PROBE_HELPER, "kvm", f->kvm, f->host_other, "10", "232"),
+		     "host device %s has device number 10:233, expected 10:232", f->host_other);
+	expect_fail(RUN(f, HL_PROBE_HELPER, "kvm", f->kvm, f->host_ok, "10", "232"),
+		    "API version 11");
+}
+
+/* The injected node still works but the host's node is gone: the check fails. */
+static void test_probe_combined_host_gone(void **state)
+{
+	struct fixture *f = *state;
+
+	shim_kvm(f);
+	assert_int_equal(unlink(f->host_ok), 0);
+	expect_failf(RUN(f, HL_PROBE_HELPER, "kvm", f->kvm, f->host_ok, "10", "232"),
+		     "host device %s missing", f->host_ok);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(int argc, char **argv)
+{
+	dp_helper_entry *entries = calloc(hl_probe_n_helpers + 1, sizeof(*entries));
+
+	if (!entries)
+		return 1;
+	memcpy(entries, hl_probe_helpers, hl_probe_n_helpers * sizeof(*entries));
+	entries[hl_probe_n_helpers] = (dp_helper_entry){ "mshv-raw", entry_mshv_raw };
+	dp_helper_main(argc, argv, entries, hl_probe_n_helpers + 1);
+	free(entries);
+
+	const struct CMUnitTest tests[] = {
+		T(test_kvm_ok),
+		T(test_kvm_api_version_11),
+		T(test_kvm_open_eacces),
+		T(test_kvm_device_removed),
+		T(test_kvm_create_vm_enomem),
+		T(test_kvm_hang_deadline),
+		T(test_state_file),
+		T(test_mshv_ok),
+		T(test_mshv_einval),
+		T(test_mshv_open_eacces),
+		T(test_shim_mshv_arguments),
+		T(test_regular_file_enotty),
+		T(test_missing_device),
+		T(test_inprocess_returns),
+		T(test_host_missing),
+		T(test_host_not_chardev),
+		T(test_host_wrong_number),
+		T(test_host_ok),
+		T(test_bad_arguments),
+		T(test_probe_combined_ok),
+		T(test_probe_combined_host_first),
+		T(test_probe_combined_host_gone),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
