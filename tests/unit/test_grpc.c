@@ -10,7 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "dp/grpc.h"
+#include "dp/loop.h"
+#include "health.pb-c.h"
 #include "../../core/src/grpc_internal.h"
 
 /* ---- grpc-timeout parsing ---- */
@@ -440,6 +445,443 @@ static void test_status_maps(void **state)
 	assert_string_equal(dp_grpc_h2_error_name(99), "UNKNOWN");
 }
 
+
+/* ---- server and client in one loop ---- */
+
+struct fixture {
+	dp_loop *loop;
+	char dir[64], sock[128];
+	dp_grpc_server *server;
+	dp_grpc_limits limits;
+	/* server side */
+	int n_handler, n_cancel, cancel_status;
+	dp_grpc_call *held;
+	int send_ret, n_sent;
+	/* client side */
+	int n_done, status;
+	char message[512];
+	uint8_t resp[128];
+	size_t resp_len;
+	bool in_new;
+};
+
+static struct fixture F;
+
+static void on_cancel(dp_grpc_call *call, int status, void *userdata)
+{
+	F.n_cancel++;
+	F.cancel_status = status;
+	if (F.held == call)
+		F.held = NULL;
+}
+
+static void h_echo(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	F.n_handler++;
+	assert_string_equal(dp_grpc_call_path(call), "/t.T/Echo");
+	assert_int_equal(dp_grpc_call_send(call, msg, len), 0);
+}
+
+static void h_hold(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	F.n_handler++;
+	F.held = call;
+	dp_grpc_call_set_cancel(call, on_cancel, NULL);
+}
+
+static void h_free_server(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	F.n_handler++;
+	dp_grpc_call_set_cancel(call, on_cancel, NULL);
+	F.server = dp_grpc_server_free(F.server);
+	/* the call was cancelled (UNAVAILABLE) by the shutdown: it is no longer ours */
+	F.send_ret = dp_grpc_call_send(call, msg, len);
+}
+
+static void h_finish_err(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	F.n_handler++;
+	dp_grpc_call_set_cancel(call, on_cancel, NULL);
+	assert_int_equal(dp_grpc_call_finish(call, DP_GRPC_NOT_FOUND, "no such thing: 100%"), 0);
+}
+
+static void h_flood(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	static uint8_t chunk[16384];
+
+	F.n_handler++;
+	dp_grpc_call_set_cancel(call, on_cancel, NULL);
+	for (;;) {
+		F.send_ret = dp_grpc_call_send(call, chunk, sizeof(chunk));
+		if (F.send_ret < 0)
+			break;
+		F.n_sent++;
+		assert_true(F.n_sent < 1000);
+	}
+}
+
+static void h_oversize(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	uint8_t *big = calloc(1, DP_GRPC_MAX_MESSAGE + 1);
+
+	F.n_handler++;
+	dp_grpc_call_set_cancel(call, on_cancel, NULL);
+	F.send_ret = dp_grpc_call_send(call, big, DP_GRPC_MAX_MESSAGE + 1);
+	free(big);
+}
+
+static void h_stream_one(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	F.n_handler++;
+	assert_int_equal(dp_grpc_call_send(call, (const uint8_t *)"one", 3), 0);
+	assert_int_equal(dp_grpc_call_finish(call, DP_GRPC_OK, NULL), 0);
+}
+
+static void h_pb(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	Grpc__Health__V1__HealthCheckRequest *req;
+	Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+
+	F.n_handler++;
+	req = grpc__health__v1__health_check_request__unpack(NULL, len, msg);
+	assert_non_null(req);
+	assert_string_equal(req->service, "readiness");
+	grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+	resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+	assert_int_equal(dp_grpc_call_send_pb(call, &resp.base), 0);
+}
+
+static const dp_grpc_method methods[] = {
+	{ "/t.T/Echo", DP_GRPC_METHOD_UNARY, h_echo, NULL },
+	{ "/t.T/Hold", DP_GRPC_METHOD_SERVER_STREAM, h_hold, NULL },
+	{ "/t.T/FreeServer", DP_GRPC_METHOD_UNARY, h_free_server, NULL },
+	{ "/t.T/FinishErr", DP_GRPC_METHOD_UNARY, h_finish_err, NULL },
+	{ "/t.T/Flood", DP_GRPC_METHOD_SERVER_STREAM, h_flood, NULL },
+	{ "/t.T/Oversize", DP_GRPC_METHOD_UNARY, h_oversize, NULL },
+	{ "/t.T/StreamOne", DP_GRPC_METHOD_SERVER_STREAM, h_stream_one, NULL },
+	{ "/t.T/Pb", DP_GRPC_METHOD_UNARY, h_pb, NULL },
+};
+
+static int loop_setup(void **state)
+{
+	memset(&F, 0, sizeof(F));
+	F.status = -1;
+	strcpy(F.dir, "/tmp/test_grpc.XXXXXX");
+	assert_non_null(mkdtemp(F.dir));
+	snprintf(F.sock, sizeof(F.sock), "%s/s.sock", F.dir);
+	assert_int_equal(dp_loop_new(&F.loop), 0);
+	F.limits = dp_grpc_default_limits;
+	return 0;
+}
+
+static int loop_teardown(void **state)
+{
+	F.server = dp_grpc_server_free(F.server);
+	/* let deferred flushes and frees run */
+	for (int i = 0; i < 10; i++)
+		dp_loop_run_once(F.loop, 0);
+	F.loop = dp_loop_free(F.loop);
+	unlink(F.sock);
+	rmdir(F.dir);
+	return 0;
+}
+
+static void serve(void)
+{
+	assert_int_equal(dp_grpc_server_new(F.loop, F.sock, methods, DP_ELEMENTSOF(methods), &F.limits,
+					    &F.server), 0);
+}
+
+/* Run the loop until *flag reaches want or 5 s pass. */
+static void run_until(const int *flag, int want)
+{
+	uint64_t end = dp_now_usec() + 5 * DP_USEC_PER_SEC;
+
+	while (*flag < want && dp_now_usec() < end)
+		assert_true(dp_loop_run_once(F.loop, 10) >= 0);
+	if (*flag < want)
+		fail_msg("timed out: %d < %d", *flag, want);
+}
+
+static void on_done(void *userdata, int status, const char *message, const uint8_t *resp,
+		    size_t resp_len)
+{
+	assert_false(F.in_new); /* never from inside dp_grpc_client_call_new */
+	assert_non_null(message);
+	F.n_done++;
+	F.status = status;
+	snprintf(F.message, sizeof(F.message), "%s", message);
+	F.resp_len = resp_len;
+	if (status == DP_GRPC_OK)
+		assert_true(resp != NULL || resp_len == 0);
+	else
+		assert_null(resp);
+	memcpy(F.resp, resp ? resp : (const uint8_t *)"", resp_len < sizeof(F.resp) ? resp_len : sizeof(F.resp));
+}
+
+static dp_grpc_client_call *start_call(const char *path, const char *req, uint64_t timeout_ms)
+{
+	dp_grpc_client_call *c = NULL;
+
+	F.in_new = true;
+	assert_int_equal(dp_grpc_client_call_new(F.loop, F.sock, "localhost", path, (const uint8_t *)req,
+						 req ? strlen(req) : 0, timeout_ms * DP_USEC_PER_MSEC,
+						 on_done, NULL, &c),
+			 0);
+	F.in_new = false;
+	assert_non_null(c);
+	return c;
+}
+
+static void test_loop_unary(void **state)
+{
+	struct stat st;
+
+	serve();
+	assert_int_equal(stat(F.sock, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	start_call("/t.T/Echo", "ping", 5000);
+	assert_int_equal(F.n_done, 0);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	assert_int_equal(F.resp_len, 4);
+	assert_memory_equal(F.resp, "ping", 4);
+	assert_int_equal(F.n_handler, 1);
+	/* unknown method, through the same machinery */
+	start_call("/t.T/Nope", "x", 5000);
+	run_until(&F.n_done, 2);
+	assert_int_equal(F.status, DP_GRPC_UNIMPLEMENTED);
+	assert_string_equal(F.message, "unknown method Nope for service t.T");
+	/* the server lets go of the calls and, once the clients closed, the connections */
+	for (int i = 0; i < 100 && (dp_grpc_server_calls(F.server) || dp_grpc_server_connections(F.server)); i++)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(dp_grpc_server_calls(F.server), 0);
+	assert_int_equal(dp_grpc_server_connections(F.server), 0);
+}
+
+static void test_loop_stream_unary_client(void **state)
+{
+	serve();
+	start_call("/t.T/StreamOne", "", 5000);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	assert_int_equal(F.resp_len, 3);
+	assert_memory_equal(F.resp, "one", 3);
+}
+
+static void test_loop_pb(void **state)
+{
+	Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	dp_grpc_client_call *c = NULL;
+
+	serve();
+	req.service = "readiness";
+	F.in_new = true;
+	assert_int_equal(dp_grpc_client_call_pb(F.loop, F.sock, "localhost", "/t.T/Pb", &req.base,
+						DP_USEC_PER_SEC, on_done, NULL, &c), 0);
+	F.in_new = false;
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	Grpc__Health__V1__HealthCheckResponse *resp =
+		grpc__health__v1__health_check_response__unpack(NULL, F.resp_len, F.resp);
+	assert_non_null(resp);
+	assert_int_equal(resp->status, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+	grpc__health__v1__health_check_response__free_unpacked(resp, NULL);
+}
+
+static void test_loop_answer_later_and_cancel_once(void **state)
+{
+	serve();
+	start_call("/t.T/Hold", "", 5000);
+	run_until(&F.n_handler, 1);
+	assert_non_null(F.held);
+	assert_int_equal(F.n_done, 0);
+	/* a stream method: one message, then OK, from outside any callback */
+	assert_int_equal(dp_grpc_call_send(F.held, (const uint8_t *)"later", 5), 0);
+	assert_int_equal(dp_grpc_call_finish(F.held, DP_GRPC_OK, NULL), 0);
+	F.held = NULL;
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	assert_memory_equal(F.resp, "later", 5);
+	/* the connection ends afterwards: no cancel callback for a finished call */
+	F.server = dp_grpc_server_free(F.server);
+	for (int i = 0; i < 5; i++)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(F.n_cancel, 0);
+}
+
+static void test_loop_finish_error_no_cancel(void **state)
+{
+	serve();
+	start_call("/t.T/FinishErr", "", 5000);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_NOT_FOUND);
+	assert_string_equal(F.message, "no such thing: 100%");
+	F.server = dp_grpc_server_free(F.server);
+	dp_loop_run_once(F.loop, 10);
+	assert_int_equal(F.n_cancel, 0);
+}
+
+static void test_loop_client_cancel(void **state)
+{
+	dp_grpc_client_call *c;
+
+	serve();
+	c = start_call("/t.T/Hold", "", 5000);
+	run_until(&F.n_handler, 1);
+	assert_null(dp_grpc_client_call_cancel(c));
+	run_until(&F.n_cancel, 1);
+	assert_int_equal(F.cancel_status, DP_GRPC_CANCELLED);
+	assert_null(F.held);
+	for (int i = 0; i < 100 && dp_grpc_server_calls(F.server); i++)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(dp_grpc_server_calls(F.server), 0);
+	assert_int_equal(F.n_done, 0); /* no callback for a cancelled call */
+	assert_null(dp_grpc_client_call_cancel(NULL));
+}
+
+static void test_loop_client_cancel_while_connecting(void **state)
+{
+	dp_grpc_client_call *c = start_call("/t.T/Echo", "", 5000); /* no server: retrying */
+
+	for (int i = 0; i < 5; i++)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(F.n_done, 0);
+	dp_grpc_client_call_cancel(c);
+	for (int i = 0; i < 5; i++)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(F.n_done, 0);
+}
+
+static void test_loop_deadline(void **state)
+{
+	uint64_t start = dp_now_usec();
+
+	serve();
+	start_call("/t.T/Hold", "", 100);
+	run_until(&F.n_handler, 1);
+	assert_non_null(F.held);
+	uint64_t dl = dp_grpc_call_deadline(F.held);
+	assert_true(dl > start && dl <= start + 100 * DP_USEC_PER_MSEC + DP_USEC_PER_SEC);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_DEADLINE_EXCEEDED);
+	run_until(&F.n_cancel, 1);
+	/* the server's own deadline or the client's RST_STREAM(CANCEL), whichever came first */
+	assert_true(F.cancel_status == DP_GRPC_DEADLINE_EXCEEDED || F.cancel_status == DP_GRPC_CANCELLED);
+	for (int i = 0; i < 5; i++)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(F.n_cancel, 1);
+}
+
+static void test_loop_server_free_in_handler(void **state)
+{
+	serve();
+	start_call("/t.T/FreeServer", "x", 5000);
+	run_until(&F.n_done, 1);
+	assert_null(F.server);
+	assert_int_equal(F.n_cancel, 1);
+	assert_int_equal(F.cancel_status, DP_GRPC_UNAVAILABLE);
+	assert_int_equal(F.send_ret, -ESTALE);
+	assert_int_equal(F.status, DP_GRPC_UNAVAILABLE);
+	assert_string_equal(F.message, "server shutting down");
+}
+
+static void test_loop_server_free_open_calls(void **state)
+{
+	serve();
+	start_call("/t.T/Hold", "", 5000);
+	start_call("/t.T/Hold", "", 5000);
+	run_until(&F.n_handler, 2);
+	F.server = dp_grpc_server_free(F.server);
+	assert_int_equal(F.n_cancel, 2); /* at once, inside server_free */
+	assert_int_equal(F.cancel_status, DP_GRPC_UNAVAILABLE);
+	run_until(&F.n_done, 2);
+	assert_int_equal(F.status, DP_GRPC_UNAVAILABLE);
+	/* the socket file is left to the owner */
+	assert_int_equal(access(F.sock, F_OK), 0);
+}
+
+static void test_loop_connection_limit(void **state)
+{
+	dp_grpc_client_call *c;
+
+	F.limits.max_connections = 1;
+	serve();
+	c = start_call("/t.T/Hold", "", 5000);
+	run_until(&F.n_handler, 1);
+	assert_int_equal(dp_grpc_server_connections(F.server), 1);
+	start_call("/t.T/Echo", "x", 5000);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_UNAVAILABLE);
+	assert_int_equal(F.n_handler, 1);
+	dp_grpc_client_call_cancel(c);
+	run_until(&F.n_cancel, 1);
+}
+
+static void test_loop_output_limit(void **state)
+{
+	F.limits.max_outbuf = 64 * 1024;
+	serve();
+	start_call("/t.T/Flood", "", 5000);
+	run_until(&F.n_handler, 1);
+	/* 2 x max_outbuf may wait: 7 messages of 16 KiB + 5 fit in 128 KiB, the 8th does not */
+	assert_int_equal(F.send_ret, -ENOBUFS);
+	assert_int_equal(F.n_sent, 7);
+	run_until(&F.n_done, 1);
+	assert_int_not_equal(F.status, DP_GRPC_OK);
+	assert_int_equal(F.n_cancel, 0); /* ended by the library, not cancelled */
+}
+
+static void test_loop_send_oversize(void **state)
+{
+	serve();
+	start_call("/t.T/Oversize", "", 5000);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.send_ret, -EMSGSIZE);
+	assert_int_equal(F.status, DP_GRPC_RESOURCE_EXHAUSTED);
+	assert_int_equal(F.n_cancel, 0);
+}
+
+static void test_loop_bad_args(void **state)
+{
+	dp_grpc_server *s2 = NULL;
+	dp_grpc_client_call *c = NULL;
+	char longpath[200];
+	dp_grpc_limits lim = dp_grpc_default_limits;
+	const dp_grpc_method bad[] = { { "no-slash", DP_GRPC_METHOD_UNARY, h_echo, NULL } };
+
+	serve();
+	assert_int_equal(dp_grpc_server_new(F.loop, F.sock, methods, 1, NULL, &s2), -EADDRINUSE);
+	memset(longpath, 'a', sizeof(longpath) - 1);
+	longpath[0] = '/';
+	longpath[sizeof(longpath) - 1] = '\0';
+	assert_int_equal(dp_grpc_server_new(F.loop, longpath, methods, 1, NULL, &s2), -ENAMETOOLONG);
+	assert_int_equal(dp_grpc_server_new(F.loop, "/tmp/x.sock", bad, 1, NULL, &s2), -EINVAL);
+	lim.max_connections = 0;
+	assert_int_equal(dp_grpc_server_new(F.loop, "/tmp/x.sock", methods, 1, &lim, &s2), -EINVAL);
+	assert_null(s2);
+	assert_null(dp_grpc_server_free(NULL));
+
+	assert_int_equal(dp_grpc_client_call_new(F.loop, F.sock, "localhost", "/t.T/Echo", NULL, 0, 0,
+						 on_done, NULL, &c), -EINVAL);
+	assert_int_equal(dp_grpc_client_call_new(F.loop, F.sock, "localhost", "no-slash", NULL, 0,
+						 DP_USEC_PER_SEC, on_done, NULL, &c), -EINVAL);
+	assert_int_equal(dp_grpc_client_call_new(F.loop, longpath, "localhost", "/t.T/Echo", NULL, 0,
+						 DP_USEC_PER_SEC, on_done, NULL, &c), -ENAMETOOLONG);
+	uint8_t *big = calloc(1, DP_GRPC_MAX_MESSAGE + 1);
+	assert_int_equal(dp_grpc_client_call_new(F.loop, F.sock, "localhost", "/t.T/Echo", big,
+						 DP_GRPC_MAX_MESSAGE + 1, DP_USEC_PER_SEC, on_done, NULL,
+						 &c), -EMSGSIZE);
+	free(big);
+	assert_null(c);
+	for (int i = 0; i < 3; i++)
+		dp_loop_run_once(F.loop, 0);
+	assert_int_equal(F.n_done, 0);
+}
+
+#define LOOP_TEST(f) cmocka_unit_test_setup_teardown(f, loop_setup, loop_teardown)
+
 #define PURE_TESTS                                                  \
 	cmocka_unit_test(test_timeout_parse_units),                 \
 	cmocka_unit_test(test_timeout_parse_nanos_round_up),        \
@@ -464,6 +906,20 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		PURE_TESTS,
+		LOOP_TEST(test_loop_unary),
+		LOOP_TEST(test_loop_stream_unary_client),
+		LOOP_TEST(test_loop_pb),
+		LOOP_TEST(test_loop_answer_later_and_cancel_once),
+		LOOP_TEST(test_loop_finish_error_no_cancel),
+		LOOP_TEST(test_loop_client_cancel),
+		LOOP_TEST(test_loop_client_cancel_while_connecting),
+		LOOP_TEST(test_loop_deadline),
+		LOOP_TEST(test_loop_server_free_in_handler),
+		LOOP_TEST(test_loop_server_free_open_calls),
+		LOOP_TEST(test_loop_connection_limit),
+		LOOP_TEST(test_loop_output_limit),
+		LOOP_TEST(test_loop_send_oversize),
+		LOOP_TEST(test_loop_bad_args),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
