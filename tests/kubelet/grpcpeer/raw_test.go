@@ -7,6 +7,7 @@ package grpcpeer
 import (
 	"bytes"
 	"encoding/binary"
+	"math/rand"
 	"net"
 	"strconv"
 	"testing"
@@ -461,4 +462,45 @@ func TestRawRapidReset(t *testing.T) {
 	if resp, err := call(cc, 5*time.Second, "/test.Test/Echo", []byte("ok")); err != nil || string(resp) != "ok" {
 		t.Fatalf("Echo on another connection: %v", err)
 	}
+}
+
+// Random frames after a valid start: every connection ends or is answered, none brings the
+// server down or leaks (connections and calls return to the baseline; ASan checks the rest).
+func TestRawRandomFrames(t *testing.T) {
+	s := startServer(t)
+	cc := dial(t, s.sock, "localhost")
+	base := live(t, cc)
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < 300; i++ {
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fr := http2.NewFramer(c, c)
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Write([]byte(http2.ClientPreface))
+		_ = fr.WriteSettings()
+		for _, h := range grpcRequest("/test.Test/Stream") {
+			_ = enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
+		}
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+		_ = fr.WriteData(1, true, framed(0, be32s(0, 0)))
+		for k := 0; k < 20; k++ {
+			payload := make([]byte, rng.Intn(64))
+			rng.Read(payload)
+			typ := http2.FrameType(rng.Intn(11))
+			flags := http2.Flags(rng.Intn(256))
+			id := uint32(rng.Intn(8))
+			if fr.WriteRawFrame(typ, flags, id, payload) != nil {
+				break
+			}
+		}
+		c.Close()
+	}
+	waitFor(t, 10*time.Second, "connections and calls back to the baseline", func() bool {
+		c := live(t, cc)
+		return c.conns == base.conns && c.calls == base.calls && c.live == base.live
+	})
 }

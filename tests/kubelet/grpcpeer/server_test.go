@@ -132,8 +132,24 @@ func TestOversizeRequest(t *testing.T) {
 	s := startServer(t)
 	cc := dial(t, s.sock, "localhost")
 	base := live(t, cc)
-	_, err := call(cc, 20*time.Second, "/test.Test/Echo", make([]byte, 5*1024*1024))
+	// another stream on the same connection stays open through the refusal
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	st, err := cc.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(be32s(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseSend()
+	waitFor(t, 5*time.Second, "the open stream", func() bool { return live(t, cc).live == base.live+1 })
+	_, err = call(cc, 20*time.Second, "/test.Test/Echo", make([]byte, 5*1024*1024))
 	wantCode(t, err, codes.ResourceExhausted, "5 MiB request")
+	if c := live(t, cc); c.live != base.live+1 {
+		t.Fatalf("the other stream was affected: %+v", c)
+	}
+	scancel()
 	_, err = call(cc, 20*time.Second, "/test.Test/Echo", make([]byte, maxMsg+1))
 	wantCode(t, err, codes.ResourceExhausted, "4 MiB + 1 request")
 	// the same connection still works, with a message at the limit
