@@ -1,12 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * grpc server: a listening unix socket, one h2 connection per peer, one dp_grpc_call per stream.
- *
- * Call states: RECV (request arriving; nobody outside knows the call), OWNED (handed to the
- * method's handler, not ended yet), ENDED (the owner finished it, or was told through the cancel
- * callback, or we answered an invalid request ourselves). The struct lives until nghttp2 closes
- * the stream (or the connection ends), but only an OWNED call may be used by the owner.
- * User callbacks (handlers, cancel callbacks) always run between dp_h2_enter/leave of the call's
+ * grpc server: a listening unix socket, one h2 connection per peer, one dp_grpc_call per stream
+ * (call states: see grpc_server.h). User callbacks (handlers, cancel callbacks) always run between dp_h2_enter/leave of the call's
  * connection, so nothing they do (even dp_grpc_server_free) frees what the caller still uses.
  */
 #include "dp/grpc.h"
@@ -23,12 +18,10 @@
 
 #include "dp/log.h"
 #include "grpc_internal.h"
-#include "h2.h"
+#include "grpc_server.h"
 
 #define ACCEPTS_PER_WAKE 16
 #define ACCEPT_BACKOFF_USEC (100 * DP_USEC_PER_MSEC)
-#define GRPC_MESSAGE_MAX 4096 /* grpc-message is cut to this many bytes before encoding */
-#define NO_RST UINT32_MAX
 
 const dp_grpc_limits dp_grpc_default_limits = {
 	.max_connections = 64,
@@ -36,421 +29,6 @@ const dp_grpc_limits dp_grpc_default_limits = {
 	.max_header_list = 16 * 1024,
 	.max_outbuf = 8 * 1024 * 1024,
 };
-
-typedef struct sconn sconn;
-
-typedef struct qmsg {
-	struct qmsg *next;
-	size_t len, off;
-	uint8_t data[];
-} qmsg;
-
-enum call_state { CALL_RECV, CALL_OWNED, CALL_ENDED };
-
-struct dp_grpc_call {
-	sconn *conn;
-	dp_grpc_call *prev, *next;
-	int32_t stream_id;
-	enum call_state state;
-	dp_grpc_method method; /* a copy: the server may be gone while the call lives */
-	char *path;
-	/* request headers */
-	size_t header_bytes;
-	unsigned n_method, n_path, n_scheme, n_authority, n_ct, n_timeout;
-	bool is_post, ct_ok, timeout_bad, malformed, too_big, regular_seen, headers_done;
-	uint64_t timeout_usec, deadline;
-	dp_source *timer;
-	/* request body */
-	dp_grpc_deframer deframer;
-	uint8_t *req;
-	size_t req_len;
-	bool have_req, extra_msg, req_ended;
-	/* response */
-	bool discard;         /* the final answer is decided: ignore the rest of the request */
-	bool headers_sent;    /* response HEADERS submitted (with our data provider) */
-	bool deferred;        /* the data provider returned NGHTTP2_ERR_DEFERRED */
-	bool finish_pending;  /* trailers go out once the queue is empty */
-	bool response_done;   /* the HEADERS frame with END_STREAM was sent */
-	uint32_t rst_code;    /* RST_STREAM to send after the final HEADERS, or NO_RST */
-	int status;
-	char *message;
-	qmsg *qhead, **qtail;
-	dp_grpc_cancel_fn cancel_fn;
-	void *cancel_ud;
-};
-
-struct sconn {
-	dp_grpc_server *server; /* NULL once the server is gone */
-	sconn *prev, *next;
-	dp_h2 *h2;
-	dp_grpc_call *calls;
-	size_t max_header_list;
-	size_t max_outbuf;
-	bool shutting_down;
-};
-
-struct dp_grpc_server {
-	dp_loop *loop;
-	int fd;
-	dp_source *listen_io, *backoff;
-	dp_grpc_method *methods;
-	size_t n_methods;
-	dp_grpc_limits limits;
-	nghttp2_session_callbacks *cbs;
-	nghttp2_option *opt;
-	sconn *conns;
-	unsigned n_conns, n_calls;
-	bool freeing;
-};
-
-/* ---- call helpers ---- */
-
-static nghttp2_session *call_session(const dp_grpc_call *c)
-{
-	return dp_h2_session(c->conn->h2);
-}
-
-static void call_drop_queue(dp_grpc_call *c, bool keep_partial)
-{
-	qmsg **pp = &c->qhead;
-	size_t dropped = 0;
-
-	if (keep_partial && *pp && (*pp)->off > 0)
-		pp = &(*pp)->next;
-	while (*pp) {
-		qmsg *m = *pp;
-		*pp = m->next;
-		dropped += m->len - m->off;
-		free(m);
-	}
-	c->qtail = pp;
-	dp_h2_account(c->conn->h2, -(ptrdiff_t)dropped);
-}
-
-static void call_free(dp_grpc_call *c)
-{
-	sconn *conn = c->conn;
-
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		conn->calls = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	if (conn->server)
-		conn->server->n_calls--;
-	call_drop_queue(c, false);
-	dp_source_free(c->timer);
-	dp_grpc_deframer_done(&c->deframer);
-	free(c->path);
-	free(c->req);
-	free(c->message);
-	free(c);
-}
-
-/* Tell the owner the call ended without it (once; never for a call it finished). */
-static void call_notify_cancel(dp_grpc_call *c, int status)
-{
-	if (c->state != CALL_OWNED)
-		return;
-	c->state = CALL_ENDED;
-	dp_source_free(c->timer);
-	c->timer = NULL;
-	if (c->cancel_fn)
-		c->cancel_fn(c, status, c->cancel_ud);
-}
-
-/* Cut at a UTF-8 character boundary at most max bytes in. */
-static size_t utf8_cut(const char *s, size_t max)
-{
-	size_t n = strlen(s);
-
-	if (n <= max)
-		return n;
-	while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
-		max--;
-	return max;
-}
-
-#define NV(n, v, vlen) \
-	{ (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vlen), NGHTTP2_NV_FLAG_NONE }
-
-/* Submit grpc-status/grpc-message, as trailers or (first) Trailers-Only with http_status.
- * -ENOMEM, -EPROTO. */
-static int call_submit_status(dp_grpc_call *c, bool trailers_only, int http_status)
-{
-	char st[16], hs[8];
-	_cleanup_free_ char *cut = NULL, *enc = NULL;
-	const char *msg = c->message ? c->message : "";
-	int r;
-
-	cut = strndup(msg, utf8_cut(msg, GRPC_MESSAGE_MAX));
-	enc = cut ? dp_grpc_percent_encode(cut) : NULL;
-	if (!enc)
-		return -ENOMEM;
-	snprintf(st, sizeof(st), "%d", c->status);
-	snprintf(hs, sizeof(hs), "%d", http_status);
-	if (trailers_only) {
-		const nghttp2_nv nva[] = {
-			NV(":status", hs, strlen(hs)),
-			NV("content-type", "application/grpc", 16),
-			NV("grpc-status", st, strlen(st)),
-			NV("grpc-message", enc, strlen(enc)),
-		};
-		r = nghttp2_submit_response(call_session(c), c->stream_id, nva, DP_ELEMENTSOF(nva), NULL);
-	} else {
-		const nghttp2_nv nva[] = {
-			NV("grpc-status", st, strlen(st)),
-			NV("grpc-message", enc, strlen(enc)),
-		};
-		r = nghttp2_submit_trailer(call_session(c), c->stream_id, nva, DP_ELEMENTSOF(nva));
-	}
-	if (r != 0)
-		dp_debug("grpc: submitting status failed", "stream=%d error=%s", c->stream_id,
-			 nghttp2_strerror(r));
-	return r == 0 ? 0 : r == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EPROTO;
-}
-
-static ssize_t call_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
-			 uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
-{
-	dp_grpc_call *c = source->ptr;
-	size_t n = 0;
-
-	while (n < length && c->qhead) {
-		qmsg *m = c->qhead;
-		size_t k = m->len - m->off < length - n ? m->len - m->off : length - n;
-		memcpy(buf + n, m->data + m->off, k);
-		m->off += k;
-		n += k;
-		if (m->off == m->len) {
-			c->qhead = m->next;
-			if (!c->qhead)
-				c->qtail = &c->qhead;
-			free(m);
-		}
-	}
-	dp_h2_account(c->conn->h2, -(ptrdiff_t)n);
-	if (!c->qhead && c->finish_pending) {
-		*data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-		c->finish_pending = false;
-		if (call_submit_status(c, false, 200) < 0)
-			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-		return (ssize_t)n;
-	}
-	if (n == 0) {
-		c->deferred = true;
-		return NGHTTP2_ERR_DEFERRED;
-	}
-	return (ssize_t)n;
-}
-
-/* Make sure response headers are submitted with our data provider, or wake the provider. */
-static int call_push(dp_grpc_call *c)
-{
-	int r = 0;
-
-	if (!c->headers_sent) {
-		const nghttp2_nv nva[] = {
-			NV(":status", "200", 3),
-			NV("content-type", "application/grpc", 16),
-		};
-		nghttp2_data_provider prd = { .source.ptr = c, .read_callback = call_read };
-		r = nghttp2_submit_response(call_session(c), c->stream_id, nva, DP_ELEMENTSOF(nva), &prd);
-		if (r == 0)
-			c->headers_sent = true;
-	} else if (c->deferred) {
-		r = nghttp2_session_resume_data(call_session(c), c->stream_id);
-		if (r == 0)
-			c->deferred = false;
-	}
-	dp_h2_kick(c->conn->h2);
-	return r == 0 ? 0 : r == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EPROTO;
-}
-
-/* Decide the final status (once): trailers after what is queued, or Trailers-Only. Queued
- * messages not yet started are dropped when drop is set. The call becomes ENDED. */
-static int call_end(dp_grpc_call *c, int status, const char *message, bool drop, int http_status)
-{
-	int r;
-
-	if (c->state == CALL_RECV)
-		c->state = CALL_ENDED;
-	c->discard = true;
-	if (c->finish_pending || c->response_done || dp_h2_closing(c->conn->h2))
-		return -EALREADY;
-	free(c->message);
-	c->message = message ? strdup(message) : NULL;
-	c->status = status;
-	if (drop)
-		call_drop_queue(c, true);
-	if (!c->headers_sent && http_status == 200 && !c->qhead) {
-		r = call_submit_status(c, true, 200);
-		c->headers_sent = r == 0;
-		dp_h2_kick(c->conn->h2);
-		return r;
-	}
-	if (!c->headers_sent && http_status != 200) {
-		r = call_submit_status(c, true, http_status);
-		c->headers_sent = r == 0;
-		dp_h2_kick(c->conn->h2);
-		return r;
-	}
-	c->finish_pending = true;
-	return call_push(c);
-}
-
-static void call_rst(dp_grpc_call *c, uint32_t code)
-{
-	c->discard = true;
-	if (c->state == CALL_RECV)
-		c->state = CALL_ENDED;
-	nghttp2_submit_rst_stream(call_session(c), NGHTTP2_FLAG_NONE, c->stream_id, code);
-	dp_h2_kick(c->conn->h2);
-}
-
-/* ---- the public call API ---- */
-
-void dp_grpc_call_set_cancel(dp_grpc_call *call, dp_grpc_cancel_fn fn, void *userdata)
-{
-	if (!call)
-		return;
-	call->cancel_fn = fn;
-	call->cancel_ud = userdata;
-}
-
-uint64_t dp_grpc_call_deadline(const dp_grpc_call *call)
-{
-	return call ? call->deadline : 0;
-}
-
-const char *dp_grpc_call_path(const dp_grpc_call *call)
-{
-	return call ? call->path : NULL;
-}
-
-/* Queue a framed message of len bytes; returns where to write the payload. */
-static uint8_t *call_queue(dp_grpc_call *c, size_t len)
-{
-	qmsg *m = malloc(sizeof(*m) + 5 + len);
-
-	if (!m)
-		return NULL;
-	m->next = NULL;
-	m->len = 5 + len;
-	m->off = 0;
-	dp_grpc_frame_header(m->data, len);
-	*c->qtail = m;
-	c->qtail = &m->next;
-	dp_h2_account(c->conn->h2, (ptrdiff_t)m->len);
-	return m->data + 5;
-}
-
-/* Checks before queuing len bytes; ends the call on a size or buffer limit. */
-static int call_send_check(dp_grpc_call *c, size_t len)
-{
-	char msg[128];
-	dp_h2 *h;
-	int r;
-
-	if (c->state != CALL_OWNED)
-		return -ESTALE;
-	h = c->conn->h2;
-	if (dp_h2_closing(h))
-		return 0;
-	if (len > DP_GRPC_MAX_MESSAGE) {
-		snprintf(msg, sizeof(msg), "grpc: trying to send message larger than max (%zu vs. %u)",
-			 len, DP_GRPC_MAX_MESSAGE);
-		r = -EMSGSIZE;
-	} else if (dp_h2_pending(h) + len + 5 > 2 * c->conn->max_outbuf) {
-		snprintf(msg, sizeof(msg), "grpc: output buffer of the connection is full (%zu bytes)",
-			 dp_h2_pending(h));
-		r = -ENOBUFS;
-	} else {
-		return 0;
-	}
-	c->state = CALL_ENDED;
-	call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, msg, false, 200);
-	return r;
-}
-
-/* The payload is in the queue: end a unary call with OK, or wake the stream. The API functions
- * never flush themselves (dp_h2_kick defers it), so no callback runs inside them. */
-static int call_sent(dp_grpc_call *c)
-{
-	int r;
-
-	if (c->method.kind == DP_GRPC_METHOD_UNARY) {
-		c->state = CALL_ENDED;
-		r = call_end(c, DP_GRPC_OK, NULL, false, 200);
-	} else {
-		r = call_push(c);
-	}
-	return r == -EALREADY ? 0 : r;
-}
-
-int dp_grpc_call_send(dp_grpc_call *call, const uint8_t *msg, size_t len)
-{
-	uint8_t *p;
-	int r;
-
-	if (!call || (!msg && len > 0))
-		return -EINVAL;
-	r = call_send_check(call, len);
-	if (r < 0)
-		return r;
-	if (dp_h2_closing(call->conn->h2)) {
-		/* The connection is going: the cancel callback follows; a unary call is done. */
-		if (call->method.kind == DP_GRPC_METHOD_UNARY)
-			call->state = CALL_ENDED;
-		return 0;
-	}
-	p = call_queue(call, len);
-	if (!p)
-		return -ENOMEM;
-	if (len > 0)
-		memcpy(p, msg, len);
-	return call_sent(call);
-}
-
-int dp_grpc_call_send_pb(dp_grpc_call *call, const ProtobufCMessage *msg)
-{
-	size_t len;
-	uint8_t *p;
-	int r;
-
-	if (!call || !msg)
-		return -EINVAL;
-	len = protobuf_c_message_get_packed_size(msg);
-	r = call_send_check(call, len);
-	if (r < 0)
-		return r;
-	if (dp_h2_closing(call->conn->h2)) {
-		if (call->method.kind == DP_GRPC_METHOD_UNARY)
-			call->state = CALL_ENDED;
-		return 0;
-	}
-	p = call_queue(call, len);
-	if (!p)
-		return -ENOMEM;
-	protobuf_c_message_pack(msg, p);
-	return call_sent(call);
-}
-
-int dp_grpc_call_finish(dp_grpc_call *call, int status, const char *message)
-{
-	int r;
-
-	if (!call || status < 0)
-		return -EINVAL;
-	if (call->state != CALL_OWNED)
-		return -ESTALE;
-	call->state = CALL_ENDED;
-	dp_source_free(call->timer);
-	call->timer = NULL;
-	r = call_end(call, status, message, false, 200);
-	return r == -EALREADY ? 0 : r;
-}
 
 /* ---- request processing ---- */
 
@@ -462,11 +40,11 @@ static int call_deadline(dp_source *s, void *userdata)
 	dp_h2_enter(h);
 	dp_source_free(c->timer);
 	c->timer = NULL;
-	call_notify_cancel(c, DP_GRPC_DEADLINE_EXCEEDED);
+	grpc_call_notify_cancel(c, DP_GRPC_DEADLINE_EXCEEDED);
 	c->rst_code = NGHTTP2_CANCEL;
-	if (call_end(c, DP_GRPC_DEADLINE_EXCEEDED, "deadline exceeded", true, 200) == -EALREADY &&
+	if (grpc_call_end(c, DP_GRPC_DEADLINE_EXCEEDED, "deadline exceeded", true, 200) == -EALREADY &&
 	    !c->response_done && !dp_h2_closing(h))
-		call_rst(c, NGHTTP2_CANCEL); /* the answer is stuck behind flow control */
+		grpc_call_rst(c, NGHTTP2_CANCEL); /* the answer is stuck behind flow control */
 	dp_h2_kick(h);
 	dp_h2_leave(h);
 	return 0;
@@ -505,31 +83,31 @@ static void call_headers_done(dp_grpc_call *c)
 	c->headers_done = true;
 	if (c->malformed || c->n_method != 1 || c->n_path != 1 || c->n_scheme > 1 ||
 	    c->n_authority > 1 || !c->is_post || !c->path || c->path[0] != '/') {
-		call_rst(c, NGHTTP2_PROTOCOL_ERROR);
+		grpc_call_rst(c, NGHTTP2_PROTOCOL_ERROR);
 		return;
 	}
 	if (c->too_big) {
 		snprintf(msg, sizeof(msg), "request header list larger than %zu bytes",
 			 c->conn->max_header_list);
-		call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, msg, false, 200);
+		grpc_call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, msg, false, 200);
 		return;
 	}
 	if (c->n_ct != 1 || !c->ct_ok) {
-		call_end(c, DP_GRPC_INVALID_ARGUMENT, "invalid gRPC request content-type", false, 415);
+		grpc_call_end(c, DP_GRPC_INVALID_ARGUMENT, "invalid gRPC request content-type", false, 415);
 		return;
 	}
 	if (c->timeout_bad) {
-		call_end(c, DP_GRPC_INTERNAL, "malformed grpc-timeout", false, 200);
+		grpc_call_end(c, DP_GRPC_INTERNAL, "malformed grpc-timeout", false, 200);
 		return;
 	}
 	if (!s) {
-		call_rst(c, NGHTTP2_REFUSED_STREAM);
+		grpc_call_rst(c, NGHTTP2_REFUSED_STREAM);
 		return;
 	}
 	m = server_route(s, c->path);
 	if (!m) {
 		unknown_method_message(s, c->path, msg, sizeof(msg));
-		call_end(c, DP_GRPC_UNIMPLEMENTED, msg, false, 200);
+		grpc_call_end(c, DP_GRPC_UNIMPLEMENTED, msg, false, 200);
 		return;
 	}
 	c->method = *m;
@@ -538,7 +116,7 @@ static void call_headers_done(dp_grpc_call *c)
 		/* (a zero timeout fires as soon as possible) */
 		if (dp_timer_add(dp_h2_loop(c->conn->h2), c->timeout_usec, 0, call_deadline, c,
 				 &c->timer) < 0)
-			call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, "cannot arm the deadline", false, 200);
+			grpc_call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, "cannot arm the deadline", false, 200);
 	}
 }
 
@@ -571,15 +149,15 @@ static void call_data(dp_grpc_call *c, const uint8_t *data, size_t len)
 		snprintf(msg, sizeof(msg), "grpc: received message larger than max (%u vs. %u)",
 			 (unsigned)h[1] << 24 | (unsigned)h[2] << 16 | (unsigned)h[3] << 8 | h[4],
 			 DP_GRPC_MAX_MESSAGE);
-		call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, msg, false, 200);
+		grpc_call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, msg, false, 200);
 	} else if (r == -EPROTONOSUPPORT) {
-		call_end(c, DP_GRPC_UNIMPLEMENTED, "grpc: compressed messages are not supported", false, 200);
+		grpc_call_end(c, DP_GRPC_UNIMPLEMENTED, "grpc: compressed messages are not supported", false, 200);
 	} else if (r == -EBADMSG) {
-		call_end(c, DP_GRPC_INTERNAL, "grpc: invalid message flag", false, 200);
+		grpc_call_end(c, DP_GRPC_INTERNAL, "grpc: invalid message flag", false, 200);
 	} else if (c->extra_msg) {
-		call_end(c, DP_GRPC_INTERNAL, "grpc: more than one request message", false, 200);
+		grpc_call_end(c, DP_GRPC_INTERNAL, "grpc: more than one request message", false, 200);
 	} else {
-		call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, "grpc: out of memory", false, 200);
+		grpc_call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, "grpc: out of memory", false, 200);
 	}
 }
 
@@ -590,11 +168,11 @@ static void call_request_end(dp_grpc_call *c)
 	if (c->discard || c->state != CALL_RECV)
 		return;
 	if (!dp_grpc_deframer_idle(&c->deframer)) {
-		call_end(c, DP_GRPC_INTERNAL, "grpc: request ended inside a message", false, 200);
+		grpc_call_end(c, DP_GRPC_INTERNAL, "grpc: request ended inside a message", false, 200);
 		return;
 	}
 	if (!c->have_req) {
-		call_end(c, DP_GRPC_INTERNAL, "grpc: no request message", false, 200);
+		grpc_call_end(c, DP_GRPC_INTERNAL, "grpc: no request message", false, 200);
 		return;
 	}
 	c->state = CALL_OWNED;
@@ -767,8 +345,8 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
 		return 0;
 	dp_debug("grpc: stream closed", "stream=%d code=%s", stream_id,
 		 dp_grpc_h2_error_name(error_code));
-	call_notify_cancel(c, DP_GRPC_CANCELLED);
-	call_free(c);
+	grpc_call_notify_cancel(c, DP_GRPC_CANCELLED);
+	grpc_call_free(c);
 	return 0;
 }
 
@@ -799,9 +377,9 @@ static void conn_closed(dp_h2 *h, int error, void *userdata)
 
 	dp_debug("grpc: connection closed", "error=%d", error);
 	for (dp_grpc_call *c = conn->calls; c; c = c->next)
-		call_notify_cancel(c, DP_GRPC_CANCELLED);
+		grpc_call_notify_cancel(c, DP_GRPC_CANCELLED);
 	while (conn->calls)
-		call_free(conn->calls);
+		grpc_call_free(conn->calls);
 	conn_unlink(conn);
 	free(conn);
 }
@@ -998,12 +576,12 @@ static void conn_shutdown(sconn *conn)
 	conn->shutting_down = true;
 	dp_h2_enter(h);
 	for (dp_grpc_call *c = conn->calls; c; c = c->next)
-		call_notify_cancel(c, DP_GRPC_UNAVAILABLE);
+		grpc_call_notify_cancel(c, DP_GRPC_UNAVAILABLE);
 	for (dp_grpc_call *c = conn->calls; c && !dp_h2_closing(h); c = c->next)
 		if (!c->response_done && c->state != CALL_RECV)
-			call_end(c, DP_GRPC_UNAVAILABLE, "server shutting down", true, 200);
+			grpc_call_end(c, DP_GRPC_UNAVAILABLE, "server shutting down", true, 200);
 		else if (c->state == CALL_RECV)
-			call_rst(c, NGHTTP2_REFUSED_STREAM);
+			grpc_call_rst(c, NGHTTP2_REFUSED_STREAM);
 	if (!dp_h2_closing(h))
 		nghttp2_submit_goaway(session, NGHTTP2_FLAG_NONE,
 				      nghttp2_session_get_last_proc_stream_id(session),
