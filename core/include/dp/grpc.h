@@ -10,12 +10,21 @@
  * or later through the call: unary methods with exactly one dp_grpc_call_send() (which also
  * sends OK trailers) or one dp_grpc_call_finish() with an error; server-streaming methods with
  * any number of dp_grpc_call_send() then dp_grpc_call_finish(). grpc-timeout is enforced:
- * at the deadline the call ends with DEADLINE_EXCEEDED. A call ends for its owner exactly once:
- * either by finish/unary send, or by its cancel callback (RST_STREAM from the peer, connection
- * EOF or error, deadline, server shutdown); after that the call pointer is invalid.
+ * at the deadline the call ends with DEADLINE_EXCEEDED (trailers, then RST_STREAM(CANCEL)).
+ * A call ends for its owner exactly once: either by finish/unary send, or by its cancel
+ * callback (RST_STREAM from the peer, connection EOF or error, deadline, server shutdown);
+ * after that the call pointer is invalid. Errors found before the handler runs (unknown
+ * method -> UNIMPLEMENTED, wrong content-type -> HTTP 415 + INVALID_ARGUMENT, malformed
+ * grpc-timeout -> INTERNAL, oversize message -> RESOURCE_EXHAUSTED, decided from the 5-byte
+ * prefix) are answered Trailers-Only, followed by RST_STREAM(NO_ERROR) when the request was
+ * still arriving; malformed requests (not POST, missing or duplicate pseudo-headers) are reset
+ * with PROTOCOL_ERROR. Any nghttp2 error closes that connection only.
+ *
+ * Output produced from user code is written after the loop's current batch (dp_defer), so no
+ * callback ever runs inside a dp_grpc_* call; from inside a callback, when it returns.
  *
  * Client: one connection per call (Register, health checks), no keepalive PINGs; connect()
- * that fails with ECONNREFUSED/ENOENT is retried every few milliseconds until the deadline.
+ * that fails with ECONNREFUSED/ENOENT/EAGAIN is retried every 5 ms until the deadline.
  */
 #pragma once
 
@@ -98,10 +107,14 @@ typedef struct dp_grpc_call dp_grpc_call;
 
 enum dp_grpc_kind { DP_GRPC_METHOD_UNARY, DP_GRPC_METHOD_SERVER_STREAM };
 
-/* msg/len: the request message (valid only during the call). userdata: the method's. */
+/* msg/len: the request message (valid only during the call). userdata: the method's. The
+ * handler runs once the request ended (END_STREAM); it may answer at once or keep the call and
+ * answer later (from a timer, another callback...), until the call ends. */
 typedef void (*dp_grpc_handler)(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata);
 /* The call ended without the owner finishing it (status says why: CANCELLED for a peer reset
- * or EOF, DEADLINE_EXCEEDED, UNAVAILABLE for server shutdown). The call is freed after return. */
+ * or EOF, DEADLINE_EXCEEDED, UNAVAILABLE for server shutdown). The call is freed after return
+ * and must not be used from here on (the call functions return -ESTALE inside). Never runs for
+ * a call the owner already ended. */
 typedef void (*dp_grpc_cancel_fn)(dp_grpc_call *call, int status, void *userdata);
 
 typedef struct dp_grpc_method {
@@ -114,15 +127,21 @@ typedef struct dp_grpc_method {
 typedef struct dp_grpc_limits {
 	unsigned max_connections;       /* accepted at once; further connects are closed at once */
 	unsigned max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
-	unsigned max_header_list;        /* SETTINGS_MAX_HEADER_LIST_SIZE, bytes */
-	size_t max_outbuf;               /* bytes queued for one connection before reading pauses */
+	unsigned max_header_list;        /* SETTINGS_MAX_HEADER_LIST_SIZE, bytes (>= 1024); a larger
+					  * request header list -> RESOURCE_EXHAUSTED */
+	size_t max_outbuf;               /* when the peer does not read (socket full) and more than
+					  * this waits, reading from it pauses until it drains; a
+					  * send beyond 2 x max_outbuf fails with -ENOBUFS */
 } dp_grpc_limits;
 
-/* The defaults used when limits is NULL (documented in docs/architecture.md). */
+/* The defaults used when limits is NULL (documented in docs/architecture.md):
+ * 64 connections, 128 streams per connection, 16 KiB header list, 8 MiB output. */
 extern const dp_grpc_limits dp_grpc_default_limits;
 
 /* Create the socket (unlinking nothing: an existing path is -EADDRINUSE), listen and serve.
- * methods is copied (the strings must outlive the server). The socket file has mode 0600. */
+ * methods is copied (the strings must outlive the server). The socket file has mode 0600.
+ * -EINVAL (bad arguments, a method path not starting with '/', limits out of range),
+ * -ENAMETOOLONG, -ENOMEM, socket errors. */
 int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_method *methods,
 		       size_t n_methods, const dp_grpc_limits *limits, dp_grpc_server **ret);
 /* Graceful stop: stop accepting, cancel every open call with UNAVAILABLE (their cancel
