@@ -21,7 +21,9 @@
  * with PROTOCOL_ERROR. Any nghttp2 error closes that connection only.
  *
  * Output produced from user code is written after the loop's current batch (dp_defer), so no
- * callback ever runs inside a dp_grpc_* call; from inside a callback, when it returns.
+ * callback runs inside dp_grpc_call_send/finish or dp_grpc_client_call_new (only
+ * dp_grpc_server_free runs cancel callbacks, by design); from inside a callback, once it
+ * returns.
  *
  * Client: one connection per call (Register, health checks), no keepalive PINGs; connect()
  * that fails with ECONNREFUSED/ENOENT/EAGAIN is retried every 5 ms until the deadline.
