@@ -26,8 +26,8 @@ struct dp_h2 {
 	uint32_t events;
 	unsigned depth;
 	bool want_flush;
-	bool flush_scheduled; /* a dp_defer'ed flush holds on to this struct */
-	bool closing, close_flush, finishing, finished;
+	dp_source *kick; /* one-shot timer: flush output submitted from user code */
+	bool closing, close_flush, finishing;
 	bool broken; /* the socket failed: nothing more can be written */
 	int close_error;
 	dp_h2_closed_fn closed;
@@ -157,20 +157,15 @@ static void h2_flush(dp_h2 *h)
 	h->depth--;
 }
 
-/* Release everything; the struct itself waits for a scheduled deferred flush, if any. */
 static void h2_free(dp_h2 *h)
 {
-	h->io = dp_source_free(h->io);
+	dp_source_free(h->kick);
+	dp_source_free(h->io);
 	if (h->fd >= 0)
 		close(h->fd);
-	h->fd = -1;
 	nghttp2_session_del(h->session);
-	h->session = NULL;
 	free(h->out);
-	h->out = NULL;
-	h->finished = true;
-	if (!h->flush_scheduled)
-		free(h);
+	free(h);
 }
 
 static void h2_finish(dp_h2 *h)
@@ -209,18 +204,14 @@ void dp_h2_leave(dp_h2 *h)
 		h2_settle(h);
 }
 
-static void h2_deferred_flush(void *userdata)
+static int h2_kick_fired(dp_source *s, void *userdata)
 {
 	dp_h2 *h = userdata;
 
-	h->flush_scheduled = false;
-	if (h->finished) {
-		free(h);
-		return;
-	}
 	dp_h2_enter(h);
 	h->want_flush = true;
 	dp_h2_leave(h);
+	return 0;
 }
 
 void dp_h2_kick(dp_h2 *h)
@@ -228,13 +219,12 @@ void dp_h2_kick(dp_h2 *h)
 	if (h->finishing)
 		return;
 	h->want_flush = true;
-	if (h->depth > 0 || h->flush_scheduled)
+	if (h->depth > 0)
 		return;
-	/* Called from user code (not from inside one of our callbacks): flush after the current
-	 * batch, so no callback re-enters the caller. */
-	if (dp_defer(h->loop, h2_deferred_flush, h) == 0)
-		h->flush_scheduled = true;
-	else
+	/* Called from user code (not from inside one of our callbacks): flush from the loop, so
+	 * no callback re-enters the caller. A timer (not dp_defer) because it dies with us. */
+	if (h->kick ? dp_timer_set_asap(h->kick) < 0
+		    : dp_timer_add(h->loop, 0, 0, h2_kick_fired, h, &h->kick) < 0)
 		h2_settle(h);
 }
 

@@ -52,8 +52,8 @@ void dp_h2_enter(dp_h2 *h);
 void dp_h2_leave(dp_h2 *h);
 
 /* Output was submitted: write it at the outermost dp_h2_leave(), or, when called outside any
- * enter/leave (from user code), after the loop's current batch (dp_defer), so that no callback
- * runs inside the caller. */
+ * enter/leave (from user code), from the loop's next iteration (a one-shot timer owned by the
+ * connection), so that no callback runs inside the caller. */
 void dp_h2_kick(dp_h2 *h);
 /* End the connection: when flush is true, one non-blocking attempt to write what nghttp2 has
  * queued (GOAWAY, trailers); then the closed callback with error, and free. Now, or at the

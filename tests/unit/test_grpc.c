@@ -581,8 +581,8 @@ static int loop_setup(void **state)
 static int loop_teardown(void **state)
 {
 	F.server = dp_grpc_server_free(F.server);
-	/* let deferred flushes and frees run */
-	for (int i = 0; i < 10; i++)
+	/* let pending flushes and frees run */
+	for (int i = 0; i < 10 && F.loop; i++)
 		dp_loop_run_once(F.loop, 0);
 	F.loop = dp_loop_free(F.loop);
 	unlink(F.sock);
@@ -971,6 +971,25 @@ static void test_loop_read_pauses(void **state)
 	close(fd);
 }
 
+/* Output submitted from user code, then the server and the loop freed at once (a daemon's exit
+ * path): nothing may leak or be left pending (ASan/LSan check). */
+static void test_loop_free_right_after_shutdown(void **state)
+{
+	dp_grpc_client_call *c;
+
+	serve();
+	c = start_call("/t.T/Hold", "", 5000);
+	run_until(&F.n_handler, 1);
+	assert_int_equal(dp_grpc_call_send(F.held, (const uint8_t *)"x", 1), 0);
+	assert_int_equal(dp_grpc_call_finish(F.held, DP_GRPC_OK, NULL), 0);
+	F.held = NULL;
+	assert_null(dp_grpc_client_call_cancel(c));
+	F.server = dp_grpc_server_free(F.server);
+	F.loop = dp_loop_free(F.loop);
+	assert_int_equal(F.n_done, 0);
+	assert_int_equal(F.n_cancel, 0);
+}
+
 #define LOOP_TEST(f) cmocka_unit_test_setup_teardown(f, loop_setup, loop_teardown)
 
 #define PURE_TESTS                                                  \
@@ -1011,6 +1030,7 @@ int main(void)
 		LOOP_TEST(test_loop_output_limit),
 		LOOP_TEST(test_loop_send_oversize),
 		LOOP_TEST(test_loop_read_pauses),
+		LOOP_TEST(test_loop_free_right_after_shutdown),
 		LOOP_TEST(test_loop_bad_args),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

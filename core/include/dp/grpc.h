@@ -20,7 +20,7 @@
  * still arriving; malformed requests (not POST, missing or duplicate pseudo-headers) are reset
  * with PROTOCOL_ERROR. Any nghttp2 error closes that connection only.
  *
- * Output produced from user code is written after the loop's current batch (dp_defer), so no
+ * Output produced from user code is written from the loop's next iteration, so no
  * callback runs inside dp_grpc_call_send/finish or dp_grpc_client_call_new (only
  * dp_grpc_server_free runs cancel callbacks, by design); from inside a callback, once it
  * returns.
