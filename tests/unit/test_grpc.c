@@ -990,6 +990,67 @@ static void test_loop_free_right_after_shutdown(void **state)
 	assert_int_equal(F.n_cancel, 0);
 }
 
+static void on_cancel_free_server(dp_grpc_call *call, int status, void *userdata)
+{
+	on_cancel(call, status, userdata);
+	F.server = dp_grpc_server_free(F.server);
+}
+
+static void h_hold_free_on_cancel(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	F.n_handler++;
+	F.held = call;
+	dp_grpc_call_set_cancel(call, on_cancel_free_server, NULL);
+}
+
+static const dp_grpc_method cancel_methods[] = {
+	{ "/t.T/Hold", DP_GRPC_METHOD_SERVER_STREAM, h_hold_free_on_cancel, NULL },
+	{ "/t.T/Other", DP_GRPC_METHOD_SERVER_STREAM, h_hold, NULL },
+};
+
+/* The server freed from a cancel callback: run for a peer RST_STREAM (inside nghttp2) and for
+ * a connection EOF (while the connection is being torn down); a second call on the same
+ * connection is cancelled by the shutdown, exactly once. */
+static void test_loop_server_free_in_cancel(void **state)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	nghttp2_session_callbacks *cbs;
+	nghttp2_session *session;
+	dp_grpc_client_call *c;
+
+	/* RST_STREAM from our client */
+	assert_int_equal(dp_grpc_server_new(F.loop, F.sock, cancel_methods, 2, NULL, &F.server), 0);
+	c = start_call("/t.T/Hold", "", 5000);
+	run_until(&F.n_handler, 1);
+	dp_grpc_client_call_cancel(c);
+	run_until(&F.n_cancel, 1);
+	assert_int_equal(F.cancel_status, DP_GRPC_CANCELLED);
+	assert_null(F.server);
+	unlink(F.sock);
+
+	/* EOF of a raw connection holding two calls */
+	F.n_handler = F.n_cancel = 0;
+	assert_int_equal(dp_grpc_server_new(F.loop, F.sock, cancel_methods, 2, NULL, &F.server), 0);
+	strcpy(sa.sun_path, F.sock);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(nghttp2_session_callbacks_new(&cbs), 0);
+	assert_int_equal(nghttp2_session_client_new(&session, cbs, NULL), 0);
+	assert_int_equal(nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, NULL, 0), 0);
+	raw_request(session, fd, "/t.T/Other");
+	run_until(&F.n_handler, 1);
+	raw_request(session, fd, "/t.T/Hold");
+	run_until(&F.n_handler, 2);
+	close(fd);
+	run_until(&F.n_cancel, 2);
+	assert_null(F.server);
+	for (int i = 0; i < 5; i++)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(F.n_cancel, 2);
+	nghttp2_session_del(session);
+	nghttp2_session_callbacks_del(cbs);
+}
+
 #define LOOP_TEST(f) cmocka_unit_test_setup_teardown(f, loop_setup, loop_teardown)
 
 #define PURE_TESTS                                                  \
@@ -1031,6 +1092,7 @@ int main(void)
 		LOOP_TEST(test_loop_send_oversize),
 		LOOP_TEST(test_loop_read_pauses),
 		LOOP_TEST(test_loop_free_right_after_shutdown),
+		LOOP_TEST(test_loop_server_free_in_cancel),
 		LOOP_TEST(test_loop_bad_args),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
