@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -368,7 +369,59 @@ func TestRawServerDeadline(t *testing.T) {
 	if st, _ := r.read(3, true).grpcStatus(t); st != 4 {
 		t.Errorf("stream deadline: grpc-status %d, want 4", st)
 	}
+	// a zero timeout is already expired
+	r.headers(5, false, grpcRequest("/test.Test/Slow", [2]string{"grpc-timeout", "0n"})...)
+	r.data(5, true, framed(0, be32s(60000)))
+	if st, _ := r.read(5, true).grpcStatus(t); st != 4 {
+		t.Errorf("grpc-timeout 0n: grpc-status %d, want 4", st)
+	}
 	waitLive(t, cc, base)
+}
+
+// SIGTERM: the open stream gets grpc-status UNAVAILABLE, the connection a GOAWAY(NO_ERROR),
+// then EOF; the process exits 0.
+func TestRawShutdownGoaway(t *testing.T) {
+	s := startServer(t)
+	cc := dial(t, s.sock, "localhost")
+	r := rawDial(t, s.sock)
+	r.headers(1, false, grpcRequest("/test.Test/Stream")...)
+	r.data(1, true, framed(0, be32s(0, 0)))
+	waitFor(t, 5*time.Second, "the open stream", func() bool { return live(t, cc).live == 1 })
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	var goaway *http2.GoAwayFrame
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			break // EOF after the GOAWAY
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				status = f.PseudoValue("status") + "/" + headerValue(f, "grpc-status")
+			}
+		case *http2.GoAwayFrame:
+			goaway = f
+		}
+	}
+	if status != "200/14" {
+		t.Errorf("open stream ended with :status/grpc-status %q, want 200/14", status)
+	}
+	if goaway == nil || goaway.ErrCode != http2.ErrCodeNo || goaway.LastStreamID != 1 {
+		t.Errorf("GOAWAY %+v, want NO_ERROR with last stream 1", goaway)
+	}
+	s.terminate()
+}
+
+func headerValue(f *http2.MetaHeadersFrame, name string) string {
+	for _, hf := range f.RegularFields() {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
 }
 
 // A peer RST_STREAM cancels the call (cancel callback, freed); connection EOF too.
