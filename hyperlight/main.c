@@ -61,6 +61,7 @@ static int run(void)
 	struct hl_plugin plugin = { 0 };
 	struct hl_config cfg;
 	struct hl_device dev;
+	dp_source *sigterm = NULL, *sigint = NULL; /* freed with the loop */
 	char err[512], q[600];
 	int r;
 
@@ -76,8 +77,8 @@ static int run(void)
 	dp_info("hypervisor device found", "hypervisor=%s path=%s major=%u minor=%u devices=%u",
 		dev.name, dev.path, major(dev.rdev), minor(dev.rdev), cfg.device_count);
 	signal(SIGPIPE, SIG_IGN);
-	if ((r = dp_loop_new(&loop)) < 0 || (r = dp_signal_add(loop, SIGTERM, on_signal, loop, NULL)) < 0 ||
-	    (r = dp_signal_add(loop, SIGINT, on_signal, loop, NULL)) < 0) {
+	if ((r = dp_loop_new(&loop)) < 0 || (r = dp_signal_add(loop, SIGTERM, on_signal, loop, &sigterm)) < 0 ||
+	    (r = dp_signal_add(loop, SIGINT, on_signal, loop, &sigint)) < 0) {
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
 		return 1;
 	}

@@ -357,6 +357,9 @@ static void ep_register_now(dp_endpoint *ep)
 		ep->state = EP_WAIT_KUBELET;
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "waiting for %s",
 			 kubelet_sock);
+		/* Keep serving meanwhile so liveness probes still reach the loop. */
+		if (ep_start_server(ep) < 0)
+			ep_stop_server(ep);
 		return;
 	}
 	r = ep_start_server(ep);

@@ -136,8 +136,9 @@ static void waits_for_kubelet(void **state)
 	assert_true(dp_endpoint_healthy(ep));
 	assert_false(dp_endpoint_registered(ep));
 	assert_false(dp_endpoint_ready(ep));
-	assert_null(dp_endpoint_socket(ep));
-	assert_int_equal(count_plugin_sockets(), 0); /* nothing served without kubelet */
+	/* Served (for liveness probes) but not registered without kubelet. */
+	assert_non_null(dp_endpoint_socket(ep));
+	assert_int_equal(count_plugin_sockets(), 1);
 	assert_non_null(strstr(dp_endpoint_reason(ep), "kubelet.sock"));
 
 	verdict = false;
@@ -148,6 +149,7 @@ static void waits_for_kubelet(void **state)
 	assert_false(dp_endpoint_healthy(ep));
 	assert_string_equal(dp_endpoint_reason(ep), "test says no");
 	dp_endpoint_free(ep);
+	assert_int_equal(count_plugin_sockets(), 0); /* our socket is removed on free */
 	dp_loop_free(loop);
 }
 
