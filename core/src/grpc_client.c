@@ -26,6 +26,7 @@
 
 #define CONNECT_RETRY_USEC (5 * DP_USEC_PER_MSEC)
 #define CLIENT_MAX_OUTBUF (8u * 1024u * 1024u)
+#define CLIENT_MAX_TIMEOUT_USEC (99999999ULL * 3600 * DP_USEC_PER_SEC)
 
 struct dp_grpc_client_call {
 	dp_loop *loop;
@@ -498,6 +499,8 @@ static int client_new(dp_loop *loop, const char *socket_path, const char *author
 	c->loop = loop;
 	c->done = done;
 	c->userdata = userdata;
+	if (timeout_usec > CLIENT_MAX_TIMEOUT_USEC)
+		timeout_usec = CLIENT_MAX_TIMEOUT_USEC; /* what grpc-timeout can say */
 	c->deadline = dp_now_usec() + timeout_usec;
 	r = client_init(c, socket_path, authority, path, req_len);
 	if (r >= 0)

@@ -189,7 +189,13 @@ static void fail(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userd
 		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "want STATUS");
 		return;
 	}
-	text = strndup((const char *)msg + 4, len - 4);
+	text = malloc(len - 4 + 1); /* msg is not NUL-terminated */
+	if (!text) {
+		dp_grpc_call_finish(call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	memcpy(text, msg + 4, len - 4);
+	text[len - 4] = '\0';
 	dp_grpc_call_finish(call, (int)be32(msg), text);
 	free(text);
 }
