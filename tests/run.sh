@@ -55,7 +55,7 @@ run_go() {
 }
 
 for t in "$build"/tests/test_*; do
-	[ -x "$t" ] && run_unit "$t"
+	[ -f "$t" ] && [ -x "$t" ] && run_unit "$t"
 done
 run_go grpc-conformance "$build/grpcpeer.test"
 # Scenarios mount (read-only CDI directory, full tmpfs) in a private mount namespace.
