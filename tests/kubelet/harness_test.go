@@ -123,12 +123,21 @@ func (s *scenario) fatalf(format string, args ...interface{}) {
 	s.t.Fatal(msg)
 }
 
+// wait polls cond like Poll but gives up at once when the daemon has exited.
+func (s *scenario) wait(bound time.Duration, cond func() bool) bool {
+	return Poll(bound, func() bool { return cond() || (s.d != nil && s.d.Exited()) }) && cond()
+}
+
 // registered waits for the count-th registration of the hyperlight resource.
 func (s *scenario) registered(count int, bound time.Duration) *Plugin {
 	s.t.Helper()
-	p, err := s.k.WaitRegistered(HyperlightResource, count, bound)
-	if err != nil {
-		s.fatalf("%v", err)
+	if !s.wait(bound, func() bool { return s.k.Registrations(HyperlightResource) >= count }) {
+		s.fatalf("%s registered %d time(s) within %v, want %d", HyperlightResource,
+			s.k.Registrations(HyperlightResource), bound, count)
+	}
+	p := s.k.Current(HyperlightResource)
+	if p == nil {
+		s.fatalf("%s registered but kubelet has no endpoint for it (disconnected)", HyperlightResource)
 	}
 	return p
 }
@@ -136,11 +145,24 @@ func (s *scenario) registered(count int, bound time.Duration) *Plugin {
 // devices waits until the current endpoint's newest snapshot has n devices of health h.
 func (s *scenario) devices(n int, h string, bound time.Duration) []*api.Device {
 	s.t.Helper()
-	devs, err := s.k.WaitDevices(HyperlightResource, CountHealth(n, h), bound)
-	if err != nil {
-		s.fatalf("%v", err)
+	pred := CountHealth(n, h)
+	var last []*api.Device
+	var have bool
+	if !s.wait(bound, func() bool {
+		p := s.k.Current(HyperlightResource)
+		if p == nil {
+			return false
+		}
+		snap, ok := p.Latest()
+		last, have = snap.Devices, ok
+		return ok && pred(snap.Devices)
+	}) {
+		if !have {
+			s.fatalf("no ListAndWatch snapshot on the current endpoint within %v (want %d %s)", bound, n, h)
+		}
+		s.fatalf("no snapshot of %d %s devices within %v; last: %s", n, h, bound, DescribeDevices(last))
 	}
-	return devs
+	return last
 }
 
 // ready waits for the first registration and n Healthy devices.
@@ -158,7 +180,7 @@ func (s *scenario) settled(seq int, notEndpoint string, n int, bound time.Durati
 	s.t.Helper()
 	var cur *Plugin
 	var why string
-	ok := Poll(bound, func() bool {
+	ok := s.wait(bound, func() bool {
 		cur = s.k.Current(HyperlightResource)
 		switch {
 		case cur == nil || cur.Seq <= seq:
