@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc server: a listening unix socket, one h2 connection per peer, one dp_grpc_call per stream
- * (call states: see grpc_server.h). User callbacks (handlers, cancel callbacks) always run between dp_h2_enter/leave of the call's
- * connection, so nothing they do (even dp_grpc_server_free) frees what the caller still uses.
+ * (call states: see grpc_server.h). User callbacks (handlers, cancel callbacks) always run
+ * between dp_h2_enter/leave of the call's connection, so nothing they do (even
+ * dp_grpc_server_free) frees what the caller still uses.
  */
 #include "dp/grpc.h"
 
@@ -58,7 +59,8 @@ static const dp_grpc_method *server_route(const dp_grpc_server *s, const char *p
 	return NULL;
 }
 
-static void unknown_method_message(const dp_grpc_server *s, const char *path, char *buf, size_t size)
+static void unknown_method_message(const dp_grpc_server *s, const char *path, char *buf,
+				   size_t size)
 {
 	const char *slash = strrchr(path, '/');
 	size_t svc_len = slash && slash > path ? (size_t)(slash - path - 1) : 0;
@@ -151,7 +153,8 @@ static void call_data(dp_grpc_call *c, const uint8_t *data, size_t len)
 			 DP_GRPC_MAX_MESSAGE);
 		grpc_call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, msg, false, 200);
 	} else if (r == -EPROTONOSUPPORT) {
-		grpc_call_end(c, DP_GRPC_UNIMPLEMENTED, "grpc: compressed messages are not supported", false, 200);
+		grpc_call_end(c, DP_GRPC_UNIMPLEMENTED, "grpc: compressed messages are not supported",
+			      false, 200);
 	} else if (r == -EBADMSG) {
 		grpc_call_end(c, DP_GRPC_INTERNAL, "grpc: invalid message flag", false, 200);
 	} else if (c->extra_msg) {

@@ -620,7 +620,8 @@ static void on_done(void *userdata, int status, const char *message, const uint8
 		assert_true(resp != NULL || resp_len == 0);
 	else
 		assert_null(resp);
-	memcpy(F.resp, resp ? resp : (const uint8_t *)"", resp_len < sizeof(F.resp) ? resp_len : sizeof(F.resp));
+	if (resp)
+		memcpy(F.resp, resp, resp_len < sizeof(F.resp) ? resp_len : sizeof(F.resp));
 }
 
 static dp_grpc_client_call *start_call(const char *path, const char *req, uint64_t timeout_ms)
@@ -658,7 +659,8 @@ static void test_loop_unary(void **state)
 	assert_int_equal(F.status, DP_GRPC_UNIMPLEMENTED);
 	assert_string_equal(F.message, "unknown method Nope for service t.T");
 	/* the server lets go of the calls and, once the clients closed, the connections */
-	for (int i = 0; i < 100 && (dp_grpc_server_calls(F.server) || dp_grpc_server_connections(F.server)); i++)
+	for (int i = 0; i < 100 && (dp_grpc_server_calls(F.server) || dp_grpc_server_connections(F.server));
+	     i++)
 		dp_loop_run_once(F.loop, 10);
 	assert_int_equal(dp_grpc_server_calls(F.server), 0);
 	assert_int_equal(dp_grpc_server_connections(F.server), 0);
@@ -886,7 +888,8 @@ static void test_loop_bad_args(void **state)
 
 /* A peer that does not read: once the socket is full and more than max_outbuf waits, the server
  * stops reading that peer (a new request is not even parsed) until the peer drains. */
-static ssize_t raw_read_req(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
+static ssize_t raw_read_req(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+			    size_t length,
 			    uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
 {
 	memcpy(buf, "\0\0\0\0\0", 5); /* one empty message */
@@ -938,7 +941,8 @@ static void test_loop_read_pauses(void **state)
 	assert_int_equal(nghttp2_session_client_new(&session, cbs, NULL), 0);
 	/* never flow-blocked: everything the server produces goes to the socket */
 	assert_int_equal(nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, iv, 1), 0);
-	assert_int_equal(nghttp2_session_set_local_window_size(session, NGHTTP2_FLAG_NONE, 0, 0x7fffffff), 0);
+	assert_int_equal(nghttp2_session_set_local_window_size(session, NGHTTP2_FLAG_NONE, 0,
+							       0x7fffffff), 0);
 	raw_request(session, fd, "/t.T/Hold");
 	run_until(&F.n_handler, 1);
 	assert_non_null(F.held);
