@@ -11,10 +11,10 @@ import (
 
 // Allocation is what kubelet got for one container.
 type Allocation struct {
-	Calls     []string                          // RPCs made, in order
-	Preferred *api.PreferredAllocationResponse  // nil unless GetPreferredAllocation was called
-	Response  *api.ContainerAllocateResponse    // ContainerResponses[0]
-	Full      *api.AllocateResponse             // the whole answer
+	Calls     []string                         // RPCs made, in order
+	Preferred *api.PreferredAllocationResponse // nil unless GetPreferredAllocation was called
+	Response  *api.ContainerAllocateResponse   // ContainerResponses[0]
+	Full      *api.AllocateResponse            // the whole answer
 }
 
 // Allocate allocates ids of resource to one container in kubelet's order: GetPreferredAllocation

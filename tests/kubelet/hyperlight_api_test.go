@@ -191,7 +191,7 @@ func TestHyperlightAllocateEmptyRequest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 	defer cancel()
 	for name, req := range map[string]*api.AllocateRequest{
-		"no container requests": {},
+		"no container requests":   {},
 		"a container with no IDs": {ContainerRequests: []*api.ContainerAllocateRequest{{}}},
 		"a second container with no IDs": {ContainerRequests: []*api.ContainerAllocateRequest{
 			{DevicesIds: []string{"hyperlight-0"}}, {}}},
@@ -311,4 +311,3 @@ func mknodKVM(t *testing.T, n *Node) {
 		t.Fatal(err)
 	}
 }
-

@@ -38,7 +38,9 @@ type stepError struct{ step, msg string }
 
 func (e *stepError) Error() string { return e.step + ": " + e.msg }
 
-func fail(step, format string, args ...interface{}) { panic(&stepError{step, fmt.Sprintf(format, args...)}) }
+func fail(step, format string, args ...interface{}) {
+	panic(&stepError{step, fmt.Sprintf(format, args...)})
+}
 
 func heading(s string) { fmt.Printf("\n== %s\n", s) }
 
