@@ -3,7 +3,7 @@
 # Run by every make target; does nothing when everything is present.
 set -eu
 PKGS="gcc clang make git meson ninja-build pkg-config \
-libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libcmocka-dev \
+libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev \
 golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler python3-yaml"
 missing=""
 for p in $PKGS; do
