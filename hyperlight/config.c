@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "dp/env.h"
 #include "dp/grpc.h"
@@ -59,6 +61,20 @@ static void load_id(const char *name, uint32_t *ret)
 	}
 }
 
+static int load_host_dir(struct hl_config *c, char *err, size_t errlen)
+{
+	const char *v = getenv("HOST_DEVICE_DIR");
+	c->host_device_dir[0] = '\0';
+	if (!v || !v[0])
+		return 0;
+	if (v[0] != '/' || strlen(v) >= sizeof(c->host_device_dir) - 64) {
+		snprintf(err, errlen, "HOST_DEVICE_DIR=\"%.200s\" must be an absolute path", v);
+		return -EINVAL;
+	}
+	snprintf(c->host_device_dir, sizeof(c->host_device_dir), "%s", v);
+	return 0;
+}
+
 int hl_config_load(struct hl_config *ret, char *err, size_t errlen)
 {
 	struct hl_config c;
@@ -68,6 +84,9 @@ int hl_config_load(struct hl_config *ret, char *err, size_t errlen)
 		return r;
 	load_id("DEVICE_UID", &c.uid);
 	load_id("DEVICE_GID", &c.gid);
+	r = load_host_dir(&c, err, errlen);
+	if (r < 0)
+		return r;
 	*ret = c;
 	return 0;
 }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* config: the hyperlight daemon's environment (DEVICE_COUNT, DEVICE_UID, DEVICE_GID). */
+/* config: the hyperlight daemon's environment (DEVICE_COUNT, DEVICE_UID, DEVICE_GID,
+ * HOST_DEVICE_DIR). */
 #pragma once
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +17,7 @@ struct hl_config {
 	uint32_t device_count;
 	uint32_t uid;
 	uint32_t gid;
+	char host_device_dir[PATH_MAX]; /* HOST_DEVICE_DIR ("" when unset): the host's /dev, read-only */
 };
 
 /* The largest DEVICE_COUNT whose ListAndWatch response (all devices "Unhealthy", the longer
@@ -22,7 +25,7 @@ struct hl_config {
 uint32_t hl_device_count_ceiling(void);
 /* Read the environment. DEVICE_COUNT invalid or outside 1..ceiling: -EINVAL/-ERANGE with the
  * message in err (the daemon exits 1). DEVICE_UID/DEVICE_GID invalid: default kept, a warning
- * naming the value is logged. */
+ * naming the value is logged. HOST_DEVICE_DIR not absolute or too long: -EINVAL (exit 1). */
 int hl_config_load(struct hl_config *ret, char *err, size_t errlen);
 /* Device ID i ("hyperlight-<i>") into buf. */
 void hl_device_id(uint32_t i, char *buf, size_t size);

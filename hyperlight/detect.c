@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include "dp/log.h"
 #include "dp/paths.h"
 
 static const struct {
@@ -17,14 +18,26 @@ static const struct {
 	{ "kvm", "/dev/kvm" },
 };
 
-int hl_detect(struct hl_device *ret, char *err, size_t errlen)
+static int candidate_path(const char *dir, const char *name, char *buf, size_t size)
 {
+	char abs[PATH_MAX];
+	if ((size_t)snprintf(abs, sizeof(abs), "%s/%s", dir, name) >= sizeof(abs))
+		return -ENAMETOOLONG;
+	return dp_path(buf, size, abs);
+}
+
+int hl_detect(const char *dir, struct hl_device *ret, char *err, size_t errlen)
+{
+	char tried[2][PATH_MAX];
 	for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
 		struct hl_device d = { .name = candidates[i].name, .path = candidates[i].path };
 		struct stat st;
-		int r = dp_path(d.host_path, sizeof(d.host_path), d.path);
-		if (r < 0)
+		int r = candidate_path(dir, d.name, d.host_path, sizeof(d.host_path));
+		if (r < 0) {
+			snprintf(err, errlen, "invalid device directory %s", dir);
 			return r;
+		}
+		snprintf(tried[i], sizeof(tried[i]), "%s", d.host_path);
 		if (stat(d.host_path, &st) < 0) {
 			if (errno == ENOENT)
 				continue;
@@ -36,17 +49,14 @@ int hl_detect(struct hl_device *ret, char *err, size_t errlen)
 			snprintf(err, errlen, "%s is not a character device", d.host_path);
 			return -ENOTTY;
 		}
-		r = dp_path(d.host_dir, sizeof(d.host_dir), "/dev");
+		r = dp_path(d.host_dir, sizeof(d.host_dir), dir);
 		if (r < 0)
 			return r;
 		d.rdev = st.st_rdev;
 		*ret = d;
 		return 0;
 	}
-	char kvm[PATH_MAX], mshv[PATH_MAX];
-	(void)dp_path(kvm, sizeof(kvm), "/dev/kvm");
-	(void)dp_path(mshv, sizeof(mshv), "/dev/mshv");
-	snprintf(err, errlen, "no hypervisor device: neither %s nor %s exists", mshv, kvm);
+	snprintf(err, errlen, "no hypervisor device: neither %s nor %s exists", tried[0], tried[1]);
 	return -ENOENT;
 }
 
@@ -68,4 +78,35 @@ int hl_device_verify(const struct hl_device *d, char *reason, size_t size)
 		return -ENODEV;
 	}
 	return 0;
+}
+
+#define NODE_MASK                                                                                  \
+	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF |        \
+	 IN_MOVE_SELF | IN_ONLYDIR)
+
+static int on_node_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+{
+	struct hl_node_watch *w = userdata;
+	const char *base = strrchr(w->dev->host_path, '/') + 1;
+	if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
+		w->src = dp_source_free(w->src);
+		dp_endpoint_request_check(w->ep);
+	} else if (ev->len && strcmp(ev->name, base) == 0) {
+		dp_endpoint_request_check(w->ep);
+	}
+	return 0;
+}
+
+void hl_node_watch_ensure(struct hl_node_watch *w)
+{
+	if (w->src || !w->ep)
+		return;
+	int r = dp_inotify_add(w->loop, w->dev->host_dir, NODE_MASK, on_node_event, w, &w->src);
+	if (r < 0)
+		dp_debug("cannot watch device directory", "dir=%s error=%d", w->dev->host_dir, r);
+}
+
+void hl_node_watch_stop(struct hl_node_watch *w)
+{
+	w->src = dp_source_free(w->src);
 }

@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "dp/endpoint.h"
+#include "dp/loop.h"
+
 struct hl_device {
 	const char *name;      /* "kvm" or "mshv": the CDI device name and HYPERLIGHT_HYPERVISOR */
 	const char *path;      /* "/dev/kvm": the path inside containers and on the host */
@@ -14,8 +17,21 @@ struct hl_device {
 	dev_t rdev;
 };
 
-/* -ENOENT: neither exists; -ENOTTY: the path exists but is not a character device (err says
- * which); other negative errno from stat. */
-int hl_detect(struct hl_device *ret, char *err, size_t errlen);
+/* Look in dir ("/dev", or HOST_DEVICE_DIR for the bootstrap mode), under the root prefix.
+ * -ENOENT: neither exists; -ENOTTY: the path exists but is not a character device (err says
+ * which); other negative errno from stat. path is always the canonical "/dev/<name>". */
+int hl_detect(const char *dir, struct hl_device *ret, char *err, size_t errlen);
 /* 0 when host_path is still a character device with the same number; else -errno and reason. */
 int hl_device_verify(const struct hl_device *d, char *reason, size_t size);
+
+/* inotify on the node's directory: the node created, deleted, replaced or changed asks ep for a
+ * check at once. Re-armed by hl_node_watch_ensure() after the directory itself went away. */
+struct hl_node_watch {
+	dp_loop *loop;
+	dp_endpoint *ep;
+	const struct hl_device *dev;
+	dp_source *src;
+};
+
+void hl_node_watch_ensure(struct hl_node_watch *w);
+void hl_node_watch_stop(struct hl_node_watch *w);

@@ -6,39 +6,79 @@
 #include <string.h>
 #include <sys/sysmacros.h>
 
+#include "access.h"
 #include "config.h"
 #include "detect.h"
 #include "dp/health.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 #include "dp_version.h"
+#include "labels.h"
 #include "plugin.h"
+#include "probe.h"
 
 #define PROG "hyperlight-device-plugin"
 #define HEALTH_TIMEOUT_USEC (3 * DP_USEC_PER_SEC)
 
+struct options {
+	bool device_access;
+	bool health_check;
+	bool readiness;
+};
+
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: " PROG " [--health-check[=readiness]] [--version] [--help]\n"
+		"Usage: " PROG " [--device-access] [--health-check[=readiness]] [--version] [--help]\n"
 		"Advertises the host hypervisor device as the kubelet resource " HL_RESOURCE ",\n"
-		"owns the CDI spec /var/run/cdi/" "hyperlight.json and answers Allocate with its CDI name.\n"
+		"owns the CDI spec /var/run/cdi/hyperlight.json and answers Allocate with its CDI name.\n"
 		"\n"
+		"  --device-access           bootstrap mode: advertise one " HL_ACCESS_RESOURCE "\n"
+		"                            whose Allocate grants only the device node (stat only,\n"
+		"                            no CDI, no probe)\n"
 		"  --health-check            exit 0 if the plugin answers gRPC health (liveness)\n"
 		"  --health-check=readiness  exit 0 if registered, streaming to kubelet and healthy\n"
+		"                            (with --device-access: asks the bootstrap plugin)\n"
 		"  --version                 print version and git commit\n"
 		"\n"
 		"Environment: DEVICE_COUNT (default 2000), DEVICE_UID, DEVICE_GID (default 65534),\n"
-		"LOG_LEVEL (debug, info, warn, error).\n");
+		"HOST_DEVICE_DIR (the host's /dev mounted read-only, e.g. /host-dev), NODE_NAME (node\n"
+		"labels through the in-cluster service account), LOG_LEVEL (debug, info, warn, error).\n");
 }
 
-static int health_check(bool readiness)
+/* 0 to run, 1 for an error, -1 when done (version, help). */
+static int parse_args(int argc, char **argv, struct options *o)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--version") == 0) {
+			printf(PROG " %s (commit %s)\n", DP_VERSION, DP_GIT_COMMIT);
+			return -1;
+		} else if (strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return -1;
+		} else if (strcmp(a, "--device-access") == 0) {
+			o->device_access = true;
+		} else if (strcmp(a, "--health-check") == 0) {
+			o->health_check = true;
+		} else if (strcmp(a, "--health-check=readiness") == 0) {
+			o->health_check = o->readiness = true;
+		} else {
+			fprintf(stderr, PROG ": unknown argument '%s'\n", a);
+			usage(stderr);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int health_check(const struct options *o)
 {
 	char dir[4096], err[512];
-	const char *prefixes[] = { HL_SOCKET_PREFIX };
+	const char *prefixes[] = { o->device_access ? HL_ACCESS_SOCKET_PREFIX : HL_SOCKET_PREFIX };
 	int r = dp_path(dir, sizeof(dir), DP_KUBELET_DIR);
 	if (r >= 0)
-		r = dp_health_probe(dir, prefixes, 1, readiness, HEALTH_TIMEOUT_USEC, err, sizeof(err));
+		r = dp_health_probe(dir, prefixes, 1, o->readiness, HEALTH_TIMEOUT_USEC, err, sizeof(err));
 	else
 		snprintf(err, sizeof(err), "invalid SDP_TEST_ROOT");
 	if (r < 0) {
@@ -55,10 +95,55 @@ static int on_signal(dp_source *s, const struct signalfd_siginfo *si, void *user
 	return 0;
 }
 
-static int run(void)
+static int find_device(const struct options *o, const struct hl_config *cfg, struct hl_device *dev)
 {
-	_cleanup_(dp_loop_freep) dp_loop *loop = NULL;
-	struct hl_plugin plugin = { 0 };
+	char err[512], q[600];
+	/* The bootstrap pod has no device grant: it sees the host's nodes through HOST_DEVICE_DIR. */
+	const char *dir = o->device_access && cfg->host_device_dir[0] ? cfg->host_device_dir : "/dev";
+	int r = hl_detect(dir, dev, err, sizeof(err));
+	if (r < 0) {
+		dp_error("no usable hypervisor device", "error=%s", dp_logq(q, sizeof(q), err));
+		return r;
+	}
+	dp_info("hypervisor device found", "hypervisor=%s path=%s node=%s major=%u minor=%u", dev->name,
+		dev->path, dev->host_path, major(dev->rdev), minor(dev->rdev));
+	return 0;
+}
+
+struct daemon {
+	dp_loop *loop;
+	struct hl_plugin plugin;
+	struct hl_access access;
+	hl_labels *labels;
+};
+
+static int start(struct daemon *d, const struct options *o, const struct hl_config *cfg,
+		 const struct hl_device *dev)
+{
+	int r;
+	if (o->device_access)
+		return hl_access_start(&d->access, d->loop, dev);
+	dp_info("advertising", "resource=%s devices=%u host_device_dir=%s", HL_RESOURCE, cfg->device_count,
+		cfg->host_device_dir[0] ? cfg->host_device_dir : "none");
+	r = hl_plugin_start(&d->plugin, d->loop, cfg, dev);
+	if (r < 0)
+		return r;
+	r = hl_labels_start(d->loop, dev->name, &d->labels);
+	if (r < 0)
+		dp_warn("node labels disabled", "error=%s", strerror(-r));
+	return 0;
+}
+
+static void stop(struct daemon *d)
+{
+	d->labels = hl_labels_free(d->labels);
+	hl_plugin_stop(&d->plugin);
+	hl_access_stop(&d->access);
+}
+
+static int run(const struct options *o)
+{
+	struct daemon d = { 0 };
 	struct hl_config cfg;
 	struct hl_device dev;
 	dp_source *sigterm = NULL, *sigint = NULL; /* freed with the loop */
@@ -69,57 +154,44 @@ static int run(void)
 		dp_error("invalid configuration", "error=%s", dp_logq(q, sizeof(q), err));
 		return 1;
 	}
-	r = hl_detect(&dev, err, sizeof(err));
-	if (r < 0) {
-		dp_error("no usable hypervisor device", "error=%s", dp_logq(q, sizeof(q), err));
+	if (find_device(o, &cfg, &dev) < 0)
 		return 1;
-	}
-	dp_info("hypervisor device found", "hypervisor=%s path=%s major=%u minor=%u devices=%u",
-		dev.name, dev.path, major(dev.rdev), minor(dev.rdev), cfg.device_count);
 	signal(SIGPIPE, SIG_IGN);
-	if ((r = dp_loop_new(&loop)) < 0 || (r = dp_signal_add(loop, SIGTERM, on_signal, loop, &sigterm)) < 0 ||
-	    (r = dp_signal_add(loop, SIGINT, on_signal, loop, &sigint)) < 0) {
+	if ((r = dp_loop_new(&d.loop)) < 0 || (r = dp_signal_add(d.loop, SIGTERM, on_signal, d.loop, &sigterm)) < 0 ||
+	    (r = dp_signal_add(d.loop, SIGINT, on_signal, d.loop, &sigint)) < 0) {
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
+		dp_loop_free(d.loop);
 		return 1;
 	}
-	r = hl_plugin_start(&plugin, loop, &cfg, &dev);
+	r = start(&d, o, &cfg, &dev);
 	if (r < 0) {
 		dp_error("cannot start", "error=%s", strerror(-r));
-		hl_plugin_stop(&plugin);
+		stop(&d);
+		dp_loop_free(d.loop);
 		return 1;
 	}
-	r = dp_loop_run(loop);
-	hl_plugin_stop(&plugin);
+	r = dp_loop_run(d.loop);
+	stop(&d);
+	dp_loop_free(d.loop);
 	dp_info("stopped", "exit=%d", r);
 	return r;
 }
 
 int main(int argc, char **argv)
 {
-	if (argc > 2) {
-		usage(stderr);
-		return 2;
-	}
-	if (argc == 2) {
-		if (strcmp(argv[1], "--version") == 0) {
-			printf(PROG " %s (commit %s)\n", DP_VERSION, DP_GIT_COMMIT);
-			return 0;
-		}
-		if (strcmp(argv[1], "--help") == 0) {
-			usage(stdout);
-			return 0;
-		}
-		if (strcmp(argv[1], "--health-check") == 0)
-			return health_check(false);
-		if (strcmp(argv[1], "--health-check=readiness") == 0)
-			return health_check(true);
-		fprintf(stderr, PROG ": unknown argument '%s'\n", argv[1]);
-		usage(stderr);
-		return 2;
-	}
+	struct options o = { 0 };
+
+	/* The probe helper child: this binary re-executed with --dp-helper. */
+	dp_helper_main(argc, argv, hl_probe_helpers, hl_probe_n_helpers);
+	int r = parse_args(argc, argv, &o);
+	if (r != 0)
+		return r < 0 ? 0 : 2;
+	if (o.health_check)
+		return health_check(&o);
 	int lr = dp_log_init();
-	dp_info("starting", "program=" PROG " version=%s commit=%s", DP_VERSION, DP_GIT_COMMIT);
+	dp_info("starting", "program=" PROG " version=%s commit=%s mode=%s", DP_VERSION, DP_GIT_COMMIT,
+		o.device_access ? "device-access" : "hypervisor");
 	if (lr < 0)
 		dp_warn("invalid LOG_LEVEL ignored, using info", NULL);
-	return run();
+	return run(&o);
 }

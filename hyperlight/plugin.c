@@ -5,15 +5,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysmacros.h>
 
 #include "dp/grpc.h"
 #include "dp/log.h"
 #include "dp/paths.h"
+#include "probe.h"
 #include "spec.h"
 
-#define DEV_MASK (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF)
+/* The probe's deadline; a killed helper gets as long again to be reaped before probes block. */
+#define PROBE_DEADLINE_USEC (2 * DP_USEC_PER_SEC)
 
-static void watch_device(struct hl_plugin *p);
+
 
 /* Log the verdict once per change, not at every periodic check. */
 static void report(struct hl_plugin *p, bool healthy, const char *reason)
@@ -31,13 +34,13 @@ static void report(struct hl_plugin *p, bool healthy, const char *reason)
 	snprintf(p->last_reason, sizeof(p->last_reason), "%s", reason);
 }
 
-/* 0 when usable; else -errno and the reason. */
-static int run_check(struct hl_plugin *p, char *reason, size_t size)
+/* The checks done in the daemon itself: the injected node, then the CDI spec. */
+static int precheck(struct hl_plugin *p, char *reason, size_t size)
 {
 	bool repaired = false;
 	int r;
 
-	watch_device(p);
+	hl_node_watch_ensure(&p->watch);
 	r = hl_device_verify(&p->dev, reason, size);
 	if (r < 0)
 		return r;
@@ -48,30 +51,14 @@ static int run_check(struct hl_plugin *p, char *reason, size_t size)
 	}
 	if (repaired)
 		dp_info("CDI spec written", "path=%s", dp_cdi_file_path(p->cdi));
-	reason[0] = '\0';
 	return 0;
 }
 
-static int check_and_report(struct hl_plugin *p, char *reason, size_t size)
+static void answer_allocate(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
 {
-	int r = run_check(p, reason, size);
-	report(p, r == 0, reason);
-	dp_endpoint_set_health(p->ep, r == 0, reason);
-	return r;
-}
+	char key[256], msg[600];
 
-static void drv_check(dp_endpoint *ep, void *userdata)
-{
-	char reason[512];
-	(void)check_and_report(userdata, reason, sizeof(reason));
-}
-
-static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
-{
-	struct hl_plugin *p = userdata;
-	char reason[512], key[256], msg[600];
-
-	if (check_and_report(p, reason, sizeof(reason)) < 0) {
+	if (!healthy) {
 		snprintf(msg, sizeof(msg), "%s is not usable: %s", p->dev.path, reason);
 		dp_alloc_finish(a, DP_GRPC_UNAVAILABLE, msg);
 		return;
@@ -79,7 +66,7 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
 	for (size_t c = 0; c < dp_alloc_containers(a); c++) {
 		size_t n;
 		char **ids = dp_alloc_ids(a, c, &n);
-		/* cdi.k8s.io/<plugin>_<device>: unique per container, valid annotation name. */
+		/* cdi.k8s.io/<plugin>_<device>: unique per container, a valid annotation name. */
 		snprintf(key, sizeof(key), "cdi.k8s.io/hyperlight.dev-hypervisor_%s", ids[0]);
 		if (dp_alloc_add_cdi(a, c, p->cdi_name) < 0 ||
 		    dp_alloc_add_annotation(a, c, key, p->cdi_name) < 0) {
@@ -90,29 +77,61 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
 	dp_alloc_finish(a, DP_GRPC_OK, NULL);
 }
 
-static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
-
-static int on_dev_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+/* A check ended: every stream learns the verdict, the Allocate (if any) gets its answer. */
+static void check_done(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
 {
-	struct hl_plugin *p = userdata;
-	const char *base = strrchr(p->dev.path, '/') + 1;
-	if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
-		p->dev_watch = dp_source_free(p->dev_watch);
-		dp_endpoint_request_check(p->ep);
-	} else if (ev->len && strcmp(ev->name, base) == 0) {
-		dp_endpoint_request_check(p->ep);
-	}
-	return 0;
+	report(p, healthy, reason);
+	dp_endpoint_set_health(p->ep, healthy, reason);
+	if (a)
+		answer_allocate(p, a, healthy, reason);
 }
 
-static void watch_device(struct hl_plugin *p)
+struct waiter {
+	struct hl_plugin *p;
+	dp_alloc *a; /* NULL for checks nobody waits on */
+};
+
+static void on_probe_done(const dp_helper_result *res, void *userdata)
 {
-	if (p->dev_watch)
+	struct waiter *w = userdata;
+	check_done(w->p, w->a, res->ok, res->ok ? "" : res->reason);
+	free(w);
+}
+
+/* Run one check; a probe already in flight is joined, not duplicated. */
+static void start_check(struct hl_plugin *p, dp_alloc *a)
+{
+	char reason[512];
+	struct waiter *w;
+	int r = precheck(p, reason, sizeof(reason));
+
+	if (r < 0) {
+		check_done(p, a, false, reason);
 		return;
-	int r = dp_inotify_add(p->loop, p->dev.host_dir, DEV_MASK | IN_ONLYDIR, on_dev_event, p, &p->dev_watch);
-	if (r < 0)
-		dp_debug("cannot watch device directory", "dir=%s error=%d", p->dev.host_dir, r);
+	}
+	w = calloc(1, sizeof(*w));
+	r = w ? dp_helper_request(p->probe, on_probe_done, w, NULL) : -ENOMEM;
+	if (r < 0) {
+		free(w);
+		snprintf(reason, sizeof(reason), "cannot start the probe helper: %s", strerror(-r));
+		check_done(p, a, false, reason);
+		return;
+	}
+	w->p = p;
+	w->a = a;
 }
+
+static void drv_check(dp_endpoint *ep, void *userdata)
+{
+	start_check(userdata, NULL);
+}
+
+static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
+{
+	start_check(userdata, a);
+}
+
+static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
 
 static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 {
@@ -159,7 +178,7 @@ static void on_restart(dp_endpoint *ep, const char *why, void *userdata)
 	dp_info("re-registering", "resource=%s reason=%s", dp_endpoint_resource(ep), dp_logq(q, sizeof(q), why));
 }
 
-static const dp_endpoint_events events = {
+const dp_endpoint_events hl_endpoint_events = {
 	.on_registered = on_registered,
 	.on_register_failed = on_register_failed,
 	.on_restart = on_restart,
@@ -181,6 +200,29 @@ static int setup_cdi(struct hl_plugin *p)
 	return dp_cdi_file_set_content(p->cdi, spec.data, spec.len);
 }
 
+/* The helper child runs: probe <kind> <device> [<host node> <major> <minor>]. */
+static int setup_probe(struct hl_plugin *p)
+{
+	char host[PATH_MAX], abs[PATH_MAX], maj[16], min[16];
+	char *argv[8] = { (char *)HL_PROBE_HELPER, (char *)p->dev.name, p->dev.host_path, NULL };
+	int r;
+
+	if (p->cfg.host_device_dir[0]) {
+		if ((size_t)snprintf(abs, sizeof(abs), "%s/%s", p->cfg.host_device_dir, p->dev.name) >= sizeof(abs))
+			return -ENAMETOOLONG;
+		r = dp_path(host, sizeof(host), abs);
+		if (r < 0)
+			return r;
+		snprintf(maj, sizeof(maj), "%u", major(p->dev.rdev));
+		snprintf(min, sizeof(min), "%u", minor(p->dev.rdev));
+		argv[3] = host;
+		argv[4] = maj;
+		argv[5] = min;
+		argv[6] = NULL;
+	}
+	return dp_helper_new(p->loop, NULL, argv, PROBE_DEADLINE_USEC, PROBE_DEADLINE_USEC, &p->probe);
+}
+
 int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *cfg,
 		    const struct hl_device *dev)
 {
@@ -194,6 +236,9 @@ int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *
 	p->dev = *dev;
 	snprintf(p->cdi_name, sizeof(p->cdi_name), "%s=%s", HL_RESOURCE, dev->name);
 	r = setup_cdi(p);
+	if (r < 0)
+		return r;
+	r = setup_probe(p);
 	if (r < 0)
 		return r;
 	r = make_devices(cfg, &devs, &ids);
@@ -213,8 +258,9 @@ int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *
 	r = dp_endpoint_new(loop, kdir, &ec, &p->ep);
 	if (r < 0)
 		return r;
-	dp_endpoint_set_events(p->ep, &events);
-	watch_device(p);
+	dp_endpoint_set_events(p->ep, &hl_endpoint_events);
+	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dev = &p->dev };
+	hl_node_watch_ensure(&p->watch);
 	return dp_endpoint_start(p->ep);
 }
 
@@ -222,5 +268,6 @@ void hl_plugin_stop(struct hl_plugin *p)
 {
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
-	p->dev_watch = dp_source_free(p->dev_watch);
+	hl_node_watch_stop(&p->watch);
+	p->probe = dp_helper_free(p->probe);
 }

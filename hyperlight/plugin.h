@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * plugin: the hyperlight.dev/hypervisor driver. Its check: the device node is still the
- * character device detected at start, and the owned CDI spec holds exactly the rendered bytes
- * (repaired when it differs). inotify on the device's directory and on the CDI directory asks
- * for a check at once; the endpoint adds the 30 s period and the backoff while unhealthy.
+ * plugin: the hyperlight.dev/hypervisor driver. One check: the device node is still the
+ * character device detected at start, the owned CDI spec holds exactly the rendered bytes
+ * (repaired when it differs), then the usability probe in the helper child (2 s deadline; with
+ * HOST_DEVICE_DIR the host's node is verified there too). Concurrent checks (the period,
+ * inotify, every Allocate) join the probe in flight; each finished check updates every stream.
+ * inotify on the device's directory and on the CDI directory asks for a check at once; the
+ * endpoint adds the 30 s period and the backoff while unhealthy.
  */
 #pragma once
 
@@ -11,6 +14,7 @@
 #include "detect.h"
 #include "dp/cdi.h"
 #include "dp/endpoint.h"
+#include "dp/helper.h"
 #include "dp/loop.h"
 
 struct hl_plugin {
@@ -20,7 +24,8 @@ struct hl_plugin {
 	char cdi_name[128]; /* "hyperlight.dev/hypervisor=kvm" */
 	dp_endpoint *ep;
 	dp_cdi_file *cdi;
-	dp_source *dev_watch;
+	struct hl_node_watch watch;
+	dp_helper *probe;
 	bool last_healthy;
 	bool reported;
 	char last_reason[512];
@@ -29,3 +34,7 @@ struct hl_plugin {
 int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *cfg,
 		    const struct hl_device *dev);
 void hl_plugin_stop(struct hl_plugin *p);
+
+/* Info-level logging of an endpoint's life cycle, shared by both modes. */
+extern const dp_endpoint_events hl_endpoint_events;
+

@@ -239,21 +239,21 @@ void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t l
 		dp_health_changed(ep->health);
 }
 
-static void ep_close_streams(dp_endpoint *ep)
+static void ep_close_streams(dp_endpoint *ep, const char *why)
 {
 	while (ep->streams) {
 		struct ep_stream *st = ep->streams;
-		dp_grpc_call_finish(st->call, DP_GRPC_UNAVAILABLE, "plugin restarting");
+		dp_grpc_call_finish(st->call, DP_GRPC_UNAVAILABLE, why);
 		ep_stream_remove(ep, st);
 	}
 }
 
 /* ---- server and socket ---- */
 
-static void ep_stop_server(dp_endpoint *ep)
+static void ep_stop_server(dp_endpoint *ep, const char *why)
 {
 	ep->stopping = true;
-	ep_close_streams(ep);
+	ep_close_streams(ep, why);
 	ep->server = dp_grpc_server_free(ep->server);
 	ep->stopping = false;
 	if (!ep->socket_name[0])
@@ -304,7 +304,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 		dp_debug("register failed", "resource=%s status=%s", ep->resource,
 			 dp_grpc_status_name(status));
 		ep->state = EP_BACKOFF;
-		ep_stop_server(ep);
+		ep_stop_server(ep, "plugin re-registering");
 		uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
 		ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
 		ep_schedule_register(ep, b);
@@ -349,7 +349,7 @@ static void ep_register_now(dp_endpoint *ep)
 	int r;
 
 	ep->register_call = dp_grpc_client_call_cancel(ep->register_call);
-	ep_stop_server(ep);
+	ep_stop_server(ep, "plugin re-registering");
 	dp_endpoint_watch_ensure(ep);
 	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
 	if (stat(kubelet_sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
@@ -359,7 +359,7 @@ static void ep_register_now(dp_endpoint *ep)
 			 kubelet_sock);
 		/* Keep serving meanwhile so liveness probes still reach the loop. */
 		if (ep_start_server(ep) < 0)
-			ep_stop_server(ep);
+			ep_stop_server(ep, "plugin re-registering");
 		return;
 	}
 	r = ep_start_server(ep);
@@ -368,7 +368,7 @@ static void ep_register_now(dp_endpoint *ep)
 	if (r < 0) {
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot serve %s/%s: %s",
 			 ep->dir, ep->socket_name, strerror(-r));
-		ep_stop_server(ep);
+		ep_stop_server(ep, "plugin re-registering");
 		ep->state = EP_BACKOFF;
 		ep_schedule_register(ep, BACKOFF_MAX_USEC);
 		return;
@@ -474,7 +474,7 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	if (!ep)
 		return NULL;
 	ep->register_call = dp_grpc_client_call_cancel(ep->register_call);
-	ep_stop_server(ep);
+	ep_stop_server(ep, "plugin shutting down");
 	ep->health = dp_health_free(ep->health);
 	dp_endpoint_watch_stop(ep);
 	dp_source_free(ep->register_timer);
