@@ -11,6 +11,8 @@
  *   HVSHIM_CREATE_VM_ERRNO=ENOMEM KVM_CREATE_VM fails with this errno
  *   HVSHIM_CREATE_ERRNO=EINVAL    MSHV_CREATE_PARTITION fails with this errno
  *   HVSHIM_HANG=1                 every ioctl on a fake fd sleeps forever (pause() loop)
+ *   HVSHIM_DELAY_MS=300           KVM_CREATE_VM sleeps that long before it answers (a slow but
+ *                                 successful probe; 0..60000, anything else: no delay)
  *   HVSHIM_STATE_FILE=<path>      when set and readable, every open and every ioctl on a fake fd
  *                                 re-reads the knobs from this file (lines KEY=VALUE with the
  *                                 names above, '#' comments) instead of the environment; when it
@@ -46,12 +48,14 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHIM_MSHV_CREATE_PARTITION 0x4010B800UL /* _IOW(0xB8, 0x00, 16-byte struct) */
 #define SHIM_MSHV_FLAGS_KNOWN 0x7ULL		/* LAPIC, X2APIC, GPA_SUPER_PAGES */
 #define MAX_FAKE_FD 1024
 #define VALUE_MAX 64
+#define DELAY_MAX_MS 60000
 
 /* glibc's fortified entry points (declared by bits/fcntl2.h only under _FORTIFY_SOURCE). */
 int __open_2(const char *path, int flags);
@@ -73,6 +77,7 @@ static struct knobs {
 	char create_vm_errno[VALUE_MAX];
 	char create_errno[VALUE_MAX];
 	char hang[VALUE_MAX];
+	char delay_ms[VALUE_MAX];
 } knobs;
 
 static const struct {
@@ -86,6 +91,7 @@ static const struct {
 	KNOB("HVSHIM_CREATE_VM_ERRNO", create_vm_errno),
 	KNOB("HVSHIM_CREATE_ERRNO", create_errno),
 	KNOB("HVSHIM_HANG", hang),
+	KNOB("HVSHIM_DELAY_MS", delay_ms),
 #undef KNOB
 };
 #define N_KNOBS (sizeof(knob_table) / sizeof(knob_table[0]))
@@ -379,6 +385,24 @@ static int mshv_create(const void *arg)
 	return create_child(knobs.create_errno);
 }
 
+/* Sleep HVSHIM_DELAY_MS milliseconds (the whole time, even when signals interrupt it). */
+static void delay(void)
+{
+	struct timespec ts;
+	char *end;
+	long ms;
+
+	if (!knobs.delay_ms[0])
+		return;
+	ms = strtol(knobs.delay_ms, &end, 10);
+	if (*end || ms <= 0 || ms > DELAY_MAX_MS)
+		return;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (ms % 1000) * 1000000L;
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 static int device_ioctl(unsigned long req, unsigned long arg)
 {
 	char *end;
@@ -393,7 +417,10 @@ static int device_ioctl(unsigned long req, unsigned long arg)
 		v = strtol(knobs.api_version, &end, 10);
 		return *end ? KVM_API_VERSION : (int)v;
 	case KVM_CREATE_VM:
-		return arg ? fail(EINVAL) : create_child(knobs.create_vm_errno);
+		if (arg)
+			return fail(EINVAL);
+		delay();
+		return create_child(knobs.create_vm_errno);
 	case SHIM_MSHV_CREATE_PARTITION:
 		return mshv_create((const void *)arg);
 	default:

@@ -17,7 +17,8 @@ import (
 )
 
 // BuildDir returns $SDP_BUILD_DIR as an absolute path (the meson build directory holding the
-// daemons). It is required: a default relative to the test's working directory is not reliable.
+// daemons) after checking that it holds the hypervisor shim every daemon runs with (see
+// DaemonEnv). It is required: a default relative to the test's working directory is not reliable.
 func BuildDir() (string, error) {
 	d := os.Getenv("SDP_BUILD_DIR")
 	if d == "" {
@@ -27,6 +28,9 @@ func BuildDir() (string, error) {
 	abs, err := filepath.Abs(d)
 	if err != nil {
 		return "", err
+	}
+	if _, err := ShimPath(abs); err != nil {
+		return "", fmt.Errorf("SDP_BUILD_DIR=%s: %v", d, err)
 	}
 	return abs, nil
 }
@@ -44,16 +48,34 @@ func Executable(buildDir, name string) (string, error) {
 	return p, nil
 }
 
+// ShimLibrary is the LD_PRELOAD hypervisor shim inside a build directory (tests/fakes/hvshim.c).
+const ShimLibrary = "tests/fakes/libhvshim.so"
+
+// ShimPath returns <build>/tests/fakes/libhvshim.so after checking that it is a regular file.
+func ShimPath(buildDir string) (string, error) {
+	p := filepath.Join(buildDir, ShimLibrary)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("the hypervisor shim %s: %v (build it first: ninja -C %s)", p, err, buildDir)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("the hypervisor shim %s is not a regular file", p)
+	}
+	return p, nil
+}
+
 // daemonEnvKeys are removed from the inherited environment so only the test decides them.
 var daemonEnvKeys = []string{"SDP_TEST_ROOT", "DEVICE_COUNT", "DEVICE_UID", "DEVICE_GID", "LOG_LEVEL",
-	"HOST_DEVICE_DIR", "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+	"HOST_DEVICE_DIR", "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "LD_PRELOAD"}
 
-// DaemonEnv is the inherited environment without the daemon's own variables, plus
-// SDP_TEST_ROOT=root, LOG_LEVEL=debug and then extra ("KEY=value"; later entries win).
-func DaemonEnv(root string, extra ...string) []string {
+// PlainDaemonEnv is the inherited environment without the daemon's own variables (nor
+// LD_PRELOAD and HVSHIM_*), plus SDP_TEST_ROOT=root, LOG_LEVEL=debug and then extra
+// ("KEY=value"; later entries win). The daemon talks to the real hypervisor device: only for a
+// machine that has one on purpose (the live KVM test); every scenario uses DaemonEnv.
+func PlainDaemonEnv(root string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		keep := true
+		keep := !strings.HasPrefix(kv, "HVSHIM_")
 		for _, k := range daemonEnvKeys {
 			if strings.HasPrefix(kv, k+"=") {
 				keep = false
@@ -65,6 +87,26 @@ func DaemonEnv(root string, extra ...string) []string {
 	}
 	env = append(env, "SDP_TEST_ROOT="+root, "LOG_LEVEL=debug")
 	return append(env, extra...)
+}
+
+// DaemonEnv is PlainDaemonEnv with the hypervisor shim preloaded, so no result depends on the
+// host's own /dev/kvm (a mknod'ed <root>/dev/kvm 10:232 reaches the real KVM when the host has
+// one): LD_PRELOAD=$SDP_BUILD_DIR/tests/fakes/libhvshim.so, HVSHIM_DEVICE=<root>/dev/kvm and
+// HVSHIM_STATE_FILE=<root>/hvshim.state (Node.SetShim changes the knobs while the daemon
+// runs). The probe helper child inherits it. extra comes last and may override any of these.
+// It panics with a clear message when SDP_BUILD_DIR is unset or the shim is not built: no
+// daemon may run against the host's hypervisor by accident.
+func DaemonEnv(root string, extra ...string) []string {
+	build, err := BuildDir()
+	if err == nil {
+		var so string
+		if so, err = ShimPath(build); err == nil {
+			env := PlainDaemonEnv(root, "LD_PRELOAD="+so, "HVSHIM_DEVICE="+filepath.Join(root, "dev/kvm"),
+				"HVSHIM_STATE_FILE="+filepath.Join(root, ShimStateFile))
+			return append(env, extra...)
+		}
+	}
+	panic(fmt.Sprintf("DaemonEnv: %v", err))
 }
 
 // LogBuffer collects a process's output; safe for concurrent use.

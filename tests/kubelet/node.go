@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +20,8 @@ const (
 	HyperlightCDIFile  = "hyperlight.json"
 	HyperlightCDIName  = "hyperlight.dev/hypervisor=kvm"
 	KVMMajor, KVMMinor = 10, 232
+	// ShimStateFile is the hypervisor shim's state file under the node root (see DaemonEnv).
+	ShimStateFile = "hvshim.state"
 )
 
 // Node is a simulated node under a temporary root (the daemon's SDP_TEST_ROOT).
@@ -75,6 +78,48 @@ func Mknod(path string, major, minor uint32) error {
 		return fmt.Errorf("mknod %s c %d %d: %v", path, major, minor, err)
 	}
 	return os.Chmod(path, 0o666) // umask
+}
+
+// ShimStatePath is <root>/hvshim.state, the file the preloaded shim re-reads its knobs from at
+// every open of the fake device and every ioctl on it (tests/fakes/hvshim.c).
+func (n *Node) ShimStatePath() string { return filepath.Join(n.Root, ShimStateFile) }
+
+// SetShim replaces the shim's state file with knobs ("HVSHIM_API_VERSION=11",
+// "HVSHIM_HANG=1"...). The file replaces the environment as a whole, so it always names the
+// fake device too: HVSHIM_DEVICE=<root>/dev/kvm unless knobs set HVSHIM_DEVICE themselves. The
+// file is written aside and renamed into place: a probe never reads half of it.
+func (n *Node) SetShim(knobs ...string) error {
+	var b bytes.Buffer
+	device := true
+	for _, kv := range knobs {
+		i := strings.IndexByte(kv, '=')
+		if i <= 0 || !strings.HasPrefix(kv, "HVSHIM_") || strings.ContainsAny(kv, "\n\r") {
+			return fmt.Errorf("SetShim: %q is not a HVSHIM_KEY=value line", kv)
+		}
+		if kv[:i] == "HVSHIM_DEVICE" {
+			device = false
+		}
+	}
+	if device {
+		fmt.Fprintf(&b, "HVSHIM_DEVICE=%s\n", n.KVMPath())
+	}
+	for _, kv := range knobs {
+		b.WriteString(kv + "\n")
+	}
+	tmp := n.ShimStatePath() + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, n.ShimStatePath())
+}
+
+// ClearShim removes the state file: the shim falls back to the daemon's environment (the fake
+// device, no faults).
+func (n *Node) ClearShim() error {
+	if err := os.Remove(n.ShimStatePath()); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
 }
 
 // PluginSockets lists the sockets in the kubelet directory other than kubelet.sock, sorted.

@@ -1,6 +1,7 @@
 // Command demo runs the hyperlight device plugin on a simulated node (a temporary root with
 // /dev/kvm, the kubelet device-plugins directory and the CDI directory) against the in-process
-// mock kubelet, and prints a readable transcript: start, registration, the advertised
+// mock kubelet, with the hypervisor ioctls faked by tests/fakes/libhvshim.so (so the transcript
+// never depends on the host's own /dev/kvm), and prints a readable transcript: start, registration, the advertised
 // resource, an Allocate answer, the CDI spec, a kubelet restart, a deleted CDI spec being
 // repaired, and SIGTERM. Every wait is bounded; any failed step exits non-zero.
 package main
@@ -67,10 +68,15 @@ func main() {
 		*build = abs
 	}
 	bin, err := kubelet.Executable(*build, kubelet.HyperlightBinary)
+	if err == nil {
+		_, err = kubelet.ShimPath(*build)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+	// kubelet.DaemonEnv finds the shim through SDP_BUILD_DIR.
+	os.Setenv("SDP_BUILD_DIR", *build)
 	d := &demo{bin: bin, showLog: *showLog}
 	os.Exit(d.run())
 }
@@ -128,6 +134,7 @@ func (d *demo) setup() {
 	fmt.Println("hyperlight device plugin demo")
 	field("node root", "%s (SDP_TEST_ROOT)", n.Root)
 	field("hypervisor", "%s (character device %d:%d)", rel(n, n.KVMPath()), kubelet.KVMMajor, kubelet.KVMMinor)
+	field("ioctls", "hypervisor ioctls faked by %s (LD_PRELOAD)", kubelet.ShimLibrary)
 	field("kubelet", "mock kubelet (grpc-go) serving %s", rel(n, k.SocketPath()))
 }
 
