@@ -1,0 +1,529 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"sdp/kubelet"
+)
+
+// The guest is the node: the daemon's real paths.
+const (
+	daemonPath  = "/usr/local/bin/hyperlight-device-plugin"
+	kubeletDir  = "/var/lib/kubelet/device-plugins"
+	cdiDir      = "/var/run/cdi"
+	cdiPath     = cdiDir + "/" + kubelet.HyperlightCDIFile
+	kvmPath     = "/dev/kvm"
+	modulesDir  = "/lib/modules"
+	cdiRWView   = "/tmp/cdi-rw" // a read-write bind mount of the CDI directory
+	nobody      = 65534
+	deviceCount = 2000 // the daemon's default DEVICE_COUNT
+	resource    = kubelet.HyperlightResource
+)
+
+// Bounds. Generous where the guest is slow (every check starts a probe helper under
+// QEMU's software emulation); the 1 s bound of the kvm_amd unload is the requirement itself.
+const (
+	startBound    = 30 * time.Second // daemon start to registered and Healthy
+	eventBound    = 5 * time.Second  // an inotify-driven change reaching the stream
+	unloadBound   = 1 * time.Second  // rmmod kvm_amd -> Unhealthy
+	periodicBound = 40 * time.Second // a change the daemon only sees at its 30 s periodic check
+	stopBound     = 10 * time.Second
+)
+
+type liveRun struct {
+	transcript
+	kdir    string      // the kubelet device-plugins directory
+	cdi     string      // the daemon's CDI spec file
+	cdiName string      // the CDI device name Allocate must return
+	canon   []byte      // the daemon's CDI spec, as first written
+	foreign []fileState // files in the CDI directory the daemon does not own
+	allocs  int
+	nextReg int // the registration count the daemon started last brings
+}
+
+func runKVM() int {
+	r := &liveRun{kdir: kubeletDir, cdi: cdiPath, cdiName: kubelet.HyperlightCDIName}
+	return r.run(func() {
+		r.step("preflight", r.preflight)
+		r.step("foreign-files", r.foreignFiles)
+		r.step("mock-kubelet", r.startKubelet)
+		r.step("daemon-start", func() string { return r.startDaemon(0) })
+		r.step("registered", r.registered)
+		r.step("healthy", func() string { return r.healthy(startBound) })
+		r.step("cdi-spec", r.cdiSpec)
+		r.step("allocate", r.allocateOK)
+		r.step("rmmod-kvm_amd", r.unloadKVM)
+		r.step("allocate-unloaded", func() string { return r.allocateUnavailable("") })
+		r.step("insmod-kvm-amd", r.reloadKVM)
+		r.step("allocate", r.allocateOK)
+		r.step("cdi-deleted", r.cdiDeleted)
+		r.step("allocate", r.allocateOK)
+		r.step("cdi-truncated", func() string { return r.cdiDamaged("truncated", r.canon[:len(r.canon)/2]) })
+		r.step("cdi-edited", func() string { return r.cdiDamaged("valid JSON, edited", r.edited()) })
+		r.step("allocate", r.allocateOK)
+		r.step("cdi-dir-readonly", r.cdiReadOnly)
+		r.step("allocate-readonly", func() string { return r.allocateUnavailable("") })
+		r.step("cdi-dir-writable", r.cdiWritable)
+		r.step("allocate", r.allocateOK)
+		r.step("daemon-stop", r.stopDaemon)
+		r.step("eacces-setup", r.eaccesSetup)
+		r.step("daemon-start", func() string { return r.startDaemon(nobody) })
+		r.step("registered", r.registered)
+		r.step("eacces-unhealthy", r.eaccesUnhealthy)
+		r.step("allocate-eacces", func() string { return r.allocateUnavailable("EACCES opening " + kvmPath) })
+		r.step("eacces-fixed", r.eaccesFixed)
+		r.step("allocate", r.allocateOK)
+		r.step("daemon-stop", r.stopDaemon)
+		r.step("eacces-restore", r.eaccesRestore)
+		r.step("daemon-start", func() string { return r.startDaemon(0) })
+		r.step("registered", r.registered)
+		r.step("healthy", func() string { return r.healthy(startBound) })
+		r.step("allocate", r.allocateOK)
+		r.step("kubelet-restart", r.kubeletRestart)
+		r.step("allocate", r.allocateOK)
+		r.step("cdi-dir-untouched", r.untouched)
+		r.step("sigterm", r.sigterm)
+		fmt.Printf("%s live-kvm: every step passed\n", r.stamp())
+	})
+}
+
+func (r *liveRun) daemon() *kubelet.Daemon { return r.daemons[len(r.daemons)-1].d }
+
+func (r *liveRun) preflight() string {
+	maj, min, err := charDev(kvmPath)
+	r.check(err)
+	if maj != kubelet.KVMMajor || min != kubelet.KVMMinor {
+		r.fail("%s is %d:%d, want %d:%d", kvmPath, maj, min, kubelet.KVMMajor, kubelet.KVMMinor)
+	}
+	msg, err := kvmSelfTest(kvmPath)
+	r.check(err)
+	for _, d := range []string{kubeletDir, cdiDir} {
+		names, err := dirNames(d)
+		r.check(err)
+		if len(names) != 0 {
+			r.fail("%s is not empty: %v", d, names)
+		}
+	}
+	if _, ok := os.LookupEnv("SDP_TEST_ROOT"); ok {
+		r.fail("SDP_TEST_ROOT is set: the guest is the node, the daemon must use the real paths")
+	}
+	return fmt.Sprintf("%s is a character device %d:%d; %s", kvmPath, maj, min, msg)
+}
+
+// foreignFiles puts files the daemon does not own into the CDI directory.
+func (r *liveRun) foreignFiles() string {
+	files := []struct {
+		name, data string
+		mode       os.FileMode
+	}{
+		{"vendor.example.json", `{"cdiVersion":"0.3.0","kind":"vendor.example/dev","devices":[]}` + "\n", 0o640},
+		{"other.yaml", "cdiVersion: 0.5.0\nkind: other.example/x\ndevices: []\n", 0o600},
+	}
+	var names []string
+	for _, f := range files {
+		p := filepath.Join(cdiDir, f.name)
+		r.check(os.WriteFile(p, []byte(f.data), f.mode))
+		r.check(os.Chmod(p, f.mode))
+		st, err := statFile(p)
+		r.check(err)
+		r.foreign = append(r.foreign, st)
+		names = append(names, fmt.Sprintf("%s (%v)", f.name, f.mode))
+	}
+	return "in " + cdiDir + ": " + strings.Join(names, ", ")
+}
+
+func (r *liveRun) startKubelet() string {
+	k, err := kubelet.Start(kubelet.Config{Dir: kubeletDir})
+	r.check(err)
+	r.k = k
+	return "serving " + k.SocketPath()
+}
+
+func daemonEnv() []string {
+	return []string{"PATH=/bin:/usr/bin:/usr/local/bin", "LOG_LEVEL=debug"}
+}
+
+// startDaemon starts the daemon as root, or through the exec-as trampoline as uid.
+func (r *liveRun) startDaemon(uid int) string {
+	var d *kubelet.Daemon
+	var err error
+	r.nextReg = r.k.Registrations(resource) + 1
+	if uid == 0 {
+		d, err = kubelet.StartDaemon(daemonPath, daemonEnv())
+	} else {
+		self, e := os.Executable()
+		r.check(e)
+		d, err = kubelet.StartDaemon(self, daemonEnv(), "exec-as", fmt.Sprint(uid), fmt.Sprint(uid), daemonPath)
+	}
+	r.check(err)
+	r.daemons = append(r.daemons, &started{d: d, uid: uid})
+	return fmt.Sprintf("pid %d as uid %d, no SDP_TEST_ROOT", d.Pid(), uid)
+}
+
+// registered waits for the registration of the daemon started last.
+func (r *liveRun) registered() string {
+	count := r.nextReg
+	start := time.Now()
+	p, err := r.k.WaitRegistered(resource, count, startBound)
+	if err != nil {
+		r.fail("%v (daemon %s)", err, r.daemon().ExitDescription())
+	}
+	return fmt.Sprintf("registration %d, endpoint %s, after %s", count, p.Endpoint, ms(time.Since(start)))
+}
+
+// waitHealth waits until the newest snapshot has every device with health h and returns the
+// arrival time of the first such snapshot received at or after since.
+func (r *liveRun) waitHealth(h string, since time.Time, bound time.Duration) time.Time {
+	pred := kubelet.CountHealth(deviceCount, h)
+	if _, err := r.k.WaitDevices(resource, pred, bound); err != nil {
+		r.fail("%v (daemon %s)", err, r.daemon().ExitDescription())
+	}
+	for _, s := range r.k.Current(resource).Snapshots() {
+		if !s.Time.Before(since) && pred(s.Devices) {
+			return s.Time
+		}
+	}
+	return time.Now() // the state held already before since
+}
+
+func (r *liveRun) healthy(bound time.Duration) string {
+	start := time.Now()
+	at := r.waitHealth(kubelet.Healthy, start, bound)
+	return fmt.Sprintf("%d devices Healthy, after %s", deviceCount, ms(at.Sub(start)))
+}
+
+// allocateOK allocates one device (a different one each time) and checks the CDI answer.
+func (r *liveRun) allocateOK() string {
+	id := r.deviceID()
+	start := time.Now()
+	a, err := r.k.Allocate(resource, []string{id})
+	if err != nil {
+		r.fail("Allocate(%s): %v", id, err)
+	}
+	took := time.Since(start)
+	var names []string
+	for _, c := range a.Response.CdiDevices {
+		names = append(names, c.Name)
+	}
+	if len(names) != 1 || names[0] != r.cdiName {
+		r.fail("Allocate(%s) cdi_devices %q, want [%s]", id, names, r.cdiName)
+	}
+	var ann []string
+	for k, v := range a.Response.Annotations {
+		if strings.HasPrefix(k, "cdi.k8s.io/") && v == r.cdiName {
+			ann = append(ann, k)
+		}
+	}
+	if len(ann) != 1 {
+		r.fail("Allocate(%s) annotations %v, want one cdi.k8s.io/ key = %s", id, a.Response.Annotations, r.cdiName)
+	}
+	return fmt.Sprintf("Allocate(%s) -> cdi_devices %s, annotation %s, in %s", id, names[0], ann[0], ms(took))
+}
+
+// deviceID picks the next advertised device ID from the newest snapshot.
+func (r *liveRun) deviceID() string {
+	p := r.k.Current(resource)
+	if p == nil {
+		r.fail("no current registration")
+	}
+	s, ok := p.Latest()
+	if !ok || len(s.Devices) == 0 {
+		r.fail("no device list from the daemon")
+	}
+	r.allocs++
+	return s.Devices[(r.allocs*397)%len(s.Devices)].ID
+}
+
+// allocateUnavailable expects Allocate to fail with UNAVAILABLE whose message contains want.
+func (r *liveRun) allocateUnavailable(want string) string {
+	id := r.deviceID()
+	_, err := r.k.Allocate(resource, []string{id})
+	if err == nil {
+		r.fail("Allocate(%s) succeeded on an unusable device", id)
+	}
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), want) {
+		r.fail("Allocate(%s): %v, want UNAVAILABLE containing %q", id, err, want)
+	}
+	return fmt.Sprintf("Allocate(%s) -> %s %q", id, st.Code(), st.Message())
+}
+
+func (r *liveRun) cdiSpec() string {
+	b, err := os.ReadFile(cdiPath)
+	r.check(err)
+	spec, err := kubelet.ParseCDI(b)
+	r.check(err)
+	r.check(kubelet.CheckHyperlightCDI(spec, nobody, nobody))
+	fi, err := os.Lstat(cdiPath)
+	r.check(err)
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+		r.fail("%s mode %v, want a regular file 0644", cdiPath, fi.Mode())
+	}
+	r.canon = b
+	return fmt.Sprintf("%s: %d bytes, cdiVersion %s, kind %s, device %s", cdiPath, len(b), spec.CDIVersion, spec.Kind, spec.Devices[0].Name)
+}
+
+// unloadKVM unloads kvm_amd and requires every device Unhealthy within 1 s of rmmod's return.
+func (r *liveRun) unloadKVM() string {
+	var err error
+	var start, returned time.Time
+	// A probe in flight holds /dev/kvm open (kvm_amd in use): retry, bounded.
+	if !kubelet.Poll(eventBound, func() bool {
+		start = time.Now()
+		err = command("rmmod", "kvm_amd")
+		returned = time.Now()
+		return err == nil
+	}) {
+		r.fail("%v", err)
+	}
+	if moduleLoaded("kvm_amd") {
+		r.fail("kvm_amd still loaded after rmmod")
+	}
+	node := "/dev/kvm still present"
+	if !exists(kvmPath) {
+		node = "/dev/kvm removed"
+	}
+	at := r.waitHealth(kubelet.Unhealthy, start, unloadBound)
+	lat := at.Sub(returned)
+	if lat > unloadBound {
+		r.fail("Unhealthy %s after rmmod returned, bound %v", ms(lat), unloadBound)
+	}
+	when := fmt.Sprintf("%s after rmmod returned", ms(lat))
+	if lat < 0 {
+		when = fmt.Sprintf("%s before rmmod returned", ms(-lat))
+	}
+	return fmt.Sprintf("rmmod took %s, %s; every device Unhealthy %s (bound %v)",
+		ms(returned.Sub(start)), node, when, unloadBound)
+}
+
+func (r *liveRun) reloadKVM() string {
+	start := time.Now()
+	r.check(command("insmod", filepath.Join(modulesDir, "kvm-amd.ko")))
+	returned := time.Now()
+	if _, _, err := charDev(kvmPath); err != nil {
+		r.fail("after insmod: %v", err)
+	}
+	at := r.waitHealth(kubelet.Healthy, start, eventBound)
+	return fmt.Sprintf("insmod took %s, /dev/kvm back; every device Healthy %s after insmod returned",
+		ms(returned.Sub(start)), ms(at.Sub(returned)))
+}
+
+// waitCanon waits until the CDI file holds the canonical bytes again.
+func (r *liveRun) waitCanon(bound time.Duration) time.Duration {
+	start := time.Now()
+	var got []byte
+	if !kubelet.Poll(bound, func() bool {
+		got, _ = os.ReadFile(cdiPath)
+		return bytes.Equal(got, r.canon)
+	}) {
+		r.fail("%s not repaired within %v; it holds %q", cdiPath, bound, got)
+	}
+	return time.Since(start)
+}
+
+func (r *liveRun) cdiDeleted() string {
+	r.check(os.Remove(cdiPath))
+	d := r.waitCanon(eventBound)
+	r.waitHealth(kubelet.Healthy, time.Now(), eventBound)
+	return fmt.Sprintf("deleted; rewritten in %s, devices Healthy", ms(d))
+}
+
+func (r *liveRun) edited() []byte {
+	e := bytes.Replace(r.canon, []byte(`"rw"`), []byte(`"rwm"`), 1)
+	if bytes.Equal(e, r.canon) {
+		r.fail("the spec has no \"rw\" to edit:\n%s", r.canon)
+	}
+	return e
+}
+
+// cdiDamaged overwrites the file in place with bad and waits for the repair.
+func (r *liveRun) cdiDamaged(what string, bad []byte) string {
+	r.check(os.WriteFile(cdiPath, bad, 0o644))
+	d := r.waitCanon(eventBound)
+	r.waitHealth(kubelet.Healthy, time.Now(), eventBound)
+	return fmt.Sprintf("overwritten in place (%s, %d bytes); repaired in %s, devices Healthy", what, len(bad), ms(d))
+}
+
+// cdiReadOnly makes the CDI directory read-only for the daemon, then damages the file through
+// a read-write bind mount of the same file system: the daemon cannot repair it.
+func (r *liveRun) cdiReadOnly() string {
+	r.check(bindMount(cdiDir, cdiRWView))
+	r.check(remount(cdiDir, true))
+	if err := writable(cdiDir); err != syscall.EROFS {
+		r.fail("%s after the read-only remount: access(W_OK) = %v, want EROFS", cdiDir, err)
+	}
+	damaged := []byte("damaged while read-only\n")
+	mark := len(r.daemon().Stderr.Lines())
+	start := time.Now()
+	r.check(os.WriteFile(filepath.Join(cdiRWView, kubelet.HyperlightCDIFile), damaged, 0o644))
+	at := r.waitHealth(kubelet.Unhealthy, start, eventBound)
+	line := r.waitLog(mark, "device unusable")
+	if !strings.Contains(line, "Read-only file system") {
+		r.fail("the daemon's reason does not name the read-only file system: %s", line)
+	}
+	if got, _ := os.ReadFile(cdiPath); !bytes.Equal(got, damaged) {
+		r.fail("%s changed although its directory is read-only: %q", cdiPath, got)
+	}
+	return fmt.Sprintf("%s remounted read-only, file damaged through %s; every device Unhealthy after %s; log: %s",
+		cdiDir, cdiRWView, ms(at.Sub(start)), reasonOf(line))
+}
+
+// waitLog waits for the first line after the first mark lines of the current daemon's log
+// that contains what.
+func (r *liveRun) waitLog(mark int, what string) string {
+	var found string
+	if !kubelet.Poll(eventBound, func() bool {
+		lines := r.daemon().Stderr.Lines()
+		for _, l := range lines[min(mark, len(lines)):] {
+			if strings.Contains(l, what) {
+				found = l
+				return true
+			}
+		}
+		return false
+	}) {
+		r.fail("no %q in the daemon log within %v", what, eventBound)
+	}
+	return found
+}
+
+func min(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+// reasonOf extracts reason=... from a logfmt line.
+func reasonOf(line string) string {
+	if i := strings.Index(line, "reason="); i >= 0 {
+		return line[i:]
+	}
+	return line
+}
+
+// cdiWritable restores the directory: the daemon repairs the file and recovers.
+func (r *liveRun) cdiWritable() string {
+	start := time.Now()
+	r.check(remount(cdiDir, false))
+	r.check(syscall.Unmount(cdiRWView, 0))
+	r.check(os.Remove(cdiRWView))
+	d := r.waitCanon(periodicBound)
+	at := r.waitHealth(kubelet.Healthy, start, periodicBound)
+	return fmt.Sprintf("%s read-write again; file repaired after %s, every device Healthy after %s",
+		cdiDir, ms(d), ms(at.Sub(start)))
+}
+
+func (r *liveRun) stopDaemon() string {
+	d := r.daemon()
+	socket := filepath.Join(r.kdir, r.k.Current(resource).Endpoint)
+	code, err := d.Stop(stopBound)
+	r.check(err)
+	if code != 0 {
+		r.fail("daemon exited %d after SIGTERM", code)
+	}
+	if exists(socket) {
+		r.fail("the daemon left its socket %s", socket)
+	}
+	if _, err := os.Lstat(r.cdi); err != nil {
+		r.fail("the CDI spec was removed at shutdown: %v", err)
+	}
+	return "SIGTERM: exit 0, socket removed, CDI spec kept"
+}
+
+// eaccesSetup: /dev/kvm 0600 root (devtmpfs's mode for it); the directories the daemon writes
+// are given to uid 65534, so only the device denies it.
+func (r *liveRun) eaccesSetup() string {
+	r.check(os.Chown(kvmPath, 0, 0))
+	r.check(os.Chmod(kvmPath, 0o600))
+	r.check(chownAll(nobody, nobody, kubeletDir, r.k.SocketPath(), cdiDir))
+	return fmt.Sprintf("%s 0600 root:root; %s, kubelet.sock and %s owned by %d", kvmPath, kubeletDir, cdiDir, nobody)
+}
+
+func (r *liveRun) eaccesUnhealthy() string {
+	start := time.Now()
+	r.waitHealth(kubelet.Unhealthy, start, startBound)
+	line := r.waitLog(0, "device unusable")
+	if !strings.Contains(line, "reason=\"EACCES opening "+kvmPath+"\"") {
+		r.fail("the daemon's reason is not EACCES opening %s: %s", kvmPath, line)
+	}
+	return "every device Unhealthy; log: " + reasonOf(line)
+}
+
+// eaccesFixed removes the fault while the daemon runs: the node's mode change is an inotify
+// event on /dev.
+func (r *liveRun) eaccesFixed() string {
+	start := time.Now()
+	r.check(os.Chmod(kvmPath, 0o666))
+	at := r.waitHealth(kubelet.Healthy, start, eventBound)
+	return fmt.Sprintf("chmod 0666 %s; every device Healthy after %s", kvmPath, ms(at.Sub(start)))
+}
+
+func (r *liveRun) eaccesRestore() string {
+	r.check(os.Chmod(kvmPath, 0o600))
+	r.check(chownAll(0, 0, kubeletDir, r.k.SocketPath(), cdiDir))
+	if b, err := os.ReadFile(cdiPath); err != nil || !bytes.Equal(b, r.canon) {
+		r.fail("%s after the unprivileged daemon: %v %q", cdiPath, err, b)
+	}
+	return fmt.Sprintf("%s 0600 again, directories owned by root again", kvmPath)
+}
+
+func (r *liveRun) kubeletRestart() string {
+	before := r.k.Registrations(resource)
+	old := r.k.Current(resource).Endpoint
+	start := time.Now()
+	r.check(r.k.Restart())
+	p, err := r.k.WaitRegistered(resource, before+1, startBound)
+	r.check(err)
+	took := time.Since(start)
+	if p.Endpoint == old {
+		r.fail("re-registered with the old endpoint %s", old)
+	}
+	at := r.waitHealth(kubelet.Healthy, start, eventBound)
+	return fmt.Sprintf("sockets deleted; re-registered as %s after %s, Healthy after %s",
+		p.Endpoint, ms(took), ms(at.Sub(start)))
+}
+
+// untouched: the foreign files are exactly as written, nothing else appeared.
+func (r *liveRun) untouched() string {
+	want := []string{kubelet.HyperlightCDIFile}
+	for _, f := range r.foreign {
+		now, err := statFile(f.path)
+		r.check(err)
+		if d := f.diff(now); d != "" {
+			r.fail("%s changed: %s", f.path, d)
+		}
+		want = append(want, filepath.Base(f.path))
+	}
+	names, err := dirNames(cdiDir)
+	r.check(err)
+	if strings.Join(names, " ") != strings.Join(sorted(want), " ") {
+		r.fail("%s holds %v, want %v", cdiDir, names, sorted(want))
+	}
+	if b, err := os.ReadFile(cdiPath); err != nil || !bytes.Equal(b, r.canon) {
+		r.fail("%s: %v %q", cdiPath, err, b)
+	}
+	return fmt.Sprintf("%s holds %v; foreign files identical (bytes, mode, owner, inode, mtime)", cdiDir, names)
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
+}
+
+func (r *liveRun) sigterm() string {
+	s := r.stopDaemon()
+	r.k.Stop()
+	return s
+}
