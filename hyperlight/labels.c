@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,7 +45,6 @@
 /* One socket curl asked us to watch (curl_multi_assign'ed to it). */
 struct hl_sock {
 	dp_source *src;
-	curl_socket_t fd;
 	struct hl_sock *next;
 };
 
@@ -248,39 +249,65 @@ static void sock_remove(hl_labels *l, struct hl_sock *hs)
 	free(hs);
 }
 
+static void set_cloexec(int fd)
+{
+	int flags = fcntl(fd, F_GETFD);
+	if (flags >= 0 && !(flags & FD_CLOEXEC))
+		(void)fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
+/* Watch a socket curl announced for the first time. */
+static int sock_add(hl_labels *l, curl_socket_t fd, int what)
+{
+	struct hl_sock *hs = calloc(1, sizeof(*hs));
+	int r;
+
+	if (!hs)
+		return -ENOMEM;
+	r = dp_io_add(l->loop, fd, (uint32_t)sock_events(what), on_socket_event, l, &hs->src);
+	if (r < 0) {
+		free(hs);
+		return r;
+	}
+	hs->next = l->socks;
+	l->socks = hs;
+	if (curl_multi_assign(l->multi, fd, hs) != CURLM_OK) {
+		sock_remove(l, hs);
+		return -EIO;
+	}
+	set_cloexec(fd); /* sockets curl made itself (the threaded resolver's socketpair) lack it */
+	return 0;
+}
+
 /* CURLMOPT_SOCKETFUNCTION. Returns 0, or -1 (curl then fails the transfer). */
 static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
+	static const char *const names[] = { "none", "in", "out", "inout", "remove" };
 	hl_labels *l = userp;
 	struct hl_sock *hs = socketp;
 	int r;
 
-	dp_debug("node labels: curl socket", "fd=%d what=%d", fd, what);
+	dp_debug("node labels: curl socket", "fd=%d watch=%s", fd,
+		 what >= 0 && what < (int)DP_ELEMENTSOF(names) ? names[what] : "?");
 	if (what == CURL_POLL_REMOVE) {
 		if (hs)
 			sock_remove(l, hs);
 		return 0;
 	}
-	if (hs) {
-		r = dp_io_set_events(hs->src, (uint32_t)sock_events(what));
-		return r < 0 ? -1 : 0;
-	}
-	if (!(hs = calloc(1, sizeof(*hs))))
-		return -1;
-	r = dp_io_add(l->loop, fd, (uint32_t)sock_events(what), on_socket_event, l, &hs->src);
+	r = hs ? dp_io_set_events(hs->src, (uint32_t)sock_events(what)) : sock_add(l, fd, what);
 	if (r < 0) {
 		dp_debug("node labels: cannot watch a curl socket", "fd=%d error=%s", fd, strerror(-r));
-		free(hs);
-		return -1;
-	}
-	hs->fd = fd;
-	hs->next = l->socks;
-	l->socks = hs;
-	if (curl_multi_assign(l->multi, fd, hs) != CURLM_OK) {
-		sock_remove(l, hs);
 		return -1;
 	}
 	return 0;
+}
+
+/* CURLOPT_OPENSOCKETFUNCTION: curl's own socket() call does not set close-on-exec; the probe
+ * helper is exec'ed from this process while a transfer may be in flight. */
+static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+	return fd < 0 ? CURL_SOCKET_BAD : fd;
 }
 
 static int on_curl_timer_fired(dp_source *s, void *userdata);
@@ -428,6 +455,7 @@ static CURLcode configure(hl_labels *l, CURL *e)
 	SET(CURLOPT_WRITEFUNCTION, on_body);
 	SET(CURLOPT_WRITEDATA, l);
 	SET(CURLOPT_ERRORBUFFER, l->errbuf);
+	SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
 #undef SET
 	return c;
 }
@@ -550,6 +578,12 @@ static int on_retry(dp_source *s, void *userdata)
 
 /* ---------------------------------------------------------------- API */
 
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
 static int curl_global(void)
 {
 	static bool initialised;
@@ -561,9 +595,59 @@ static int curl_global(void)
 	return 0;
 }
 
+/* The fds open now, ascending (readdir of /proc/self/fd). */
+static int list_fds(int **ret, size_t *ret_n)
+{
+	_cleanup_free_ int *fds = NULL;
+	size_t n = 0, cap = 0;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!d)
+		return -errno;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+			continue;
+		if (n == cap) {
+			int *p = reallocarray(fds, cap = cap ? 2 * cap : 64, sizeof(*fds));
+			if (!p) {
+				closedir(d);
+				return -ENOMEM;
+			}
+			fds = p;
+		}
+		fds[n++] = atoi(e->d_name);
+	}
+	closedir(d);
+	qsort(fds, n, sizeof(*fds), cmp_int);
+	*ret = TAKE_PTR(fds);
+	*ret_n = n;
+	return 0;
+}
+
+/* curl_multi_init() makes a wakeup socketpair without close-on-exec (curl 7.88 has no option
+ * for it): mark every fd it opened, the probe helper must not inherit them. */
+static CURLM *multi_init_cloexec(void)
+{
+	_cleanup_free_ int *before = NULL, *after = NULL;
+	size_t nb = 0, na = 0;
+	int r = list_fds(&before, &nb);
+	CURLM *m = curl_multi_init();
+
+	if (!m || r < 0 || (r = list_fds(&after, &na)) < 0) {
+		if (m)
+			dp_debug("node labels: cannot list the fds curl opened", "error=%s", strerror(-r));
+		return m;
+	}
+	for (size_t i = 0; i < na; i++)
+		if (!bsearch(&after[i], before, nb, sizeof(*before), cmp_int))
+			set_cloexec(after[i]);
+	return m;
+}
+
 static int multi_new(hl_labels *l)
 {
-	if (!(l->multi = curl_multi_init()))
+	if (!(l->multi = multi_init_cloexec()))
 		return -ENOMEM;
 	if (curl_multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket) != CURLM_OK ||
 	    curl_multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l) != CURLM_OK ||

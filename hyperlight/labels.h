@@ -16,10 +16,20 @@
 
 typedef struct hl_labels hl_labels;
 
-/* Start labelling. *ret is NULL (and 0 returned) when labelling does not apply (NODE_NAME unset
- * or no service account); the daemon logs why at info level. Negative errno on setup failure. */
+/* Start labelling. Nothing touches the network here: the first attempt runs from the loop.
+ * hypervisor is the label value ("kvm" or "mshv"; any valid Kubernetes label value).
+ * *ret is NULL (and 0 returned) when labelling does not apply; one line says why: info for
+ * NODE_NAME, the service account files or KUBERNETES_SERVICE_HOST/PORT missing, warn for an
+ * invalid NODE_NAME (not a DNS subdomain), host or port. Errors (*ret untouched): -EINVAL (loop
+ * or ret NULL, hypervisor not a label value, SDP_TEST_ROOT relative), -ENAMETOOLONG (root
+ * prefix too long), -ENOMEM, -EIO (libcurl could not be initialised).
+ * Each attempt re-reads the token, sends PATCH /api/v1/nodes/<NODE_NAME> (JSON merge patch,
+ * TLS verified against the service account's ca.crt only; connect 5 s, whole transfer 15 s)
+ * and succeeds on HTTP 200 or 201; anything else is logged at warn (status and a sanitised
+ * excerpt of at most 200 bytes of the body, or the transport error) and retried. */
 int hl_labels_start(dp_loop *loop, const char *hypervisor, hl_labels **ret);
-/* Abort any transfer, free. Accepts NULL, returns NULL. */
+/* Abort any transfer, release every socket, timer and curl handle. Call before dp_loop_free().
+ * Accepts NULL, returns NULL. */
 hl_labels *hl_labels_free(hl_labels *l);
-/* True once the API server accepted the patch. */
+/* True once the API server accepted the patch (NULL: false). */
 bool hl_labels_done(const hl_labels *l);

@@ -1,0 +1,299 @@
+package kubelet
+
+// Node labels: the real daemon patches its node's labels through a stub HTTPS API server
+// (apistub.go). The stub checks what a real API server would (method, path, headers, token,
+// the merge patch), fails or withholds the first answer, and the daemon keeps serving kubelet
+// meanwhile and retries after its back-off.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	api "sdp/v1beta1"
+)
+
+const (
+	labelNode = "node-a.example.com"
+	// curl's whole-transfer timeout (15 s) plus the first back-off (1 s), with room for a
+	// loaded CI machine and ASan.
+	hungBound = 40 * time.Second
+)
+
+// labelScenario is a scenario with a stub API server and a mounted service account.
+type labelScenario struct {
+	*scenario
+	stub *APIStub
+}
+
+// newLabelScenario starts the stub with answer, mounts a service account holding token and
+// ca (the stub's CA when nil), then the mock kubelet and the daemon with NODE_NAME (unless
+// nodeName is empty) and the stub as the API server.
+func newLabelScenario(t *testing.T, nodeName, token string, ca []byte,
+	answer func(node *Node, n int, r *APIRequest) APIAnswer) *labelScenario {
+	t.Helper()
+	node := newNode(t, true)
+	stub, err := StartAPIStub(func(n int, r *APIRequest) APIAnswer { return answer(node, n, r) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stub.Close)
+	if ca == nil {
+		ca = stub.CAPEM
+	}
+	if err := WriteServiceAccount(node.Root, token, ca); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DEVICE_COUNT=3", "KUBERNETES_SERVICE_HOST=" + stub.Host,
+		"KUBERNETES_SERVICE_PORT=" + stub.PortString(), "NO_PROXY=*", "no_proxy=*"}
+	if nodeName != "" {
+		env = append(env, "NODE_NAME="+nodeName)
+	}
+	s := prepare(t, node)
+	s.startDaemon(env...)
+	return &labelScenario{scenario: s, stub: stub}
+}
+
+// waitRequests waits until the stub holds at least n requests and cond (if any) holds.
+func (s *labelScenario) waitRequests(n int, bound time.Duration, what string, cond func([]APIRequest) bool) []APIRequest {
+	s.t.Helper()
+	var reqs []APIRequest
+	if !s.wait(bound, func() bool {
+		reqs = s.stub.Requests()
+		return len(reqs) >= n && (cond == nil || cond(reqs))
+	}) {
+		s.fatalf("%s: the stub API server got %d request(s) within %v: %s", what, len(reqs), bound, describeRequests(reqs))
+	}
+	return reqs
+}
+
+func describeRequests(reqs []APIRequest) string {
+	var b strings.Builder
+	for i, r := range reqs {
+		answer := "nothing (yet)"
+		if r.Status != 0 {
+			answer = fmt.Sprint(r.Status)
+		}
+		fmt.Fprintf(&b, "\n  #%d %s %s answered %s", i+1, r.Method, r.Path, answer)
+	}
+	return b.String()
+}
+
+// checkLabelRequest checks one request against what the daemon must send.
+func checkLabelRequest(t *testing.T, i int, r APIRequest, token string) {
+	t.Helper()
+	want := map[string]string{
+		"method":        "PATCH",
+		"path":          "/api/v1/nodes/" + labelNode,
+		"Content-Type":  "application/merge-patch+json",
+		"Accept":        "application/json",
+		"Authorization": "Bearer " + token,
+	}
+	got := map[string]string{"method": r.Method, "path": r.Path, "Content-Type": r.ContentType,
+		"Accept": r.Accept, "Authorization": r.Authorization}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("request #%d: %s %q, want %q", i+1, k, got[k], w)
+		}
+	}
+	if !strings.HasPrefix(r.UserAgent, "hyperlight-device-plugin/") {
+		t.Errorf("request #%d: User-Agent %q, want hyperlight-device-plugin/<version>", i+1, r.UserAgent)
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.Body))
+	var body map[string]interface{}
+	if err := dec.Decode(&body); err != nil || dec.More() {
+		t.Errorf("request #%d: body %q is not one JSON object (%v)", i+1, r.Body, err)
+		return
+	}
+	wantBody := map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{
+		"hyperlight.dev/enabled": "true", "hyperlight.dev/hypervisor": "kvm"}}}
+	if !reflect.DeepEqual(body, wantBody) {
+		t.Errorf("request #%d: merge patch %s, want exactly %v", i+1, r.Body, wantBody)
+	}
+}
+
+// servingMeanwhile proves the daemon serves kubelet: registered, a ListAndWatch snapshot, and
+// an Allocate answered by the daemon within the bound (OK, or UNAVAILABLE naming why the device
+// is not usable when the test environment cannot run the usability probe).
+func (s *labelScenario) servingMeanwhile() *Plugin {
+	s.t.Helper()
+	p := s.registered(1, startBound)
+	if _, err := p.WaitSnapshots(1, eventBound); err != nil {
+		s.fatalf("ListAndWatch: %v", err)
+	}
+	conn := s.dial(p)
+	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	defer cancel()
+	resp, err := api.NewDevicePluginClient(conn).Allocate(ctx, &api.AllocateRequest{
+		ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{"hyperlight-0"}}}})
+	switch {
+	case err == nil:
+		if len(resp.ContainerResponses) != 1 {
+			s.fatalf("Allocate answered %d container responses, want 1", len(resp.ContainerResponses))
+		}
+	case status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "is not usable"):
+		s.t.Logf("Allocate answered UNAVAILABLE (no hypervisor probe in this environment): %v", err)
+	default:
+		s.fatalf("Allocate not answered by the daemon within %v: %v", eventBound, err)
+	}
+	return p
+}
+
+// logLine waits for a daemon log line containing every part.
+func (s *labelScenario) logLine(bound time.Duration, parts ...string) string {
+	s.t.Helper()
+	line, ok := s.d.WaitLog(bound, func(l string) bool {
+		for _, p := range parts {
+			if !strings.Contains(l, p) {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		s.fatalf("no daemon log line with %q within %v", parts, bound)
+	}
+	return line
+}
+
+// stop stops the daemon and checks it exited cleanly (labels freed at exit).
+func (s *labelScenario) stop() {
+	s.t.Helper()
+	code, err := s.d.Stop(exitBound)
+	if err != nil || code != 0 {
+		s.fatalf("daemon stop: exit %d, %v", code, err)
+	}
+}
+
+// The first PATCH fails with HTTP 500 and is held until kubelet has seen the daemon register,
+// stream and answer Allocate; the token rotates meanwhile; the retry, 1 s later, carries the new
+// token and is accepted; then the daemon stops sending.
+func TestLabelsRetryAfterServerError(t *testing.T) {
+	release := make(chan struct{})
+	var rotateErr error
+	var once sync.Once
+	// Invalid UTF-8, control characters and more than 200 bytes: the log shows a short, clean excerpt.
+	errBody := "etcd unavailable\n\tretry later\x01\xff " + strings.Repeat("x", 200) + " PAST-THE-EXCERPT"
+	s := newLabelScenario(t, labelNode, "token-1\n", nil, func(node *Node, n int, r *APIRequest) APIAnswer {
+		if n == 1 {
+			once.Do(func() { rotateErr = WriteToken(node.Root, "token-2\n") })
+			return APIAnswer{Status: 500, Body: errBody, Hold: release}
+		}
+		return APIAnswer{Status: 200, Body: `{"kind":"Node","apiVersion":"v1"}`}
+	})
+	s.waitRequests(1, startBound, "first attempt", nil)
+	p := s.servingMeanwhile()
+	if r := s.stub.Requests(); r[0].Status != 0 {
+		s.fatalf("the first PATCH was answered (%d) before the test released it", r[0].Status)
+	}
+	released := time.Now()
+	close(release)
+
+	reqs := s.waitRequests(2, backoffBound, "retry", func(r []APIRequest) bool { return len(r) >= 2 && r[1].Status != 0 })
+	if rotateErr != nil {
+		t.Fatalf("rotate the token: %v", rotateErr)
+	}
+	checkLabelRequest(t, 0, reqs[0], "token-1")
+	checkLabelRequest(t, 1, reqs[1], "token-2")
+	if reqs[0].Status != 500 || reqs[1].Status != 200 {
+		t.Errorf("answers %d, %d; want 500, 200", reqs[0].Status, reqs[1].Status)
+	}
+	if gap := reqs[1].Time.Sub(released); gap < 950*time.Millisecond {
+		t.Errorf("retry %v after the failure, want the 1 s back-off", gap)
+	}
+	warn := s.logLine(eventBound, "level=warn", `msg="node labelling failed"`, "status=500")
+	for _, w := range []string{"node=" + labelNode, "attempt=1", "retry_in=1s", "etcd unavailable..retry later.. xxx"} {
+		if !strings.Contains(warn, w) {
+			t.Errorf("failure log line lacks %q: %s", w, warn)
+		}
+	}
+	if strings.Contains(warn, "PAST-THE-EXCERPT") || strings.Contains(warn, "\t") {
+		t.Errorf("failure log line has more than a 200-byte clean excerpt: %s", warn)
+	}
+	done := s.logLine(eventBound, "level=info", `msg="node labelled"`)
+	if !strings.Contains(done, "node="+labelNode) || !strings.Contains(done, "attempts=2") {
+		t.Errorf("success log line: %s", done)
+	}
+	if ended, err := p.Ended(); ended {
+		t.Errorf("kubelet's ListAndWatch stream ended: %v", err)
+	}
+	s.stop()
+	if n := len(s.stub.Requests()); n != 2 {
+		t.Errorf("%d PATCH requests in total, want 2 (none after success)", n)
+	}
+}
+
+// The API server accepts the connection and never answers: the daemon registers and answers
+// Allocate regardless; curl gives up after its 15 s transfer timeout and the retry succeeds.
+func TestLabelsHungAPIServer(t *testing.T) {
+	s := newLabelScenario(t, labelNode, "token-1", nil, func(_ *Node, n int, r *APIRequest) APIAnswer {
+		if n == 1 {
+			return APIAnswer{Hang: true}
+		}
+		return APIAnswer{Status: 200, Body: `{"kind":"Node","apiVersion":"v1"}`}
+	})
+	s.waitRequests(1, startBound, "first attempt", nil)
+	s.servingMeanwhile()
+	if r := s.stub.Requests(); len(r) != 1 || r[0].Status != 0 {
+		s.fatalf("want exactly one unanswered request while the server hangs: %s", describeRequests(r))
+	}
+	reqs := s.waitRequests(2, hungBound, "retry after the transfer timeout",
+		func(r []APIRequest) bool { return len(r) >= 2 && r[1].Status != 0 })
+	checkLabelRequest(t, 0, reqs[0], "token-1")
+	checkLabelRequest(t, 1, reqs[1], "token-1")
+	if reqs[1].Status != 200 {
+		t.Errorf("second answer %d, want 200", reqs[1].Status)
+	}
+	warn := s.logLine(eventBound, "level=warn", `msg="node labelling failed"`, "attempt=1")
+	if !strings.Contains(strings.ToLower(warn), "timed out") {
+		t.Errorf("failure log line does not say the transfer timed out: %s", warn)
+	}
+	s.logLine(eventBound, "level=info", `msg="node labelled"`, "attempts=2")
+	s.stop()
+}
+
+// A CA that did not sign the server certificate: TLS verification fails, no request reaches
+// the server, the failure is logged, the daemon serves.
+func TestLabelsUntrustedServer(t *testing.T) {
+	otherCA, err := NewTestCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newLabelScenario(t, labelNode, "token-1", otherCA, func(_ *Node, n int, r *APIRequest) APIAnswer {
+		return APIAnswer{Status: 200}
+	})
+	warn := s.logLine(startBound, "level=warn", `msg="node labelling failed"`, "attempt=1")
+	if !strings.Contains(strings.ToLower(warn), "certificate") {
+		t.Errorf("failure log line does not name the certificate problem: %s", warn)
+	}
+	s.servingMeanwhile()
+	if r := s.stub.Requests(); len(r) != 0 {
+		t.Errorf("requests reached a server the CA does not vouch for: %s", describeRequests(r))
+	}
+	s.stop()
+}
+
+// Without NODE_NAME the daemon says why labelling is off, sends nothing and serves.
+func TestLabelsDisabledWithoutNodeName(t *testing.T) {
+	s := newLabelScenario(t, "", "token-1", nil, func(_ *Node, n int, r *APIRequest) APIAnswer {
+		return APIAnswer{Status: 200}
+	})
+	s.logLine(startBound, "level=info", `msg="node labelling disabled"`, "NODE_NAME is not set")
+	s.servingMeanwhile()
+	s.stop()
+	if r := s.stub.Requests(); len(r) != 0 {
+		t.Errorf("requests without NODE_NAME: %s", describeRequests(r))
+	}
+	if strings.Contains(s.d.Log(), "node labelling enabled") {
+		t.Errorf("labelling enabled without NODE_NAME")
+	}
+}
