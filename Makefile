@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv
 
 all: build
 
@@ -30,6 +30,15 @@ asan: deps
 	ninja -C $(ASAN_BUILD)
 	scripts/go-build.sh $(ASAN_BUILD)
 	SDP_SANITIZE=1 tests/run.sh $(ASAN_BUILD)
+
+# A real KVM: Debian's kernel under QEMU's software emulation (tests/live/README.md).
+test-live-kvm: build
+	scripts/install-deps.sh live-kvm
+	tests/live/run-kvm.sh $(BUILD)
+
+# Opt-in (TEST_MSHV_LIVE=1) on a host with /dev/mshv; prints why it did not run otherwise.
+test-live-mshv: build
+	tests/live/run-mshv.sh $(BUILD)
 
 demo: build
 	tests/demo.sh $(BUILD)

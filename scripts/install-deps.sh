@@ -1,10 +1,21 @@
 #!/bin/sh
 # Install the Debian 12 packages the build and the tests need (nothing else is downloaded).
 # Run by every make target; does nothing when everything is present.
+# Usage: scripts/install-deps.sh [PROFILE]. Without PROFILE: the build and `make test`.
+# Profile live-kvm: what `make test-live-kvm` adds (QEMU, Debian's kernel and modules,
+# busybox-static and cpio for the guest's initramfs).
 set -eu
 PKGS="gcc clang make git meson ninja-build pkg-config \
 libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev \
 golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler python3-yaml"
+case "${1:-}" in
+"") ;;
+live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio" ;;
+*)
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm)" >&2
+	exit 2
+	;;
+esac
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -50,7 +50,7 @@ func runMSHV(build string) int {
 		})
 		r.step("daemon-start", func() string {
 			r.nextReg = 1
-			d, err := kubelet.StartDaemon(bin, kubelet.DaemonEnv(node.Root))
+			d, err := kubelet.StartDaemon(bin, kubelet.PlainDaemonEnv(node.Root))
 			r.check(err)
 			r.daemons = append(r.daemons, &started{d: d})
 			return fmt.Sprintf("pid %d, SDP_TEST_ROOT=%s", d.Pid(), node.Root)
