@@ -86,7 +86,9 @@ echo "root:x:0:0:root:/root:/bin/sh" >etc/passwd
 echo "nobody:x:65534:65534:nobody:/nonexistent:/bin/false" >>etc/passwd
 printf 'root:x:0:\nnogroup:x:65534:\n' >etc/group
 # The kernel opens /dev/console for init before devtmpfs is mounted (init reopens it after).
-[ "$(id -u)" -eq 0 ] && mknod -m 0600 dev/console c 5 1
+if [ "$(id -u)" -eq 0 ]; then
+	mknod -m 0600 dev/console c 5 1
+fi
 
 # The library set is complete if the daemon runs in this tree (as root: chroot).
 if [ "$(id -u)" -eq 0 ]; then

@@ -48,7 +48,8 @@ type liveRun struct {
 	canon   []byte      // the daemon's CDI spec, as first written
 	foreign []fileState // files in the CDI directory the daemon does not own
 	allocs  int
-	nextReg int // the registration count the daemon started last brings
+	nextReg int    // the registration count the daemon started last brings
+	prevEp  string // the endpoint registered before it
 }
 
 func runKVM() int {
@@ -69,6 +70,7 @@ func runKVM() int {
 		r.step("cdi-deleted", r.cdiDeleted)
 		r.step("allocate", r.allocateOK)
 		r.step("cdi-truncated", func() string { return r.cdiDamaged("truncated", r.canon[:len(r.canon)/2]) })
+		r.step("allocate", r.allocateOK)
 		r.step("cdi-edited", func() string { return r.cdiDamaged("valid JSON, edited", r.edited()) })
 		r.step("allocate", r.allocateOK)
 		r.step("cdi-dir-readonly", r.cdiReadOnly)
@@ -158,6 +160,10 @@ func (r *liveRun) startDaemon(uid int) string {
 	var d *kubelet.Daemon
 	var err error
 	r.nextReg = r.k.Registrations(resource) + 1
+	r.prevEp = ""
+	if p := r.k.Current(resource); p != nil {
+		r.prevEp = p.Endpoint
+	}
 	if uid == 0 {
 		d, err = kubelet.StartDaemon(daemonPath, daemonEnv())
 	} else {
@@ -177,6 +183,9 @@ func (r *liveRun) registered() string {
 	p, err := r.k.WaitRegistered(resource, count, startBound)
 	if err != nil {
 		r.fail("%v (daemon %s)", err, r.daemon().ExitDescription())
+	}
+	if p.Endpoint == r.prevEp {
+		r.fail("the new daemon registered the previous daemon's endpoint %s", p.Endpoint)
 	}
 	return fmt.Sprintf("registration %d, endpoint %s, after %s", count, p.Endpoint, ms(time.Since(start)))
 }
@@ -227,7 +236,7 @@ func (r *liveRun) allocateOK() string {
 	if len(ann) != 1 {
 		r.fail("Allocate(%s) annotations %v, want one cdi.k8s.io/ key = %s", id, a.Response.Annotations, r.cdiName)
 	}
-	return fmt.Sprintf("Allocate(%s) -> cdi_devices %s, annotation %s, in %s", id, names[0], ann[0], ms(took))
+	return fmt.Sprintf("Allocate(%s) -> %s (cdi_devices and %s), in %s", id, names[0], ann[0], ms(took))
 }
 
 // deviceID picks the next advertised device ID from the newest snapshot.
