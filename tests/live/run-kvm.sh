@@ -32,8 +32,13 @@ timeout -k 10 "$timeout" qemu-system-x86_64 \
 took=$(($(date +%s) - start))
 
 echo
-if grep -q '^LIVE-KVM-RESULT: PASS$' "$console" && ! grep -q '^LIVE-KVM-RESULT: FAIL' "$console"; then
+# One line per guest step: "[   1.234s] ok   name ..." or "[   1.234s] FAIL name ...".
+passed=$(grep -c '^\[ *[0-9.]*s\] ok ' "$console" || true)
+failed=$(grep -c '^\[ *[0-9.]*s\] FAIL ' "$console" || true)
+if grep -q '^LIVE-KVM-RESULT: PASS$' "$console" && ! grep -q '^LIVE-KVM-RESULT: FAIL' "$console" &&
+	[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]; then
 	echo "test-live-kvm: PASS in ${took} s"
+	echo "test-live-kvm: $passed passed, 0 failed"
 	exit 0
 fi
 if ! grep -q '^LIVE-KVM-RESULT:' "$console"; then
@@ -42,4 +47,6 @@ else
 	echo "test-live-kvm: FAIL: $(grep '^LIVE-KVM-RESULT:' "$console" | head -1)" >&2
 fi
 grep -v "TCG doesn't support requested feature" "$qemulog" >&2 || true
+[ "$failed" -gt 0 ] || failed=1
+echo "test-live-kvm: $passed passed, $failed failed"
 exit 1
