@@ -417,10 +417,13 @@ static int spawn_child(dp_helper *h, int out_w, pid_t *ret_pid)
 		posix_spawn_file_actions_destroy(&fa);
 		return -r;
 	}
-	/* stdin /dev/null, stdout the pipe, stderr inherited; default signals, none blocked. */
+	/* stdin /dev/null, stdout the pipe, stderr inherited, every other fd closed (a library fd
+	 * without close-on-exec never reaches the child); default signals, none blocked. */
 	r = posix_spawn_file_actions_adddup2(&fa, devnull, STDIN_FILENO);
 	if (!r)
 		r = posix_spawn_file_actions_adddup2(&fa, out_w, STDOUT_FILENO);
+	if (!r)
+		r = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
 	if (!r)
 		r = posix_spawnattr_setsigmask(&attr, &none);
 	if (!r)
