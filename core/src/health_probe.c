@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "dp/health.h"
 #include "health.pb-c.h"
@@ -83,8 +85,25 @@ static void on_probe_done(void *userdata, int status, const char *message, const
 		dp_loop_exit(run->loop, 0);
 }
 
+/* True when nobody listens on the socket at path: connect() is refused at once (a stale file
+ * left by a killed process). Any other outcome, including a full backlog, counts as alive. */
+static bool socket_refused(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return false;
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return false;
+	bool refused = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 &&
+		       (errno == ECONNREFUSED || errno == ENOENT);
+	close(fd);
+	return refused;
+}
+
 static int start_probes(struct probe_run *run, const char *dir, const char *const *prefixes,
-			const char *service, uint64_t timeout)
+			const char *service, uint64_t timeout, bool skip_refused)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -98,6 +117,8 @@ static int start_probes(struct probe_run *run, const char *dir, const char *cons
 				continue;
 			char path[4096];
 			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+			if (skip_refused && socket_refused(path))
+				continue;
 			struct probe *p = &run->probes[run->n_probes];
 			p->run = run;
 			p->prefix = i;
@@ -118,8 +139,39 @@ static int on_deadline(dp_source *s, void *userdata)
 	return 0;
 }
 
-int dp_health_probe(const char *dir, const char *const *prefixes, size_t n_prefixes, bool readiness,
-		    uint64_t timeout_usec, char *err, size_t errlen)
+/* The verdict of a finished run (see dp_health_probe / dp_health_probe_present). */
+static int verdict_of(const struct probe_run *run, const char *dir, const char *const *prefixes,
+		      bool require_all, const char *what, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < run->n_prefixes; i++) {
+		if (run->verdict[i] == 1)
+			continue;
+		bool any = false;
+		for (size_t j = 0; j < run->n_probes; j++)
+			any |= run->probes[j].prefix == i;
+		if (!any && !require_all)
+			continue;
+		if (!any) {
+			snprintf(err, errlen, "not %s: no plugin socket %s-*.sock in %s", what, prefixes[i], dir);
+			return -ENOENT;
+		}
+		snprintf(err, errlen, "not %s: %s-*.sock: %s", what, prefixes[i],
+			 run->last_error[0] ? run->last_error : "no answer before the deadline");
+		return run->pending ? -ETIMEDOUT : -EAGAIN;
+	}
+	if (!require_all && run->n_probes == 0) {
+		size_t o = (size_t)snprintf(err, errlen, "not %s: no live plugin socket", what);
+		for (size_t i = 0; i < run->n_prefixes && o < errlen; i++)
+			o += (size_t)snprintf(err + o, errlen - o, "%s %s-*.sock", i ? "," : "", prefixes[i]);
+		if (o < errlen)
+			snprintf(err + o, errlen - o, " in %s", dir);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static int probe(const char *dir, const char *const *prefixes, size_t n_prefixes, bool readiness,
+		 uint64_t timeout_usec, bool present_only, char *err, size_t errlen)
 {
 	_cleanup_(dp_loop_freep) dp_loop *loop = NULL;
 	_cleanup_free_ int *verdict = calloc(n_prefixes ? n_prefixes : 1, sizeof(int));
@@ -131,7 +183,8 @@ int dp_health_probe(const char *dir, const char *const *prefixes, size_t n_prefi
 		return -ENOMEM;
 	run.loop = loop;
 	run.verdict = verdict;
-	r = start_probes(&run, dir, prefixes, readiness ? DP_HEALTH_READINESS : "", timeout_usec);
+	r = start_probes(&run, dir, prefixes, readiness ? DP_HEALTH_READINESS : "", timeout_usec,
+			 present_only);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot read %s: %s", dir, strerror(-r));
 		return r;
@@ -142,19 +195,17 @@ int dp_health_probe(const char *dir, const char *const *prefixes, size_t n_prefi
 	dp_source_free(t);
 	for (size_t i = 0; i < run.n_probes; i++)
 		dp_grpc_client_call_cancel(run.probes[i].call);
-	for (size_t i = 0; i < n_prefixes; i++) {
-		if (verdict[i] == 1)
-			continue;
-		bool any = false;
-		for (size_t j = 0; j < run.n_probes; j++)
-			any |= run.probes[j].prefix == i;
-		if (!any) {
-			snprintf(err, errlen, "not %s: no plugin socket %s-*.sock in %s", what, prefixes[i], dir);
-			return -ENOENT;
-		}
-		snprintf(err, errlen, "not %s: %s-*.sock: %s", what, prefixes[i],
-			 run.last_error[0] ? run.last_error : "no answer before the deadline");
-		return run.pending ? -ETIMEDOUT : -EAGAIN;
-	}
-	return 0;
+	return verdict_of(&run, dir, prefixes, !present_only, what, err, errlen);
+}
+
+int dp_health_probe(const char *dir, const char *const *prefixes, size_t n_prefixes, bool readiness,
+		    uint64_t timeout_usec, char *err, size_t errlen)
+{
+	return probe(dir, prefixes, n_prefixes, readiness, timeout_usec, false, err, errlen);
+}
+
+int dp_health_probe_present(const char *dir, const char *const *prefixes, size_t n_prefixes,
+			    bool readiness, uint64_t timeout_usec, char *err, size_t errlen)
+{
+	return probe(dir, prefixes, n_prefixes, readiness, timeout_usec, true, err, errlen);
 }

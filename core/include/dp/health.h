@@ -48,3 +48,12 @@ unsigned dp_health_watchers(const dp_health *h);
  */
 int dp_health_probe(const char *dir, const char *const *prefixes, size_t n_prefixes, bool readiness,
 		    uint64_t timeout_usec, char *err, size_t errlen);
+/*
+ * The same for a daemon whose endpoints exist only when their hardware is present (kata): only
+ * the prefixes that have a live socket are asked. A socket nobody listens on (connect() refused
+ * at once: a stale file of a killed process) is ignored. Every prefix with a live socket needs
+ * one SERVING answer; at least one live socket must exist for any prefix (-ENOENT otherwise,
+ * "not live: no live plugin socket a-*.sock, b-*.sock in DIR"). Other returns as above.
+ */
+int dp_health_probe_present(const char *dir, const char *const *prefixes, size_t n_prefixes,
+			    bool readiness, uint64_t timeout_usec, char *err, size_t errlen);
