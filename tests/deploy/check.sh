@@ -1,0 +1,140 @@
+#!/bin/bash
+# Offline checks of the hyperlight deployment; ends with "N passed, M failed".
+#
+#   tests/deploy/check.sh [BUILD]        (BUILD defaults to ./build)
+#
+# 1. deploy/hyperlight/ manifests, images/hyperlight.Containerfile and the log lines quoted in
+#    docs/operations.md (check_manifests.py: python3-yaml).
+# 2. The admission policies evaluated with a real CEL evaluator against admission requests
+#    (policy_test.mjs: node + @bufbuild/cel from npm, installed once into BUILD/deploy-npm),
+#    and once against a deliberately broken policy, which must be caught.
+# 3. The image context (scripts/image-context.sh) made from BUILD/hyperlight-device-plugin:
+#    the binary runs in a chroot of it (root needed), every exec probe command of the
+#    DaemonSets parses there, and the daemon documents every variable the manifests set.
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:-$src/build}" 2>/dev/null && pwd) || build=${1:-$src/build}
+cel_version=0.6.1
+passed=0
+failed=0
+
+tmp=$(mktemp -d /tmp/sdp-deploy.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# Count "PASS name" / "FAIL name: why" lines from stdin, echoing them.
+tally() {
+	local line
+	while IFS= read -r line; do
+		echo "$line"
+		case $line in
+		PASS\ *) passed=$((passed + 1)) ;;
+		FAIL\ *) failed=$((failed + 1)) ;;
+		esac
+	done
+}
+
+result() { # NAME OK [WHY]
+	if [ "$2" = 1 ]; then
+		echo "PASS $1"
+		passed=$((passed + 1))
+	else
+		echo "FAIL $1: ${3:-}"
+		failed=$((failed + 1))
+	fi
+}
+
+# ---- 1. manifests ----
+tally < <(python3 "$src/tests/deploy/check_manifests.py" "$src" --json "$tmp/docs.json" 2>&1)
+[ -s "$tmp/docs.json" ] || result "manifests parsed for the policy test" 0 "check_manifests.py wrote no JSON"
+
+# ---- 2. admission policies in CEL ----
+npmdir="$build/deploy-npm"
+have_cel() {
+	[ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' \
+		"$npmdir/node_modules/@bufbuild/cel/package.json" 2>/dev/null)" = "$cel_version" ]
+}
+if ! have_cel; then
+	mkdir -p "$npmdir" &&
+		npm install --prefix "$npmdir" --no-audit --no-fund --loglevel=error "@bufbuild/cel@$cel_version" >"$tmp/npm.log" 2>&1
+fi
+if have_cel && [ -s "$tmp/docs.json" ]; then
+	tally < <(CEL_MODULES="$npmdir" node "$src/tests/deploy/policy_test.mjs" "$tmp/docs.json" 2>&1)
+	# A policy that forgets the node check and compares the old labels with themselves must fail.
+	python3 - "$tmp/docs.json" "$tmp/broken.json" <<-'EOF'
+		import json, sys
+		docs = json.load(open(sys.argv[1]))
+		for d in (d for ds in docs.values() for d in ds):
+		    if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "hyperlight-node-labels":
+		        s = d["spec"]
+		        s["validations"] = [v for v in s["validations"] if "object.metadata.name" not in v["expression"]]
+		        for v in s["variables"]:
+		            v["expression"] = v["expression"].replace("? object.metadata.labels", "? oldObject.metadata.labels")
+		json.dump(docs, open(sys.argv[2], "w"))
+	EOF
+	out=$(CEL_MODULES="$npmdir" node "$src/tests/deploy/policy_test.mjs" "$tmp/broken.json" 2>&1)
+	rc=$?
+	if [ $rc -ne 0 ] && grep -q '^FAIL node-labels: another node' <<<"$out" &&
+		grep -q '^FAIL node-labels: changing another label' <<<"$out"; then
+		result "policy test catches a policy that lets the plugin change other nodes and labels" 1
+	else
+		result "policy test catches a policy that lets the plugin change other nodes and labels" 0 \
+			"exit $rc: $(grep -c '^FAIL' <<<"$out") failures"
+	fi
+else
+	result "CEL evaluator @bufbuild/cel@$cel_version available" 0 \
+		"npm install into $npmdir failed: $(tail -3 "$tmp/npm.log" 2>/dev/null | tr '\n' ' ')"
+fi
+
+# ---- 3. image context ----
+bin="$build/hyperlight-device-plugin"
+if [ ! -x "$bin" ]; then
+	result "image context from $bin" 0 "no binary: build first (make build)"
+elif ! "$src/scripts/image-context.sh" "$bin" "$tmp/ctx" >"$tmp/files" 2>"$tmp/ctx.err"; then
+	result "image context from $bin" 0 "$(cat "$tmp/ctx.err")"
+else
+	result "image context from $bin" 1
+	root="$tmp/ctx/rootfs"
+	nlibs=$(LC_ALL=C ldd "$bin" | grep -c -e '=> /' -e '^[[:space:]]*/')
+	nfiles=$(find "$root" -type f | wc -l)
+	result "image holds the binary, its $nlibs libraries and loader, the CA bundle, nothing else" \
+		"$([ "$nfiles" -eq $((nlibs + 2)) ] && echo 1)" "$nfiles files"
+	want=$("$bin" --version 2>&1)
+	got=$(chroot "$root" /hyperlight-device-plugin --version 2>&1)
+	result "binary runs in the image with only its context" "$([ "$got" = "$want" ] && echo 1)" \
+		"got '$got', want '$want'"
+	# Every exec probe in the DaemonSets: in the image and with no plugin socket, each must be
+	# understood (exit 1, "not live/ready" or no socket directory), not rejected (exit 2).
+	python3 -c '
+import json, sys
+for ds in json.load(open(sys.argv[1])).values():
+    for d in ds:
+        if d["kind"] != "DaemonSet":
+            continue
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        for p in ("livenessProbe", "readinessProbe"):
+            print(d["metadata"]["name"], p, "\t".join(c[p]["exec"]["command"]))
+' "$tmp/docs.json" >"$tmp/probes"
+	while read -r ds probe cmd; do
+		IFS=$'\t' read -r -a argv <<<"$cmd"
+		out=$(chroot "$root" "${argv[@]}" 2>&1)
+		rc=$?
+		result "$ds $probe command parses in the image (${argv[*]})" \
+			"$([ $rc -eq 1 ] && ! grep -qi -e usage -e unknown <<<"$out" && echo 1)" "exit $rc: $out"
+	done <"$tmp/probes"
+	helptext=$("$bin" --help 2>&1)
+	python3 -c '
+import json, sys
+for ds in json.load(open(sys.argv[1])).values():
+    for d in ds:
+        if d["kind"] == "DaemonSet":
+            for e in d["spec"]["template"]["spec"]["containers"][0].get("env", []):
+                print(d["metadata"]["name"], e["name"])
+' "$tmp/docs.json" >"$tmp/env"
+	while read -r ds var; do
+		result "$ds sets $var, which the daemon documents (--help)" \
+			"$(grep -qw -- "$var" <<<"$helptext" && echo 1)" "not in --help"
+	done <"$tmp/env"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
