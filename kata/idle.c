@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "idle.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dp/grpc.h"
+#include "dp/health.h"
+#include "dp/log.h"
+#include "table.h"
+
+#define CHECK_USEC (5 * DP_USEC_PER_SEC)
+#define DIR_MASK (IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+
+struct kata_idle {
+	dp_loop *loop;
+	char dir[PATH_MAX];
+	dp_health *health;
+	dp_grpc_server *server;
+	char name[64]; /* "" when not serving */
+	ino_t ino;
+	dev_t dev;
+	unsigned generation;
+	dp_source *watch;
+	dp_source *timer;
+	int last_error; /* logged once per distinct failure */
+};
+
+static int status(const char *service, void *userdata)
+{
+	if (service[0] == '\0')
+		return DP_HEALTH_SERVING;
+	if (strcmp(service, DP_HEALTH_READINESS) == 0)
+		return DP_HEALTH_NOT_SERVING;
+	return -ENOENT;
+}
+
+static void stop_serving(kata_idle *i)
+{
+	char path[PATH_MAX + 64];
+	struct stat st;
+	i->server = dp_grpc_server_free(i->server);
+	if (!i->name[0])
+		return;
+	snprintf(path, sizeof(path), "%s/%s", i->dir, i->name);
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == i->ino && st.st_dev == i->dev)
+		(void)unlink(path);
+	i->name[0] = '\0';
+}
+
+static void serve(kata_idle *i)
+{
+	char path[PATH_MAX + 64];
+	dp_grpc_method m[2];
+	struct stat st;
+	size_t n = dp_health_methods(i->health, m);
+
+	stop_serving(i);
+	snprintf(i->name, sizeof(i->name), KATA_IDLE_PREFIX "-%d-%u.sock", (int)getpid(), ++i->generation);
+	snprintf(path, sizeof(path), "%s/%s", i->dir, i->name);
+	int r = dp_grpc_server_new(i->loop, path, m, n, NULL, &i->server);
+	if (r < 0) {
+		if (r != i->last_error)
+			dp_warn("cannot serve the idle health socket, retrying", "socket=%s error=%s", path,
+				strerror(-r));
+		i->last_error = r;
+		i->name[0] = '\0';
+		return;
+	}
+	i->last_error = 0;
+	if (lstat(path, &st) == 0) {
+		i->ino = st.st_ino;
+		i->dev = st.st_dev;
+	}
+	dp_info("serving health only, not registered with kubelet", "socket=%s", i->name);
+}
+
+static bool ours_present(const kata_idle *i)
+{
+	char path[PATH_MAX + 64];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", i->dir, i->name);
+	return i->name[0] && lstat(path, &st) == 0 && st.st_ino == i->ino && st.st_dev == i->dev;
+}
+
+static int on_dir_event(dp_source *s, const struct inotify_event *ev, void *userdata);
+
+static void ensure_watch(kata_idle *i)
+{
+	if (!i->watch && dp_inotify_add(i->loop, i->dir, DIR_MASK, on_dir_event, i, &i->watch) < 0)
+		i->watch = NULL;
+}
+
+static int on_dir_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+{
+	kata_idle *i = userdata;
+	if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
+		i->watch = dp_source_free(i->watch);
+		ensure_watch(i);
+		serve(i);
+	} else if (ev->len && i->name[0] && strcmp(ev->name, i->name) == 0) {
+		serve(i);
+	}
+	return 0;
+}
+
+static int on_timer(dp_source *s, void *userdata)
+{
+	kata_idle *i = userdata;
+	ensure_watch(i);
+	if (!ours_present(i))
+		serve(i);
+	return 0;
+}
+
+int kata_idle_new(dp_loop *loop, const char *kubelet_dir, kata_idle **ret)
+{
+	_cleanup_(kata_idle_freep) kata_idle *i = calloc(1, sizeof(*i));
+	if (!i)
+		return -ENOMEM;
+	i->loop = loop;
+	if ((size_t)snprintf(i->dir, sizeof(i->dir), "%s", kubelet_dir) >= sizeof(i->dir))
+		return -ENAMETOOLONG;
+	int r = dp_health_new(status, i, &i->health);
+	if (r < 0)
+		return r;
+	r = dp_timer_add(loop, CHECK_USEC, CHECK_USEC, on_timer, i, &i->timer);
+	if (r < 0)
+		return r;
+	ensure_watch(i);
+	serve(i);
+	*ret = TAKE_PTR(i);
+	return 0;
+}
+
+kata_idle *kata_idle_free(kata_idle *i)
+{
+	if (!i)
+		return NULL;
+	i->watch = dp_source_free(i->watch);
+	i->timer = dp_source_free(i->timer);
+	stop_serving(i);
+	i->health = dp_health_free(i->health);
+	return (free(i), NULL);
+}
+
+const char *kata_idle_socket(const kata_idle *i)
+{
+	return i->name[0] ? i->name : NULL;
+}

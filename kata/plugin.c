@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "plugin.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include "dp/grpc.h"
+#include "dp/log.h"
+#include "dp/paths.h"
+#include "spec.h"
+
+#define ID_MAX 24
+
+struct kata_plugin {
+	dp_loop *loop;
+	char resource[KATA_NAME_MAX];
+	char plugin_name[KATA_NAME_MAX]; /* "kata.nvidia.com-gpu" */
+	struct kata_device *devs;
+	char (*ids)[ID_MAX];
+	size_t n;
+	dp_endpoint *ep;
+	dp_cdi_file *cdi;
+	bool reported;
+	bool last_healthy;
+	char last_reason[512];
+};
+
+/* Log the verdict once per change, not at every periodic check. */
+static void report(kata_plugin *p, bool healthy, const char *reason)
+{
+	char q[600];
+	if (p->reported && healthy == p->last_healthy && strcmp(reason, p->last_reason) == 0)
+		return;
+	if (healthy)
+		dp_info("devices usable", "resource=%s devices=%zu", p->resource, p->n);
+	else
+		dp_warn("devices unusable, advertising every device Unhealthy", "resource=%s reason=%s",
+			p->resource, dp_logq(q, sizeof(q), reason));
+	p->reported = true;
+	p->last_healthy = healthy;
+	snprintf(p->last_reason, sizeof(p->last_reason), "%s", reason);
+}
+
+/* Each cdev is still the character device with the number the scan saw. */
+static int verify_nodes(const kata_plugin *p, char *reason, size_t size)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct kata_device *d = &p->devs[i];
+		int r = dp_path(path, sizeof(path), d->path);
+		if (r < 0) {
+			snprintf(reason, size, "invalid root prefix");
+			return r;
+		}
+		if (lstat(path, &st) < 0) {
+			r = -errno;
+			snprintf(reason, size, "%s: %s", d->path, strerror(-r));
+			return r;
+		}
+		if (!S_ISCHR(st.st_mode) || st.st_rdev != d->rdev) {
+			snprintf(reason, size, "%s is no longer the character device %u:%u", d->path,
+				 major(d->rdev), minor(d->rdev));
+			return -ENODEV;
+		}
+	}
+	return 0;
+}
+
+static bool check(kata_plugin *p, char *reason, size_t size)
+{
+	bool repaired = false;
+	reason[0] = '\0';
+	if (verify_nodes(p, reason, size) < 0)
+		goto unhealthy;
+	if (dp_cdi_file_sync(p->cdi, &repaired) < 0) {
+		snprintf(reason, size, "%s", dp_cdi_file_error(p->cdi));
+		goto unhealthy;
+	}
+	if (repaired)
+		dp_info("CDI spec written", "resource=%s path=%s", p->resource, dp_cdi_file_path(p->cdi));
+	report(p, true, "");
+	dp_endpoint_set_health(p->ep, true, NULL);
+	return true;
+unhealthy:
+	report(p, false, reason);
+	dp_endpoint_set_health(p->ep, false, reason);
+	return false;
+}
+
+static void drv_check(dp_endpoint *ep, void *userdata)
+{
+	char reason[512];
+	(void)check(userdata, reason, sizeof(reason));
+}
+
+/* One container request: every CDI name, and the annotation for runtimes without the field. */
+static int answer_container(kata_plugin *p, dp_alloc *a, size_t c)
+{
+	_cleanup_(dp_buf_done) dp_buf names = { 0 };
+	char name[2 * KATA_NAME_MAX], key[2 * KATA_NAME_MAX];
+	size_t n;
+	char **ids = dp_alloc_ids(a, c, &n);
+
+	for (size_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "%s=%s", p->resource, ids[i]);
+		if (dp_alloc_add_cdi(a, c, name) < 0)
+			return -ENOMEM;
+		if (i)
+			dp_buf_puts(&names, ",");
+		dp_buf_puts(&names, name);
+	}
+	if (names.oom)
+		return -ENOMEM;
+	/* cdi.k8s.io/<plugin>_<device>: unique per container (IDs are not shared). */
+	snprintf(key, sizeof(key), "cdi.k8s.io/%s_%s", p->plugin_name, ids[0]);
+	return dp_alloc_add_annotation(a, c, key, names.data);
+}
+
+static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
+{
+	kata_plugin *p = userdata;
+	char reason[512], msg[KATA_NAME_MAX + 600];
+
+	if (!check(p, reason, sizeof(reason))) {
+		snprintf(msg, sizeof(msg), "%s is not usable: %s", p->resource, reason);
+		dp_alloc_finish(a, DP_GRPC_UNAVAILABLE, msg);
+		return;
+	}
+	for (size_t c = 0; c < dp_alloc_containers(a); c++) {
+		if (answer_container(p, a, c) < 0) {
+			dp_alloc_finish(a, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+			return;
+		}
+	}
+	dp_alloc_finish(a, DP_GRPC_OK, NULL);
+}
+
+static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
+
+static void on_cdi_changed(dp_cdi_file *f, void *userdata)
+{
+	kata_plugin *p = userdata;
+	dp_endpoint_request_check(p->ep);
+}
+
+static void on_registered(dp_endpoint *ep, void *userdata)
+{
+	dp_info("registered with kubelet", "resource=%s socket=%s devices=%zu", dp_endpoint_resource(ep),
+		dp_endpoint_socket(ep), dp_endpoint_devices(ep));
+}
+
+static void on_register_failed(dp_endpoint *ep, const char *reason, void *userdata)
+{
+	char q[600];
+	dp_warn("registration failed, retrying", "resource=%s error=%s", dp_endpoint_resource(ep),
+		dp_logq(q, sizeof(q), reason));
+}
+
+static void on_restart(dp_endpoint *ep, const char *why, void *userdata)
+{
+	char q[300];
+	dp_info("re-registering", "resource=%s reason=%s", dp_endpoint_resource(ep), dp_logq(q, sizeof(q), why));
+}
+
+const dp_endpoint_events kata_endpoint_events = {
+	.on_registered = on_registered,
+	.on_register_failed = on_register_failed,
+	.on_restart = on_restart,
+};
+
+static int setup_cdi(kata_plugin *p, const char *cdi_dir)
+{
+	char file[KATA_NAME_MAX];
+	_cleanup_(dp_buf_done) dp_buf spec = { 0 };
+	int r = kata_spec_file(p->resource, file, sizeof(file));
+	if (r < 0)
+		return r;
+	kata_spec_render(p->resource, p->devs, p->n, &spec);
+	if (spec.oom)
+		return -ENOMEM;
+	r = dp_cdi_file_new(p->loop, cdi_dir, file, on_cdi_changed, p, &p->cdi);
+	if (r < 0)
+		return r;
+	return dp_cdi_file_set_content(p->cdi, spec.data, spec.len);
+}
+
+static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
+{
+	char prefix[KATA_NAME_MAX];
+	_cleanup_free_ dp_device *dd = calloc(p->n, sizeof(*dd));
+	int r = kata_socket_prefix(p->resource, prefix, sizeof(prefix));
+	if (r < 0)
+		return r;
+	if (!dd)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		snprintf(p->ids[i], ID_MAX, "%zu", i);
+		dd[i].id = p->ids[i];
+		dd[i].numa_node = p->devs[i].numa_node;
+	}
+	dp_endpoint_config ec = {
+		.resource_name = p->resource,
+		.socket_prefix = prefix,
+		.devices = dd,
+		.n_devices = p->n,
+		.driver = &driver,
+		.userdata = p,
+	};
+	r = dp_endpoint_new(p->loop, kubelet_dir, &ec, &p->ep);
+	if (r < 0)
+		return r;
+	dp_endpoint_set_events(p->ep, &kata_endpoint_events);
+	return 0;
+}
+
+int kata_plugin_new(dp_loop *loop, const char *resource, const struct kata_device *devs, size_t n,
+		    const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret)
+{
+	if (!loop || !resource || !devs || n == 0 || !ret)
+		return -EINVAL;
+	if (strlen(resource) >= KATA_NAME_MAX)
+		return -ENAMETOOLONG;
+	_cleanup_(kata_plugin_freep) kata_plugin *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->loop = loop;
+	snprintf(p->resource, sizeof(p->resource), "%s", resource);
+	int r = kata_plugin_name(resource, p->plugin_name, sizeof(p->plugin_name));
+	if (r < 0)
+		return r;
+	p->devs = calloc(n, sizeof(*p->devs));
+	p->ids = calloc(n, sizeof(*p->ids));
+	if (!p->devs || !p->ids)
+		return -ENOMEM;
+	memcpy(p->devs, devs, n * sizeof(*devs));
+	p->n = n;
+	r = setup_cdi(p, cdi_dir);
+	if (r < 0)
+		return r;
+	r = setup_endpoint(p, kubelet_dir);
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(p);
+	return 0;
+}
+
+int kata_plugin_start(kata_plugin *p)
+{
+	return dp_endpoint_start(p->ep);
+}
+
+kata_plugin *kata_plugin_free(kata_plugin *p)
+{
+	if (!p)
+		return NULL;
+	p->ep = dp_endpoint_free(p->ep);
+	p->cdi = dp_cdi_file_free(p->cdi);
+	free(p->devs);
+	free(p->ids);
+	free(p);
+	return NULL;
+}
+
+dp_endpoint *kata_plugin_endpoint(const kata_plugin *p) { return p->ep; }
+const char *kata_plugin_spec_path(const kata_plugin *p) { return dp_cdi_file_path(p->cdi); }

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * plugin: one present resource (a table row with >= 1 device). An endpoint ("kata-<vendor>-
+ * <class>-<pid>-<n>.sock") advertising IDs "0".."n-1" with their NUMA nodes, and the owned
+ * CDI spec /var/run/cdi/kata.<vendor>-<class>.yaml.
+ *
+ * Check (at start, every 30 s, on a CDI directory change, before every Allocate): the spec file
+ * holds exactly the rendered bytes (repaired when it differs) and every cdev is still the
+ * character device with the number seen by the scan. Any failure marks every device of the
+ * resource Unhealthy; the next passing check restores them.
+ * Allocate (after a passing check; else UNAVAILABLE with the reason): per container request,
+ * cdi_devices "<resource>=<id>" for each ID and the annotation
+ * "cdi.k8s.io/kata.<vendor>-<class>_<first id>" = the comma-separated CDI names.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "dp/cdi.h"
+#include "dp/endpoint.h"
+#include "dp/loop.h"
+#include "scan.h"
+#include "table.h"
+
+typedef struct kata_plugin kata_plugin;
+
+/* devs: the row's devices in ID order (copied). kubelet_dir and cdi_dir: host paths (already
+ * under the root prefix). -EINVAL (n == 0, invalid resource name), -ENAMETOOLONG, -ENOMEM. */
+int kata_plugin_new(dp_loop *loop, const char *resource, const struct kata_device *devs, size_t n,
+		    const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret);
+/* Serve, register, first check. */
+int kata_plugin_start(kata_plugin *p);
+/* Removes our socket; the CDI spec is kept. Accepts NULL, returns NULL. */
+kata_plugin *kata_plugin_free(kata_plugin *p);
+DP_DEFINE_CLEANUP(kata_plugin, kata_plugin_free)
+
+dp_endpoint *kata_plugin_endpoint(const kata_plugin *p);
+const char *kata_plugin_spec_path(const kata_plugin *p);
+
+/* Info-level logging of the endpoints' life cycle. */
+extern const dp_endpoint_events kata_endpoint_events;

@@ -1,0 +1,667 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "scan.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "dp/log.h"
+#include "dp/paths.h"
+
+#define ATTR_MAX 64 /* bytes read from one attribute, at most */
+#define WHY_MAX 768
+
+struct ctx {
+	const struct kata_scan_opts *o;
+	size_t max;
+	char sysroot[PATH_MAX]; /* realpath of <root>/sys; "" when missing */
+	struct kata_device *devs;
+	size_t n;
+	unsigned *seen; /* numbers of the vfioN names in /dev/vfio/devices, any type */
+	size_t n_seen;
+};
+
+/* ---- logging ---- */
+
+/* The reason of a skip (WHY_MAX bytes; cut when longer). */
+_printf_(2, 3) static void whyf(char *why, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, WHY_MAX, fmt, ap);
+	va_end(ap);
+}
+
+static void skip(const struct ctx *c, enum dp_log_level lvl, const char *name, const char *why)
+{
+	char qn[64], qw[WHY_MAX + 64];
+	dp_log(c->o->verbose ? lvl : DP_LOG_DEBUG, "skipping VFIO device", "device=%s reason=%s",
+	       dp_logq(qn, sizeof(qn), name), dp_logq(qw, sizeof(qw), why));
+}
+
+/* ---- parsers: buf holds exactly n bytes (may contain NULs) ---- */
+
+static int hex_digit(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* "0x" + exactly digits hex digits + "\n". */
+static bool parse_hex(const char *buf, size_t n, size_t digits, uint32_t *ret)
+{
+	uint32_t v = 0;
+	if (n != digits + 3 || buf[0] != '0' || buf[1] != 'x' || buf[n - 1] != '\n')
+		return false;
+	for (size_t i = 2; i < n - 1; i++) {
+		int d = hex_digit(buf[i]);
+		if (d < 0)
+			return false;
+		v = v << 4 | (uint32_t)d;
+	}
+	*ret = v;
+	return true;
+}
+
+/* Decimal digits (1..max_digits) at *p, advancing it; no sign, value <= max. */
+static bool parse_dec(const char **p, const char *end, size_t max_digits, uint64_t max, uint64_t *ret)
+{
+	uint64_t v = 0;
+	size_t k = 0;
+	while (*p < end && **p >= '0' && **p <= '9') {
+		if (++k > max_digits)
+			return false;
+		v = v * 10 + (uint64_t)(**p - '0');
+		(*p)++;
+	}
+	if (k == 0 || v > max)
+		return false;
+	*ret = v;
+	return true;
+}
+
+/* "MAJ:MIN\n" */
+static bool parse_devno(const char *buf, size_t n, dev_t *ret)
+{
+	const char *p = buf, *end = buf + n;
+	uint64_t ma, mi;
+	if (!parse_dec(&p, end, 10, UINT32_MAX, &ma) || p == end || *p++ != ':' ||
+	    !parse_dec(&p, end, 10, UINT32_MAX, &mi) || p == end || *p++ != '\n' || p != end)
+		return false;
+	*ret = makedev((unsigned)ma, (unsigned)mi);
+	return true;
+}
+
+/* "-1\n" or a canonical decimal 0..65535 + "\n". */
+static bool parse_numa(const char *buf, size_t n, int *ret)
+{
+	const char *p = buf, *end = buf + n;
+	uint64_t v;
+	if (n == 3 && memcmp(buf, "-1\n", 3) == 0) {
+		*ret = -1;
+		return true;
+	}
+	if (n < 2 || (buf[0] == '0' && n != 2) || !parse_dec(&p, end, 5, 65535, &v) || p + 1 != end ||
+	    *p != '\n')
+		return false;
+	*ret = (int)v;
+	return true;
+}
+
+static int lower_hex(char ch)
+{
+	return ch >= 'A' && ch <= 'F' ? -1 : hex_digit(ch);
+}
+
+/* k lower-case hex digits at s into *v. */
+static bool hex_field(const char *s, size_t k, uint64_t *v)
+{
+	*v = 0;
+	for (size_t i = 0; i < k; i++) {
+		int d = lower_hex(s[i]);
+		if (d < 0)
+			return false;
+		*v = *v << 4 | (uint64_t)d;
+	}
+	return true;
+}
+
+/* "dddd:bb:dd.f" (domain 4..8 digits). */
+static bool parse_pci(const char *s, uint64_t *ret)
+{
+	size_t len = strlen(s);
+	uint64_t dom, bus, dev;
+	if (len < 12 || len > 16)
+		return false;
+	size_t dl = len - 8; /* ":bb:dd.f" */
+	const char *t = s + dl;
+	if (t[0] != ':' || t[3] != ':' || t[6] != '.' || t[7] < '0' || t[7] > '7')
+		return false;
+	if (!hex_field(s, dl, &dom) || !hex_field(t + 1, 2, &bus) || !hex_field(t + 4, 2, &dev) || dev > 0x1f)
+		return false;
+	*ret = dom << 16 | bus << 8 | dev << 3 | (uint64_t)(t[7] - '0');
+	return true;
+}
+
+/* "vfio" + "0" or [1-9][0-9]{0,8} */
+static bool parse_name(const char *name, unsigned *ret)
+{
+	const char *p = name + 4, *end;
+	uint64_t v;
+	if (strncmp(name, "vfio", 4) != 0 || (p[0] == '0' && p[1] != '\0'))
+		return false;
+	end = p + strlen(p);
+	if (!parse_dec(&p, end, 9, UINT32_MAX, &v) || p != end)
+		return false;
+	*ret = (unsigned)v;
+	return true;
+}
+
+/* ---- bounded reads ---- */
+
+/* Read attribute name of dirfd into buf (ATTR_MAX + 1 bytes); *ret_n its length. shown: the
+ * path for messages. 0, or negative errno with why set. */
+static int read_attr(int dirfd, const char *name, const char *shown, char *buf, size_t *ret_n, char *why)
+{
+	struct stat st;
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		int r = -errno;
+		if (r == -ENOENT)
+			whyf(why, "%s/%s is missing", shown, name);
+		else if (r == -ELOOP)
+			whyf(why, "%s/%s is a symlink", shown, name);
+		else
+			whyf(why, "cannot open %s/%s: %s", shown, name, strerror(-r));
+		return r;
+	}
+	_cleanup_close_ int cfd = fd;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		whyf(why, "%s/%s is not a regular file", shown, name);
+		return -EBADF;
+	}
+	ssize_t n = read(fd, buf, ATTR_MAX);
+	if (n < 0) {
+		int r = -errno;
+		whyf(why, "cannot read %s/%s: %s", shown, name, strerror(-r));
+		return r;
+	}
+	if (n == ATTR_MAX) {
+		whyf(why, "%s/%s is longer than %d bytes", shown, name, ATTR_MAX - 1);
+		return -EFBIG;
+	}
+	buf[n] = '\0';
+	*ret_n = (size_t)n;
+	return 0;
+}
+
+/* ---- one device ---- */
+
+/* Resolve path (under the root) with realpath; the result must lie inside the root's /sys. */
+static int resolve_in_sys(const struct ctx *c, const char *path, const char *shown, char **ret, char *why)
+{
+	char *res = realpath(path, NULL);
+	if (!res) {
+		int r = -errno;
+		if (r == -ELOOP)
+			whyf(why, "symlink loop at %s", shown);
+		else if (r == -ENOENT)
+			whyf(why, "%s does not resolve to an existing path", shown);
+		else
+			whyf(why, "cannot resolve %s: %s", shown, strerror(-r));
+		return r;
+	}
+	size_t sl = strlen(c->sysroot);
+	if (!c->sysroot[0] || strncmp(res, c->sysroot, sl) != 0 || res[sl] != '/') {
+		whyf(why, "%s resolves outside %s/sys: %s", shown, dp_root(), res);
+		free(res);
+		return -EXDEV;
+	}
+	*ret = res;
+	return 0;
+}
+
+static int open_dir(const char *path, const char *shown, char *why)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		int r = -errno;
+		whyf(why, "cannot open %s: %s", shown, strerror(-r));
+		return r;
+	}
+	return fd;
+}
+
+/* /sys/class/vfio-dev/<name>: its dev number must match the cdev's. Returns the entry's fd. */
+static int open_class_entry(const struct ctx *c, struct kata_device *d, char *why)
+{
+	char path[PATH_MAX], shown[64], buf[ATTR_MAX + 1];
+	_cleanup_free_ char *real = NULL;
+	struct stat st;
+	size_t n;
+	dev_t devno;
+	int r;
+
+	snprintf(shown, sizeof(shown), KATA_SYSFS_DIR "/%s", d->name);
+	r = dp_path(path, sizeof(path), shown);
+	if (r < 0) {
+		whyf(why, "invalid root prefix");
+		return r;
+	}
+	if (lstat(path, &st) < 0 && errno == ENOENT) {
+		whyf(why, "cdev without sysfs: %s is missing", shown);
+		return -ENOENT;
+	}
+	r = resolve_in_sys(c, path, shown, &real, why);
+	if (r < 0)
+		return r;
+	_cleanup_close_ int fd = open_dir(real, shown, why);
+	if (fd < 0)
+		return fd;
+	r = read_attr(fd, "dev", shown, buf, &n, why);
+	if (r < 0)
+		return r;
+	if (!parse_devno(buf, n, &devno)) {
+		whyf(why, "%s/dev is not \"MAJ:MIN\\n\"", shown);
+		return -EINVAL;
+	}
+	if (devno != d->rdev) {
+		whyf(why, "dev number mismatch: %s is %u:%u but %s/dev says %u:%u", d->path,
+			 major(d->rdev), minor(d->rdev), shown, major(devno), minor(devno));
+		return -EXDEV;
+	}
+	return TAKE_FD(fd);
+}
+
+/* The PCI device behind the entry's "device" link, resolved from the entry's real location (as
+ * the kernel does). Returns its directory fd; dir (PATH_MAX) gets its path without the root. */
+static int open_pci_device(const struct ctx *c, int entry_fd, struct kata_device *d, char *dir, char *why)
+{
+	char path[PATH_MAX], shown[64];
+	_cleanup_free_ char *real = NULL;
+	struct stat st;
+	int r;
+
+	snprintf(shown, sizeof(shown), KATA_SYSFS_DIR "/%s/device", d->name);
+	if (fstatat(entry_fd, "device", &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		r = -errno;
+		if (r == -ENOENT)
+			whyf(why, "%s is missing", shown);
+		else
+			whyf(why, "cannot stat %s: %s", shown, strerror(-r));
+		return r;
+	}
+	if (!S_ISLNK(st.st_mode)) {
+		whyf(why, "%s is not a symlink", shown);
+		return -EINVAL;
+	}
+	r = dp_path(path, sizeof(path), shown);
+	if (r < 0)
+		return r;
+	r = resolve_in_sys(c, path, shown, &real, why);
+	if (r < 0)
+		return r;
+	const char *base = strrchr(real, '/') + 1;
+	snprintf(dir, PATH_MAX, "%s", real + strlen(dp_root()));
+	if (!parse_pci(base, &d->pci_key)) {
+		whyf(why, "%s does not name a PCI device: %s", shown, dir);
+		return -EINVAL;
+	}
+	snprintf(d->pci, sizeof(d->pci), "%s", base);
+	return open_dir(real, dir, why);
+}
+
+static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const char *dir)
+{
+	char buf[ATTR_MAX + 1], why[WHY_MAX], q[WHY_MAX + 64];
+	size_t n;
+
+	d->numa_node = -1;
+	if (read_attr(fd, "numa_node", dir, buf, &n, why) == 0) {
+		if (parse_numa(buf, n, &d->numa_node))
+			return;
+		whyf(why, "%s/numa_node is not \"-1\\n\" or a node number + newline", dir);
+	}
+	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "NUMA node unknown, advertising without topology",
+	       "device=%s pci=%s reason=%s", d->name, d->pci, dp_logq(q, sizeof(q), why));
+}
+
+static int read_identity(const struct ctx *c, int fd, struct kata_device *d, const char *dir, char *why)
+{
+	char buf[ATTR_MAX + 1];
+	uint32_t v;
+	size_t n;
+	int r;
+
+	r = read_attr(fd, "vendor", dir, buf, &n, why);
+	if (r < 0)
+		return r;
+	if (!parse_hex(buf, n, 4, &v)) {
+		whyf(why, "%s/vendor is not \"0x\" + 4 hex digits + newline", dir);
+		return -EINVAL;
+	}
+	d->vendor = (uint16_t)v;
+	r = read_attr(fd, "class", dir, buf, &n, why);
+	if (r < 0)
+		return r;
+	if (!parse_hex(buf, n, 6, &v)) {
+		whyf(why, "%s/class is not \"0x\" + 6 hex digits + newline", dir);
+		return -EINVAL;
+	}
+	d->pci_class = v;
+	read_numa(c, fd, d, dir);
+	return 0;
+}
+
+/* Fill d for the cdev; 0 when it is a well-formed VFIO PCI device (matching or not), else
+ * negative errno with why. */
+static int inspect(const struct ctx *c, struct kata_device *d, char *why)
+{
+	_cleanup_close_ int entry = open_class_entry(c, d, why);
+	if (entry < 0)
+		return entry;
+	char dir[PATH_MAX];
+	_cleanup_close_ int pci = open_pci_device(c, entry, d, dir, why);
+	if (pci < 0)
+		return pci;
+	return read_identity(c, pci, d, dir, why);
+}
+
+/* ---- the walks ---- */
+
+static void consider(struct ctx *c, int dfd, const char *name)
+{
+	struct kata_device d = { 0 };
+	char why[WHY_MAX], q[64];
+	struct stat st;
+	unsigned num;
+
+	if (!parse_name(name, &num)) {
+		skip(c, DP_LOG_WARN, name, "name is not vfio<N> (N decimal without leading zeros)");
+		return;
+	}
+	c->seen[c->n_seen++] = num;
+	snprintf(d.name, sizeof(d.name), "%.15s", name); /* parse_name: at most 13 characters */
+	snprintf(d.path, sizeof(d.path), KATA_DEV_DIR "/%.15s", name);
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		whyf(why, "cannot stat %s: %s", d.path, strerror(errno));
+		skip(c, DP_LOG_WARN, name, why);
+		return;
+	}
+	if (!S_ISCHR(st.st_mode)) {
+		whyf(why, "%s is not a character device", d.path);
+		skip(c, DP_LOG_WARN, name, why);
+		return;
+	}
+	d.rdev = st.st_rdev;
+	if (inspect(c, &d, why) < 0) {
+		skip(c, DP_LOG_WARN, name, why);
+		return;
+	}
+	int row = kata_table_match(c->o->table, c->o->n_rows, d.vendor, d.pci_class);
+	if (row < 0) {
+		dp_log(c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG, "skipping VFIO device",
+		       "device=%s reason=%s pci=%s vendor=0x%04x class=0x%06x", dp_logq(q, sizeof(q), name),
+		       "\"not in the table\"", d.pci, d.vendor, d.pci_class);
+		return;
+	}
+	d.row = (size_t)row;
+	c->devs[c->n++] = d;
+}
+
+static void too_many(const struct ctx *c, DIR *dir, const char *shown)
+{
+	size_t total = c->max + 1;
+	while (readdir(dir))
+		total++;
+	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "too many entries, ignoring the rest",
+	       "dir=%s entries=%zu considered=%zu", shown, total, c->max);
+}
+
+static bool dot(const char *name)
+{
+	return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+}
+
+static int walk_dev(struct ctx *c, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	size_t k = 0;
+	int r = dp_path(path, sizeof(path), KATA_DEV_DIR);
+	if (r < 0) {
+		snprintf(err, errlen, "invalid %s", DP_TEST_ROOT_ENV);
+		return r;
+	}
+	DIR *dir = opendir(path);
+	if (!dir) {
+		if (errno == ENOENT) {
+			dp_debug("no VFIO cdev directory", "dir=%s", path);
+			return 0;
+		}
+		r = -errno;
+		snprintf(err, errlen, "cannot read %s: %s", KATA_DEV_DIR, strerror(-r));
+		return r;
+	}
+	while ((de = readdir(dir))) {
+		if (dot(de->d_name))
+			continue;
+		if (k++ == c->max) {
+			too_many(c, dir, KATA_DEV_DIR);
+			break;
+		}
+		consider(c, dirfd(dir), de->d_name);
+	}
+	closedir(dir);
+	return 0;
+}
+
+static int cmp_uint(const void *a, const void *b)
+{
+	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* sysfs entries whose name has no entry in /dev/vfio/devices. */
+static void walk_sysfs(struct ctx *c)
+{
+	char path[PATH_MAX], why[WHY_MAX];
+	struct dirent *de;
+	size_t k = 0;
+	unsigned num;
+
+	if (dp_path(path, sizeof(path), KATA_SYSFS_DIR) < 0)
+		return;
+	DIR *dir = opendir(path);
+	if (!dir) {
+		if (errno != ENOENT)
+			dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "cannot read VFIO sysfs class",
+			       "dir=%s error=%s", KATA_SYSFS_DIR, strerror(errno));
+		return;
+	}
+	qsort(c->seen, c->n_seen, sizeof(*c->seen), cmp_uint);
+	while ((de = readdir(dir))) {
+		if (dot(de->d_name))
+			continue;
+		if (k++ == c->max) {
+			too_many(c, dir, KATA_SYSFS_DIR);
+			break;
+		}
+		if (!parse_name(de->d_name, &num)) {
+			dp_debug("ignoring sysfs entry", "dir=%s name=%s", KATA_SYSFS_DIR, de->d_name);
+			continue;
+		}
+		if (bsearch(&num, c->seen, c->n_seen, sizeof(num), cmp_uint))
+			continue;
+		whyf(why, "sysfs entry without cdev: " KATA_SYSFS_DIR "/%s exists, " KATA_DEV_DIR "/%s does not",
+			 de->d_name, de->d_name);
+		skip(c, DP_LOG_WARN, de->d_name, why);
+	}
+	closedir(dir);
+}
+
+static int cmp_pci(const void *a, const void *b)
+{
+	const struct kata_device *x = a, *y = b;
+	if (x->pci_key != y->pci_key)
+		return x->pci_key < y->pci_key ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static int cmp_row_pci(const void *a, const void *b)
+{
+	const struct kata_device *x = a, *y = b;
+	if (x->row != y->row)
+		return x->row < y->row ? -1 : 1;
+	return cmp_pci(a, b);
+}
+
+/* Two cdevs resolving to one PCI device: neither can be trusted. */
+static void drop_duplicates(struct ctx *c)
+{
+	char why[WHY_MAX];
+	size_t o = 0;
+	qsort(c->devs, c->n, sizeof(*c->devs), cmp_pci);
+	for (size_t i = 0; i < c->n; i++) {
+		bool dup_prev = i > 0 && c->devs[i - 1].pci_key == c->devs[i].pci_key;
+		bool dup_next = i + 1 < c->n && c->devs[i + 1].pci_key == c->devs[i].pci_key;
+		if (!dup_prev && !dup_next) {
+			c->devs[o++] = c->devs[i];
+			continue;
+		}
+		const struct kata_device *other = &c->devs[dup_next ? i + 1 : i - 1];
+		whyf(why, "PCI device %s is also claimed by %s", c->devs[i].pci, other->name);
+		skip(c, DP_LOG_WARN, c->devs[i].name, why);
+	}
+	c->n = o;
+}
+
+static int init_ctx(struct ctx *c, const struct kata_scan_opts *o)
+{
+	char path[PATH_MAX];
+	c->o = o;
+	c->max = o->max_entries ? o->max_entries : KATA_MAX_ENTRIES;
+	c->devs = calloc(c->max, sizeof(*c->devs));
+	c->seen = calloc(c->max, sizeof(*c->seen));
+	if (!c->devs || !c->seen)
+		return -ENOMEM;
+	int r = dp_path(path, sizeof(path), "/sys");
+	if (r < 0)
+		return r;
+	if (!realpath(path, c->sysroot))
+		c->sysroot[0] = '\0';
+	return 0;
+}
+
+int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *err, size_t errlen)
+{
+	struct ctx c = { 0 };
+	int r = init_ctx(&c, o);
+	if (r >= 0)
+		r = walk_dev(&c, err, errlen);
+	else
+		snprintf(err, errlen, "%s", r == -ENOMEM ? "out of memory" : "invalid root prefix");
+	if (r < 0) {
+		free(c.devs);
+		free(c.seen);
+		return r;
+	}
+	walk_sysfs(&c);
+	free(c.seen);
+	drop_duplicates(&c);
+	qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
+	*ret = (struct kata_scan){ .devices = c.devs, .n_devices = c.n };
+	return 0;
+}
+
+void kata_scan_done(struct kata_scan *s)
+{
+	free(s->devices);
+	*s = (struct kata_scan){ 0 };
+}
+
+size_t kata_scan_row(const struct kata_scan *s, size_t row, size_t *ret_first)
+{
+	size_t first = 0, n = 0;
+	while (first < s->n_devices && s->devices[first].row < row)
+		first++;
+	while (first + n < s->n_devices && s->devices[first + n].row == row)
+		n++;
+	*ret_first = first;
+	return n;
+}
+
+/* ---- comparing two scans ---- */
+
+static int cmp_name_ptr(const void *a, const void *b)
+{
+	const struct kata_device *x = *(const struct kata_device *const *)a;
+	const struct kata_device *y = *(const struct kata_device *const *)b;
+	unsigned nx = (unsigned)strtoul(x->name + 4, NULL, 10), ny = (unsigned)strtoul(y->name + 4, NULL, 10);
+	return nx < ny ? -1 : nx > ny;
+}
+
+static const struct kata_device **by_name(const struct kata_scan *s)
+{
+	const struct kata_device **v = calloc(s->n_devices ? s->n_devices : 1, sizeof(*v));
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < s->n_devices; i++)
+		v[i] = &s->devices[i];
+	qsort(v, s->n_devices, sizeof(*v), cmp_name_ptr);
+	return v;
+}
+
+static bool same_identity(const struct kata_device *a, const struct kata_device *b)
+{
+	return a->rdev == b->rdev && a->pci_key == b->pci_key && a->vendor == b->vendor &&
+	       a->pci_class == b->pci_class && a->numa_node == b->numa_node && a->row == b->row;
+}
+
+static void add_name(dp_buf *b, const char *name)
+{
+	if (b->len)
+		dp_buf_puts(b, ",");
+	dp_buf_puts(b, name);
+}
+
+int kata_scan_diff(const struct kata_scan *old, const struct kata_scan *new, dp_buf *removed,
+		   dp_buf *added, dp_buf *changed)
+{
+	_cleanup_free_ const struct kata_device **a = by_name(old);
+	_cleanup_free_ const struct kata_device **b = by_name(new);
+	size_t i = 0, j = 0;
+	int n = 0;
+	if (!a || !b)
+		return -ENOMEM;
+	while (i < old->n_devices || j < new->n_devices) {
+		int c = i == old->n_devices ? 1 : j == new->n_devices ? -1 : cmp_name_ptr(&a[i], &b[j]);
+		if (c < 0) {
+			add_name(removed, a[i++]->name);
+		} else if (c > 0) {
+			add_name(added, b[j++]->name);
+		} else {
+			if (same_identity(a[i], b[j])) {
+				i++, j++;
+				continue;
+			}
+			add_name(changed, a[i]->name);
+			i++, j++;
+		}
+		n++;
+	}
+	return removed->oom || added->oom || changed->oom ? -ENOMEM : n;
+}

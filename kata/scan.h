@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * scan: which VFIO-bound PCI devices the node declares, classified by the PCI table.
+ *
+ * For every entry of /dev/vfio/devices (under the root prefix) named "vfio<N>" (N canonical
+ * decimal: "0" or no leading zero, at most 9 digits) that is a character device (lstat: a
+ * symlink, regular file or directory of that name is skipped):
+ *   /sys/class/vfio-dev/vfioN must resolve inside <root>/sys to a directory whose "dev" reads
+ *   "MAJ:MIN\n" equal to the cdev's number; its "device" must be a symlink that resolves
+ *   (realpath: relative to the entry's real location, as the kernel does; a loop is ELOOP)
+ *   inside <root>/sys to a directory named by a PCI address "dddd:bb:dd.f" (lower-case hex,
+ *   4 to 8 domain digits, device <= 0x1f, function <= 7) holding "vendor" = "0x" + 4 hex digits
+ *   + "\n" and "class" = "0x" + 6 hex digits + "\n"; "numa_node" = "-1\n" or a decimal 0..65535
+ *   + "\n" (missing or malformed: -1, logged; the device is kept).
+ * Every attribute is opened O_RDONLY|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK (a FIFO never blocks),
+ * must be a regular file, and is read once, at most 64 bytes (64 bytes read = too long).
+ * /sys/class/vfio-dev entries without a /dev entry of the same name are reported too.
+ * At most max_entries directory entries of each directory are considered (one warning when
+ * there are more). Two cdevs claiming the same PCI device are both skipped.
+ *
+ * Every skipped entry gets exactly one log line "skipping VFIO device" device=<name>
+ * reason=<why>: warn, except a device no table row matches (info, reason="not in the table").
+ * With verbose false (the periodic rescans) those lines are at debug level.
+ *
+ * The matched devices are ordered by table row, then by PCI address (numerically, which for the
+ * canonical 4-digit-domain form is the string order); a row's devices get IDs "0".."n-1" in
+ * that order.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dp/buf.h"
+#include "table.h"
+
+#define KATA_DEV_DIR "/dev/vfio/devices"
+#define KATA_SYSFS_DIR "/sys/class/vfio-dev"
+#define KATA_MAX_ENTRIES 4096
+
+struct kata_device {
+	char name[16];   /* "vfio3" */
+	char path[48];   /* "/dev/vfio/devices/vfio3": in the container and on the host */
+	char pci[24];    /* "0000:41:00.0" */
+	uint64_t pci_key; /* domain, bus, device, function: the order */
+	dev_t rdev;
+	uint16_t vendor;
+	uint32_t pci_class;
+	int numa_node; /* -1: unknown */
+	size_t row;    /* index of the matching table row */
+};
+
+struct kata_scan_opts {
+	const struct kata_row *table;
+	size_t n_rows;
+	size_t max_entries; /* per directory; 0: KATA_MAX_ENTRIES */
+	bool verbose;       /* skip lines at warn/info (else debug) */
+};
+
+struct kata_scan {
+	struct kata_device *devices; /* ordered by row, then PCI address */
+	size_t n_devices;
+};
+
+/* Scan the tree under the root prefix. A missing /dev/vfio/devices is an empty set. Returns 0,
+ * or -ENOMEM, or the negative errno of opening /dev/vfio/devices (err says so: "cannot read
+ * /dev/vfio/devices: Permission denied"), or -EINVAL for a bad root prefix. ret is written only
+ * on success. */
+int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *err, size_t errlen);
+void kata_scan_done(struct kata_scan *s);
+
+/* The devices of one row: returns how many, *ret_first their index in s->devices. */
+size_t kata_scan_row(const struct kata_scan *s, size_t row, size_t *ret_first);
+
+/* Compare two sets by cdev name: a name only in old is removed, only in new added, in both
+ * with any difference (number, PCI address, vendor, class, NUMA node, row) changed. The names
+ * are appended to the buffers comma-separated. Returns the number of differences (-ENOMEM). */
+int kata_scan_diff(const struct kata_scan *old, const struct kata_scan *new, dp_buf *removed,
+		   dp_buf *added, dp_buf *changed);

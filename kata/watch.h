@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * watch: the device set is fixed at start; this notices when the node's set differs from it.
+ * inotify on /dev/vfio/devices (or, while it does not exist, on /dev/vfio or /dev for the
+ * directory to appear; re-armed after the directory goes or is replaced) asks for a rescan at
+ * once; a periodic rescan (30 s) is the backstop for everything inotify cannot see (sysfs).
+ * A rescan runs the scan quietly (skip lines at debug) and compares its matched devices with
+ * the initial ones (kata_scan_diff). On the first difference changed() is called once, with the
+ * comma-separated cdev names removed, added and changed ("" for none); the watch then stops.
+ * A rescan that fails (e.g. /dev/vfio/devices unreadable) is logged at debug and ignored.
+ */
+#pragma once
+
+#include <stdint.h>
+
+#include "dp/loop.h"
+#include "scan.h"
+
+typedef struct kata_watch kata_watch;
+typedef void (*kata_changed_fn)(const char *removed, const char *added, const char *changed,
+				void *userdata);
+
+#define KATA_RESCAN_USEC (30 * DP_USEC_PER_SEC)
+
+/* opts is copied (the table must outlive the watch); initial is borrowed and must outlive it.
+ * period_usec 0: KATA_RESCAN_USEC. -EINVAL, -ENOMEM, timer errors. */
+int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struct kata_scan *initial,
+		   uint64_t period_usec, kata_changed_fn changed, void *userdata, kata_watch **ret);
+kata_watch *kata_watch_free(kata_watch *w);
+DP_DEFINE_CLEANUP(kata_watch, kata_watch_free)
+/* Rescan now (also what the events and the timer do). Returns the number of differences,
+ * 0 when none, negative errno when the scan failed. */
+int kata_watch_rescan(kata_watch *w);
