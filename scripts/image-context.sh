@@ -30,7 +30,9 @@ die() {
 	exit 1
 }
 
-[ -f "$bin" ] && [ -x "$bin" ] || die "$bin: not an executable file"
+if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then
+	die "$bin: not an executable file"
+fi
 [ -f "$ca" ] || die "$ca: CA bundle not found (install ca-certificates or set CA_BUNDLE)"
 if [ -e "$ctx" ]; then
 	[ -d "$ctx" ] || die "$ctx exists and is not a directory"

@@ -11,6 +11,10 @@
 # 3. The image context (scripts/image-context.sh) made from BUILD/hyperlight-device-plugin:
 #    the binary runs in a chroot of it (root needed), every exec probe command of the
 #    DaemonSets parses there, and the daemon documents every variable the manifests set.
+# 4. Both daemons run as the DaemonSets run them (uid 0, no capabilities, no_new_privs, their
+#    environment and arguments) against the mock kubelet in a temp root, with the hypervisor
+#    shim, until their own readiness probe commands pass; uid 65534 must fail there.
+# Needs root (chroot, mknod, setpriv), python3-yaml, node and npm, and a built BUILD.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$src/build}" 2>/dev/null && pwd) || build=${1:-$src/build}
@@ -134,6 +138,106 @@ for ds in json.load(open(sys.argv[1])).values():
 		result "$ds sets $var, which the daemon documents (--help)" \
 			"$(grep -qw -- "$var" <<<"$helptext" && echo 1)" "not in --help"
 	done <"$tmp/env"
+fi
+
+# ---- 4. the DaemonSets' security context, for real ----
+# Both daemons as the manifests run them: uid 0, every capability dropped (bounding set too),
+# no_new_privs, their environment, the host paths root-owned with kubelet's modes; kubelet is
+# the mock, the hypervisor the LD_PRELOAD shim. Each must become ready by its own readiness
+# probe command. And uid 65534 must fail: uid 0 is needed, not just convenient.
+mock="$build/mock-kubelet"
+shim="$build/tests/fakes/libhvshim.so"
+pids=()
+stop_all() {
+	local p
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	pids=()
+}
+trap 'stop_all; rm -rf "$tmp"' EXIT
+nocaps=(setpriv --reuid 0 --regid 0 --clear-groups --inh-caps=-all --ambient-caps=-all
+	--bounding-set=-all --no-new-privs --)
+# env_of DAEMONSET: its container's environment (fieldRef values made up), one NAME=VALUE a line.
+env_of() {
+	python3 -c '
+import json, sys
+for ds in json.load(open(sys.argv[1])).values():
+    for d in ds:
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"] == sys.argv[2]:
+            for e in d["spec"]["template"]["spec"]["containers"][0].get("env", []):
+                print("%s=%s" % (e["name"], e.get("value", "node-under-test")))
+' "$tmp/docs.json" "$1"
+}
+# probe_of DAEMONSET KIND: that probe's arguments after the binary, one a line.
+probe_of() {
+	python3 -c '
+import json, sys
+for ds in json.load(open(sys.argv[1])).values():
+    for d in ds:
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"] == sys.argv[2]:
+            print("\n".join(d["spec"]["template"]["spec"]["containers"][0][sys.argv[3]]["exec"]["command"][1:]))
+' "$tmp/docs.json" "$1" "$2"
+}
+# wait_for SECONDS COMMAND...: poll until COMMAND succeeds or the bound passes.
+wait_for() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		[ $SECONDS -lt "$end" ] || return 1
+		sleep 0.1
+	done
+}
+if [ ! -x "$bin" ] || [ ! -x "$mock" ] || [ ! -f "$shim" ] || [ ! -s "$tmp/docs.json" ]; then
+	result "daemons under the DaemonSets' security context" 0 "needs $bin, $mock and $shim: build first"
+else
+	r="$tmp/node"
+	mkdir -p "$r/var/lib/kubelet" "$r/var/run" "$r/dev" "$r/host-dev"
+	mkdir -m 0750 "$r/var/lib/kubelet/device-plugins"
+	mkdir -m 0755 "$r/var/run/cdi"
+	mknod -m 0660 "$r/dev/kvm" c 10 232
+	mknod -m 0660 "$r/host-dev/kvm" c 10 232
+	"$mock" -dir "$r/var/lib/kubelet/device-plugins" >"$tmp/mock.log" 2>&1 &
+	pids+=($!)
+	wait_for 10 test -S "$r/var/lib/kubelet/device-plugins/kubelet.sock"
+	for ds in hyperlight-device-access hyperlight-device-plugin; do
+		mapfile -t envs < <(env_of "$ds")
+		mapfile -t args < <(python3 -c '
+import json, sys
+for ds in json.load(open(sys.argv[1])).values():
+    for d in ds:
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"] == sys.argv[2]:
+            print("\n".join(d["spec"]["template"]["spec"]["containers"][0].get("args", [])))
+' "$tmp/docs.json" "$ds" | grep .)
+		mapfile -t ready < <(probe_of "$ds" readinessProbe)
+		base=(env -i PATH=/usr/bin:/bin SDP_TEST_ROOT="$r" LD_PRELOAD="$shim" HVSHIM_DEVICE="$r/dev/kvm")
+		"${base[@]}" "${envs[@]}" "${nocaps[@]}" "$bin" "${args[@]}" >"$tmp/$ds.log" 2>&1 &
+		pids+=($!)
+		if wait_for 15 "${base[@]}" "${nocaps[@]}" "$bin" "${ready[@]}"; then
+			result "$ds ready as uid 0 without capabilities (its own readiness probe)" 1
+		else
+			result "$ds ready as uid 0 without capabilities (its own readiness probe)" 0 \
+				"$(tail -5 "$tmp/$ds.log" | tr '\n' ' ')"
+		fi
+	done
+	cdi="$r/var/run/cdi/hyperlight.json"
+	result "CDI spec written as uid 0 without capabilities" \
+		"$([ -f "$cdi" ] && [ "$(stat -c %u "$cdi")" = 0 ] && echo 1)" "no $cdi"
+	grep -q 'NODE_NAME' <(env_of hyperlight-device-plugin) &&
+		result "node labelling inactive without a service account (logged, not fatal)" \
+			"$(grep -q 'msg="node labelling disabled"' "$tmp/hyperlight-device-plugin.log" && echo 1)" \
+			"no 'node labelling disabled' line"
+	mapfile -t envs < <(env_of hyperlight-device-plugin)
+	"${base[@]}" "${envs[@]}" setpriv --reuid 65534 --regid 65534 --clear-groups \
+		--inh-caps=-all --ambient-caps=-all --bounding-set=-all --no-new-privs -- \
+		"$bin" >"$tmp/nobody.log" 2>&1 &
+	pids+=($!)
+	if wait_for 10 grep -q 'Permission denied' "$tmp/nobody.log"; then
+		result "uid 65534 without capabilities cannot serve in the kubelet directory" 1
+	else
+		result "uid 65534 without capabilities cannot serve in the kubelet directory" 0 \
+			"$(tail -3 "$tmp/nobody.log" | tr '\n' ' ')"
+	fi
+	stop_all
 fi
 
 echo "$passed passed, $failed failed"
