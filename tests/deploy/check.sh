@@ -50,6 +50,25 @@ result() { # NAME OK [WHY]
 # ---- 1. manifests ----
 tally < <(python3 "$src/tests/deploy/check_manifests.py" "$src" --json "$tmp/docs.json" 2>&1)
 [ -s "$tmp/docs.json" ] || result "manifests parsed for the policy test" 0 "check_manifests.py wrote no JSON"
+# The same checks on a broken copy must fail where it is broken.
+mkdir -p "$tmp/broken/core" "$tmp/broken/docs"
+cp -r "$src/deploy" "$src/images" "$src/scripts" "$src/hyperlight" "$src/meson.build" "$tmp/broken/"
+cp -r "$src/core/src" "$tmp/broken/core/"
+cp "$src/docs/operations.md" "$tmp/broken/docs/"
+ds="$tmp/broken/deploy/hyperlight/30-device-plugin.yaml"
+sed -i -e 's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/' \
+	-e 's/"--health-check=readiness"/"--health-check"/' \
+	-e 's|value: /host-dev|value: /host-dev\n            - name: SDP_TEST_ROOT\n              value: /x|' "$ds"
+out=$(python3 "$src/tests/deploy/check_manifests.py" "$tmp/broken" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && grep -q '^FAIL device-plugin read-only root' <<<"$out" &&
+	grep -q '^FAIL device-plugin readinessProbe command' <<<"$out" &&
+	grep -q '^FAIL SDP_TEST_ROOT' <<<"$out"; then
+	result "manifest checks catch a writable root, a wrong probe flag and SDP_TEST_ROOT" 1
+else
+	result "manifest checks catch a writable root, a wrong probe flag and SDP_TEST_ROOT" 0 \
+		"exit $rc: $(grep '^FAIL' <<<"$out" | tr '\n' ' ')"
+fi
 
 # ---- 2. admission policies in CEL ----
 npmdir="$build/deploy-npm"
