@@ -25,8 +25,6 @@ struct ctx {
 	char sysroot[PATH_MAX]; /* realpath of <root>/sys; "" when missing */
 	struct kata_device *devs;
 	size_t n;
-	unsigned *seen; /* numbers of the vfioN names in /dev/vfio/devices, any type */
-	size_t n_seen;
 };
 
 /* ---- logging ---- */
@@ -393,7 +391,6 @@ static void consider(struct ctx *c, int dfd, const char *name)
 		skip(c, DP_LOG_WARN, name, "name is not vfio<N> (N decimal without leading zeros)");
 		return;
 	}
-	c->seen[c->n_seen++] = num;
 	snprintf(d.name, sizeof(d.name), "%.15s", name); /* parse_name: at most 13 characters */
 	snprintf(d.path, sizeof(d.path), KATA_DEV_DIR "/%.15s", name);
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -469,21 +466,16 @@ static int walk_dev(struct ctx *c, char *err, size_t errlen)
 	return 0;
 }
 
-static int cmp_uint(const void *a, const void *b)
-{
-	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* sysfs entries whose name has no entry in /dev/vfio/devices. */
+/* sysfs entries whose name has no entry (of any type) in /dev/vfio/devices. */
 static void walk_sysfs(struct ctx *c)
 {
-	char path[PATH_MAX], why[WHY_MAX];
+	char path[PATH_MAX], cdev[PATH_MAX], why[WHY_MAX];
 	struct dirent *de;
+	struct stat st;
 	size_t k = 0;
 	unsigned num;
 
-	if (dp_path(path, sizeof(path), KATA_SYSFS_DIR) < 0)
+	if (dp_path(path, sizeof(path), KATA_SYSFS_DIR) < 0 || dp_path(cdev, sizeof(cdev), KATA_DEV_DIR) < 0)
 		return;
 	DIR *dir = opendir(path);
 	if (!dir) {
@@ -492,7 +484,7 @@ static void walk_sysfs(struct ctx *c)
 			       "dir=%s error=%s", KATA_SYSFS_DIR, strerror(errno));
 		return;
 	}
-	qsort(c->seen, c->n_seen, sizeof(*c->seen), cmp_uint);
+	int dfd = open(cdev, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	while ((de = readdir(dir))) {
 		if (dot(de->d_name))
 			continue;
@@ -504,12 +496,16 @@ static void walk_sysfs(struct ctx *c)
 			dp_debug("ignoring sysfs entry", "dir=%s name=%s", KATA_SYSFS_DIR, de->d_name);
 			continue;
 		}
-		if (bsearch(&num, c->seen, c->n_seen, sizeof(num), cmp_uint))
+		if (dfd >= 0 && fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
 			continue;
+		if (dfd >= 0 && errno != ENOENT)
+			continue; /* unknowable: say nothing rather than something wrong */
 		whyf(why, "sysfs entry without cdev: " KATA_SYSFS_DIR "/%s exists, " KATA_DEV_DIR "/%s does not",
-			 de->d_name, de->d_name);
+		     de->d_name, de->d_name);
 		skip(c, DP_LOG_WARN, de->d_name, why);
 	}
+	if (dfd >= 0)
+		close(dfd);
 	closedir(dir);
 }
 
@@ -555,8 +551,7 @@ static int init_ctx(struct ctx *c, const struct kata_scan_opts *o)
 	c->o = o;
 	c->max = o->max_entries ? o->max_entries : KATA_MAX_ENTRIES;
 	c->devs = calloc(c->max, sizeof(*c->devs));
-	c->seen = calloc(c->max, sizeof(*c->seen));
-	if (!c->devs || !c->seen)
+	if (!c->devs)
 		return -ENOMEM;
 	int r = dp_path(path, sizeof(path), "/sys");
 	if (r < 0)
@@ -576,11 +571,9 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 		snprintf(err, errlen, "%s", r == -ENOMEM ? "out of memory" : "invalid root prefix");
 	if (r < 0) {
 		free(c.devs);
-		free(c.seen);
 		return r;
 	}
 	walk_sysfs(&c);
-	free(c.seen);
 	drop_duplicates(&c);
 	qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
 	*ret = (struct kata_scan){ .devices = c.devs, .n_devices = c.n };
