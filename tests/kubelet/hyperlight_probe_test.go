@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -401,10 +402,7 @@ func TestHyperlightProbeHang(t *testing.T) {
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered; health changes go through the open stream")
 	}
-	if !Poll(eventBound, func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", s.d.Pid(), s.d.Pid()))
-		return len(strings.Fields(string(b))) == 0
-	}) {
+	if !Poll(eventBound, func() bool { return len(daemonChildren(s.d.Pid())) == 0 }) {
 		t.Errorf("the daemon still has children after the last probe")
 	}
 }
@@ -434,6 +432,65 @@ func TestHyperlightProbeConcurrentAllocates(t *testing.T) {
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered")
 	}
+}
+
+// daemonChildren lists the children of a single-threaded process.
+func daemonChildren(pid int) []string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	return strings.Fields(string(b))
+}
+
+// SIGTERM while a probe hangs: the daemon exits 0 at once, the pending Allocate gets an error,
+// the helper child does not outlive it, and nothing leaks (under ASan a leak fails the exit).
+func TestHyperlightSIGTERMDuringProbe(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	s.ready(3)
+	s.shim("HVSHIM_HANG=1")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"})
+		errc <- err
+	}()
+	var kids []string
+	if !s.wait(eventBound, func() bool { kids = daemonChildren(s.d.Pid()); return len(kids) == 1 }) {
+		s.fatalf("no helper child while the probe hangs (children %v)", kids)
+	}
+	helper := kids[0]
+	start := time.Now()
+	if err := s.d.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, err := s.d.Wait(exitBound)
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		s.fatalf("SIGTERM during a probe: %v", err)
+	}
+	if code != 0 {
+		t.Errorf("exit %s after SIGTERM during a probe, want 0", s.d.ExitDescription())
+	}
+	start = time.Now()
+	select {
+	case err := <-errc:
+		t.Logf("the Allocate got %v %v after the exit", err, time.Since(start).Round(time.Millisecond))
+		if err == nil {
+			t.Errorf("the Allocate waiting on the probe succeeded although the daemon stopped")
+		}
+	case <-time.After(eventBound):
+		t.Errorf("the Allocate waiting on the probe got no answer within %v of the daemon's exit", eventBound)
+	}
+	// Killed: gone, or a zombie until its new parent reaps it.
+	start = time.Now()
+	if !Poll(eventBound, func() bool {
+		b, err := os.ReadFile("/proc/" + helper + "/stat")
+		if os.IsNotExist(err) {
+			return true
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		return err == nil && i > 0 && strings.HasPrefix(string(b[i:]), ") Z")
+	}) {
+		t.Errorf("the hanging helper (pid %s) outlived the daemon", helper)
+	}
+	t.Logf("helper dead %v after", time.Since(start).Round(time.Millisecond))
 }
 
 // ---- HOST_DEVICE_DIR
