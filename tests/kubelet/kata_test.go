@@ -447,8 +447,12 @@ func (s *kataScenario) waitExit(bound time.Duration) int {
 	return code
 }
 
-// checkSetChangeExit: the daemon exits with status 3 and one error line naming what changed.
-func (s *kataScenario) checkSetChangeExit(bound time.Duration, name string) {
+// KataSetChangedMsg is the error line of a device-set change.
+const KataSetChangedMsg = "VFIO device set changed, exiting so the DaemonSet restarts the plugin"
+
+// checkSetChangeExit: the daemon exits with status 3 and exactly one error line naming what
+// changed, under one of kinds (removed=, added=, changed=).
+func (s *kataScenario) checkSetChangeExit(bound time.Duration, name string, kinds ...string) {
 	s.t.Helper()
 	start := time.Now()
 	if code := s.waitExit(bound); code != KataExitSetChange {
@@ -463,6 +467,15 @@ func (s *kataScenario) checkSetChangeExit(bound time.Duration, name string) {
 	}
 	if len(errs) != 1 {
 		s.t.Errorf("%d error lines naming %s, want exactly one: %q", len(errs), name, errs)
+		return
+	}
+	if msg := logField(errs[0], "msg"); msg != KataSetChangedMsg {
+		s.t.Errorf("error line %q, want msg=%q", errs[0], KataSetChangedMsg)
+	}
+	w := regexp.QuoteMeta(name)
+	re := regexp.MustCompile(`(?:^| )(` + strings.Join(kinds, "|") + `)=(?:"(?:[^"]* )?` + w + `(?: [^"]*)?"|` + w + `(?: |$))`)
+	if !re.MatchString(errs[0]) {
+		s.t.Errorf("error line %q does not list %s under %v", errs[0], name, kinds)
 	}
 }
 
@@ -483,7 +496,12 @@ func TestKataAdvertise(t *testing.T) {
 	}
 	for _, r := range KataResources {
 		s.checkKataSpec(r, want[r])
-		s.waitLogMsg(eventBound, "info", "advertising", "resource="+r, fmt.Sprintf("devices=%d", len(want[r])))
+		var ids []string
+		for _, d := range want[r] {
+			ids = append(ids, fmt.Sprintf("%s:%s/vfio%d", d.ID, d.BDF, d.N))
+		}
+		s.waitLogMsg(eventBound, "info", "advertising", "resource="+r+" ", fmt.Sprintf("devices=%d", len(want[r])),
+			fmt.Sprintf("ids=%q", strings.Join(ids, " ")))
 	}
 	files := s.cdiFiles()
 	if !reflect.DeepEqual(files, []string{KataSpecFile(KataGPU), KataSpecFile(KataNVSwitch)}) {
@@ -728,11 +746,23 @@ func TestKataHostileTree(t *testing.T) {
 			t.Errorf("%s (%s): %d log lines name it, want exactly one: %q", c.name, c.what, len(lines), lines)
 			continue
 		}
+		t.Logf("%s (%s): %s", c.name, c.what, lines[0])
 		if lvl := logField(lines[0], "level"); lvl != c.level {
 			t.Errorf("%s (%s): logged at %s, want %s: %s", c.name, c.what, lvl, c.level, lines[0])
 		}
 	}
-	// The good devices with unknown NUMA affinity are logged but advertised (checked above).
+	// The good devices with unknown NUMA affinity are advertised (checked above) and logged.
+	for _, name := range []string{"vfio2", "vfio3"} {
+		n := 0
+		for _, l := range linesNaming(s.d, name) {
+			if logField(l, "level") == "warn" && logField(l, "msg") == "NUMA node unknown, advertising without topology" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s: %d warnings about its unknown NUMA node, want one", name, n)
+		}
+	}
 	if s.d.Exited() {
 		t.Errorf("the daemon exited: %s", s.d.ExitDescription())
 	}
@@ -807,12 +837,14 @@ func TestKataDeviceSetChanged(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		vfio   string
+		kinds  []string
 		change func(s *kataScenario)
 	}{
-		{"gpu-removed", "vfio5", func(s *kataScenario) { s.must(s.tree.RemoveCdev(5)) }},
-		{"nvswitch-removed", "vfio6", func(s *kataScenario) { s.must(s.tree.RemoveCdev(6)) }},
-		{"gpu-added", "vfio9", func(s *kataScenario) { s.add(kataEntry{9, GPU("0000:43:00.0", 0)}) }},
-		{"gpu-renumbered", "vfio1", func(s *kataScenario) {
+		{"gpu-removed", "vfio5", []string{"removed"}, func(s *kataScenario) { s.must(s.tree.RemoveCdev(5)) }},
+		{"nvswitch-removed", "vfio6", []string{"removed"}, func(s *kataScenario) { s.must(s.tree.RemoveCdev(6)) }},
+		{"gpu-added", "vfio9", []string{"added"}, func(s *kataScenario) { s.add(kataEntry{9, GPU("0000:43:00.0", 0)}) }},
+		// Removed and re-created at once: seen as removed, or as changed if both land together.
+		{"gpu-renumbered", "vfio1", []string{"removed", "changed"}, func(s *kataScenario) {
 			s.must(s.tree.RemoveCdev(1))
 			s.must(s.tree.WriteDev(1, fmt.Sprintf("%d:%d\n", KataVFIOMajor, 41)))
 			s.must(s.tree.AddCdevNumber(1, KataVFIOMajor, 41))
@@ -829,7 +861,7 @@ func TestKataDeviceSetChanged(t *testing.T) {
 				specs[r] = s.readSpec(r)
 			}
 			tc.change(s)
-			s.checkSetChangeExit(eventBound, tc.vfio)
+			s.checkSetChangeExit(eventBound, tc.vfio, tc.kinds...)
 			for r, b := range specs {
 				if got, err := os.ReadFile(s.kataSpecPath(r)); err != nil || !bytes.Equal(got, b) {
 					t.Errorf("spec of %s not kept as it was (%v)", r, err)
@@ -852,7 +884,7 @@ func TestKataIdentityChanged(t *testing.T) {
 	s.kataReady(kataExpect(kataMain))
 	// The GPU behind vfio5 now reports the NVSwitch class: the resource it belongs to changed.
 	s.must(s.tree.WritePCIAttr("0000:42:00.0", "class", fmt.Sprintf("0x%06x\n", ClassNVSwitch)))
-	s.checkSetChangeExit(periodBound, "vfio5")
+	s.checkSetChangeExit(periodBound, "vfio5", "changed")
 }
 
 func TestKataNoDevices(t *testing.T) {
@@ -869,13 +901,13 @@ func TestKataNoDevices(t *testing.T) {
 		{"no-vfio-at-all", func(s *kataScenario) {
 			s.must(os.RemoveAll(filepath.Join(s.node.Root, "dev/vfio")))
 			s.must(os.RemoveAll(filepath.Join(s.node.Root, "sys")))
-		}, false},
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newKata(t)
 			tc.setup(s)
 			s.startDaemon()
-			s.waitLogMsg(startBound, "warn", "no VFIO device matches the table")
+			s.waitLogMsg(startBound, "warn", "no VFIO device matches the table; nothing to advertise")
 			s.waitProbe(0, startBound, "--health-check")
 			if r := s.probe("--health-check=readiness"); r.Code != 1 {
 				t.Errorf("readiness with nothing to advertise: exit %d, want 1", r.Code)
@@ -901,8 +933,10 @@ func TestKataNoDevices(t *testing.T) {
 			if !tc.grow {
 				return
 			}
+			// The vfio module loaded later creates the directories, then the cdev.
+			s.must(os.MkdirAll(s.tree.DevicesDir, 0o755))
 			s.add(kataEntry{7, GPU("0000:41:00.0", 0)})
-			s.checkSetChangeExit(eventBound, "vfio7")
+			s.checkSetChangeExit(eventBound, "vfio7", "added")
 		})
 	}
 }
