@@ -71,7 +71,8 @@ else
 fi
 
 # ---- 2. admission policies in CEL ----
-npmdir="$build/deploy-npm"
+npmdir="$build/deploy-npm" # kept between runs; a missing BUILD is not created for it
+[ -d "$build" ] || npmdir="$tmp/npm"
 have_cel() {
 	[ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' \
 		"$npmdir/node_modules/@bufbuild/cel/package.json" 2>/dev/null)" = "$cel_version" ]
