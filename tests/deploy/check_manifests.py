@@ -180,8 +180,9 @@ def check_common_daemonset(name, d):
     check(name + " system-node-critical", pod.get("priorityClassName") == "system-node-critical",
           "priorityClassName %r" % pod.get("priorityClassName"))
     image = c.get("image", "")
-    check(name + " image pinned to a tag", re.fullmatch(r"[^:@]+(:[0-9][^:]*)", image or "") is not None
-          and not image.endswith(":latest"), "image %r" % image)
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    check(name + " image pinned to a version tag", re.fullmatch(r"v?[0-9][\w.+-]*", tag) is not None,
+          "image %r" % image)
     check_pod_security(name, pod, c)
     check_resources(name, c)
     m = mounts(pod, c)
