@@ -175,7 +175,7 @@ static bool parse_name(const char *name, unsigned *ret)
 static int read_attr(int dirfd, const char *name, const char *shown, char *buf, size_t *ret_n, char *why)
 {
 	struct stat st;
-	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		int r = -errno;
 		if (r == -ENOENT)
@@ -186,7 +186,6 @@ static int read_attr(int dirfd, const char *name, const char *shown, char *buf, 
 			whyf(why, "cannot open %s/%s: %s", shown, name, strerror(-r));
 		return r;
 	}
-	_cleanup_close_ int cfd = fd;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		whyf(why, "%s/%s is not a regular file", shown, name);
 		return -EBADF;

@@ -31,7 +31,7 @@ static char root[64];
 
 /* ---- the fake tree ---- */
 
-static void pathf(char *buf, size_t size, const char *fmt, va_list ap)
+_printf_(3, 0) static void pathf(char *buf, size_t size, const char *fmt, va_list ap)
 {
 	size_t n = (size_t)snprintf(buf, size, "%s/", root);
 	vsnprintf(buf + n, size - n, fmt, ap);
