@@ -519,6 +519,25 @@ func TestKataAdvertise(t *testing.T) {
 	}
 }
 
+// The kernel's own sysfs shape: /sys/class/vfio-dev/vfioN is a symlink into the PCI device's
+// directory and its "device" link is relative to that real location.
+func TestKataKernelSysfsLayout(t *testing.T) {
+	s := newKata(t)
+	s.tree.KernelLayout = true
+	s.add(kataMain...)
+	s.must(s.tree.AddPCI(GPU("0000:43:00.0", 0))) // sysfs without cdev, as a class symlink
+	s.must(s.tree.AddClass(9, "0000:43:00.0"))
+	want := kataExpect(kataMain)
+	s.startDaemon()
+	s.kataReady(want)
+	for _, r := range KataResources {
+		s.checkKataSpec(r, want[r])
+	}
+	if lines := linesNaming(s.d, "vfio9"); len(lines) != 1 || logField(lines[0], "level") != "warn" {
+		t.Errorf("log lines naming vfio9 (sysfs without cdev): %q, want one warning", lines)
+	}
+}
+
 func TestKataAllocate(t *testing.T) {
 	s := newKata(t)
 	s.add(kataMain...)

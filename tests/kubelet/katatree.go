@@ -93,6 +93,8 @@ type KataTree struct {
 	ClassDir   string // <root>/sys/class/vfio-dev
 	PCIDir     string // <root>/sys/devices/pci0000:00
 	Major      uint32
+	// KernelLayout: class entries are symlinks into the PCI device directories (see AddClass).
+	KernelLayout bool
 }
 
 // NewKataTree creates the three directories under root (which must exist).
@@ -151,15 +153,32 @@ func (t *KataTree) AddPCI(f PCIFunc) error {
 }
 
 // AddClass creates sysfs class entry vfioN: dev "MAJ:N\n" and the device link to bdf.
+// With KernelLayout the entry is where the kernel puts it, under the PCI device, and the
+// class entry is a symlink to it:
+//
+//	<root>/sys/class/vfio-dev/vfioN -> ../../devices/pci0000:00/<BDF>/vfio-dev/vfioN
+//	<root>/sys/devices/pci0000:00/<BDF>/vfio-dev/vfioN/device -> ../../../<BDF>
+//
+// so "device" resolves only from the entry's real location, not lexically from the class path.
 func (t *KataTree) AddClass(n int, bdf string) error {
-	dir := t.ClassEntry(n)
+	dir, link := t.ClassEntry(n), DeviceLink(bdf)
+	if t.KernelLayout {
+		dir = filepath.Join(t.PCIPath(bdf), "vfio-dev", VFIOName(n))
+		link = "../../../" + bdf
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if t.KernelLayout {
+		target := "../../devices/pci0000:00/" + bdf + "/vfio-dev/" + VFIOName(n)
+		if err := os.Symlink(target, t.ClassEntry(n)); err != nil {
+			return err
+		}
 	}
 	if err := t.WriteDev(n, fmt.Sprintf("%d:%d\n", t.Major, n)); err != nil {
 		return err
 	}
-	return os.Symlink(DeviceLink(bdf), filepath.Join(dir, "device"))
+	return os.Symlink(link, filepath.Join(dir, "device"))
 }
 
 // AddCdev creates the character device vfioN as MAJ:N.
