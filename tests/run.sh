@@ -54,12 +54,32 @@ run_go() {
 	if [ "$f" -ne 0 ]; then failures+=("$name"); grep -B2 -A30 -- '--- FAIL' "$out" | head -150; fi
 }
 
+# a script that ends with its own "N passed, M failed" line
+run_script() {
+	local name=$1 out rc p f
+	shift
+	out="$logdir/$name.log"
+	timeout 600 "$@" >"$out" 2>&1
+	rc=$?
+	p=$(sed -n 's/^\([0-9]*\) passed, [0-9]* failed$/\1/p' "$out" | tail -1)
+	f=$(sed -n 's/^[0-9]* passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)
+	p=${p:-0}
+	f=${f:-0}
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
+	if [ "$f" -ne 0 ]; then failures+=("$name"); grep -E '^FAIL|error' "$out" | head -40; fi
+}
+
 for t in "$build"/tests/test_*; do
 	[ -f "$t" ] && [ -x "$t" ] && run_unit "$t"
 done
 run_go grpc-conformance "$build/grpcpeer.test"
 # Scenarios mount (read-only CDI directory, full tmpfs) in a private mount namespace.
 run_go scenarios unshare -m --propagation private "$build/scenario.test"
+run_script deploy-hyperlight "$src/tests/deploy/check.sh" "$build"
+[ -x "$src/tests/deploy/kata-chart.sh" ] && run_script deploy-kata "$src/tests/deploy/kata-chart.sh" "$build"
 
 if [ "${SDP_SANITIZE:-0}" = 1 ]; then
 	reports=$(find "$sandir" -type f | wc -l)

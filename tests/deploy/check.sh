@@ -5,20 +5,18 @@
 #
 # 1. deploy/hyperlight/ manifests, images/hyperlight.Containerfile and the log lines quoted in
 #    docs/operations.md (check_manifests.py: python3-yaml).
-# 2. The admission policies evaluated with a real CEL evaluator against admission requests
-#    (policy_test.mjs: node + @bufbuild/cel from npm, installed once into BUILD/deploy-npm),
-#    and once against a deliberately broken policy, which must be caught.
+# 2. (The admission policies' CEL is checked for structure only: no CEL evaluator is packaged
+#    in Debian 12, and tests download nothing beyond Debian packages.)
 # 3. The image context (scripts/image-context.sh) made from BUILD/hyperlight-device-plugin:
 #    the binary runs in a chroot of it (root needed), every exec probe command of the
 #    DaemonSets parses there, and the daemon documents every variable the manifests set.
 # 4. Both daemons run as the DaemonSets run them (uid 0, no capabilities, no_new_privs, their
 #    environment and arguments) against the mock kubelet in a temp root, with the hypervisor
 #    shim, until their own readiness probe commands pass; uid 65534 must fail there.
-# Needs root (chroot, mknod, setpriv), python3-yaml, node and npm, and a built BUILD.
+# Needs root (chroot, mknod, setpriv), python3-yaml, and a built BUILD.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$src/build}" 2>/dev/null && pwd) || build=${1:-$src/build}
-cel_version=0.6.1
 passed=0
 failed=0
 
@@ -68,45 +66,6 @@ if [ $rc -ne 0 ] && grep -q '^FAIL device-plugin read-only root' <<<"$out" &&
 else
 	result "manifest checks catch a writable root, a wrong probe flag and SDP_TEST_ROOT" 0 \
 		"exit $rc: $(grep '^FAIL' <<<"$out" | tr '\n' ' ')"
-fi
-
-# ---- 2. admission policies in CEL ----
-npmdir="$build/deploy-npm" # kept between runs; a missing BUILD is not created for it
-[ -d "$build" ] || npmdir="$tmp/npm"
-have_cel() {
-	[ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' \
-		"$npmdir/node_modules/@bufbuild/cel/package.json" 2>/dev/null)" = "$cel_version" ]
-}
-if ! have_cel; then
-	mkdir -p "$npmdir" &&
-		npm install --prefix "$npmdir" --no-audit --no-fund --loglevel=error "@bufbuild/cel@$cel_version" >"$tmp/npm.log" 2>&1
-fi
-if have_cel && [ -s "$tmp/docs.json" ]; then
-	tally < <(CEL_MODULES="$npmdir" node "$src/tests/deploy/policy_test.mjs" "$tmp/docs.json" 2>&1)
-	# A policy that forgets the node check and compares the old labels with themselves must fail.
-	python3 - "$tmp/docs.json" "$tmp/broken.json" <<-'EOF'
-		import json, sys
-		docs = json.load(open(sys.argv[1]))
-		for d in (d for ds in docs.values() for d in ds):
-		    if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "hyperlight-node-labels":
-		        s = d["spec"]
-		        s["validations"] = [v for v in s["validations"] if "object.metadata.name" not in v["expression"]]
-		        for v in s["variables"]:
-		            v["expression"] = v["expression"].replace("? object.metadata.labels", "? oldObject.metadata.labels")
-		json.dump(docs, open(sys.argv[2], "w"))
-	EOF
-	out=$(CEL_MODULES="$npmdir" node "$src/tests/deploy/policy_test.mjs" "$tmp/broken.json" 2>&1)
-	rc=$?
-	if [ $rc -ne 0 ] && grep -q '^FAIL node-labels: another node' <<<"$out" &&
-		grep -q '^FAIL node-labels: changing another label' <<<"$out"; then
-		result "policy test catches a policy that lets the plugin change other nodes and labels" 1
-	else
-		result "policy test catches a policy that lets the plugin change other nodes and labels" 0 \
-			"exit $rc: $(grep -c '^FAIL' <<<"$out") failures"
-	fi
-else
-	result "CEL evaluator @bufbuild/cel@$cel_version available" 0 \
-		"npm install into $npmdir failed: $(tail -3 "$tmp/npm.log" 2>/dev/null | tr '\n' ' ')"
 fi
 
 # ---- 3. image context ----
