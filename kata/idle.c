@@ -77,7 +77,10 @@ static void serve(kata_idle *i)
 		i->ino = st.st_ino;
 		i->dev = st.st_dev;
 	}
-	dp_info("serving health only, not registered with kubelet", "socket=%s", i->name);
+	if (i->generation == 1)
+		dp_info("serving health only, not registered with kubelet", "socket=%s", i->name);
+	else
+		dp_info("idle health socket re-created", "socket=%s", i->name);
 }
 
 static bool ours_present(const kata_idle *i)
