@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy
 
 all: build
 
@@ -42,6 +42,14 @@ test-live-mshv: build
 
 demo: build
 	tests/demo.sh $(BUILD)
+
+# Install or upgrade kata-device-plugin with its chart on kubectl's current cluster
+# (docs/kata.md). HELM_ARGS adds flags, e.g. HELM_ARGS='--set image.repository=registry/kata-device-plugin'.
+deploy:
+	@command -v helm >/dev/null 2>&1 || { echo "make deploy: helm is not installed (https://helm.sh/docs/intro/install/); nothing deployed" >&2; exit 1; }
+	@command -v kubectl >/dev/null 2>&1 || { echo "make deploy: kubectl is not installed; it is needed to check for a cluster; nothing deployed" >&2; exit 1; }
+	@kubectl cluster-info --request-timeout=10s >/dev/null 2>&1 || { echo "make deploy: no reachable Kubernetes cluster (kubectl cluster-info failed for context '$$(kubectl config current-context 2>/dev/null || echo none)'); nothing deployed" >&2; exit 1; }
+	helm upgrade --install kata-device-plugin deploy/helm/kata-device-plugin -n kube-system $(HELM_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD)
