@@ -34,15 +34,36 @@ struct options {
 	bool readiness;
 };
 
+/* "0x0302xx": the class prefix, x for the nibbles the mask leaves open. */
+static void class_pattern(const struct kata_row *r, char out[static 9])
+{
+	static const char hex[] = "0123456789abcdef";
+	out[0] = '0';
+	out[1] = 'x';
+	for (int i = 0; i < 6; i++) {
+		int shift = 20 - 4 * i;
+		bool fixed = ((r->class_mask >> shift) & 0xf) == 0xf;
+		out[2 + i] = fixed ? hex[(r->class_prefix >> shift) & 0xf] : 'x';
+	}
+	out[8] = '\0';
+}
+
 static void usage(FILE *f)
 {
+	char cls[9];
 	fprintf(f,
 		"Usage: " PROG " [--health-check[=readiness]] [--version] [--help]\n"
 		"Advertises the VFIO-bound PCI devices in /dev/vfio/devices that its compile-time\n"
-		"table names (nvidia.com/gpu: 0x10de class 0x0302xx; nvidia.com/nvswitch: 0x10de\n"
-		"class 0x0680xx) to kubelet, one resource per table row, IDs 0..n-1 in PCI address\n"
-		"order, and owns one CDI spec per resource: /var/run/cdi/kata.<vendor>-<class>.yaml.\n"
+		"table names to kubelet, one resource per table row, IDs 0..n-1 in PCI address order,\n"
+		"and owns one CDI spec per resource: /var/run/cdi/kata.<vendor>-<class>.yaml.\n"
 		"The device set is fixed at start: when it changes the daemon exits with status 3.\n"
+		"\n"
+		"Table:\n");
+	for (size_t i = 0; i < kata_table_len; i++) {
+		class_pattern(&kata_table[i], cls);
+		fprintf(f, "  %-26s vendor 0x%04x, class %s\n", kata_table[i].resource, kata_table[i].vendor, cls);
+	}
+	fprintf(f,
 		"\n"
 		"  --health-check            exit 0 if every plugin socket of this daemon answers\n"
 		"                            gRPC health (liveness)\n"

@@ -567,7 +567,7 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 	if (r >= 0)
 		r = walk_dev(&c, err, errlen);
 	else
-		snprintf(err, errlen, "%s", r == -ENOMEM ? "out of memory" : "invalid root prefix");
+		snprintf(err, errlen, "%s", r == -ENOMEM ? "out of memory" : "invalid " DP_TEST_ROOT_ENV " (not an absolute path, or too long)");
 	if (r < 0) {
 		free(c.devs);
 		return r;
