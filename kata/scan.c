@@ -277,7 +277,7 @@ static int open_class_entry(const struct ctx *c, struct kata_device *d, char *wh
 	}
 	if (devno != d->rdev) {
 		whyf(why, "dev number mismatch: %s is %u:%u but %s/dev says %u:%u", d->path,
-			 major(d->rdev), minor(d->rdev), shown, major(devno), minor(devno));
+		     major(d->rdev), minor(d->rdev), shown, major(devno), minor(devno));
 		return -EXDEV;
 	}
 	return TAKE_FD(fd);
