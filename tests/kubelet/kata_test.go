@@ -946,7 +946,7 @@ func TestKataNoDevices(t *testing.T) {
 			}
 			socks, _ := s.node.PluginSockets()
 			if len(socks) != 1 || !strings.HasPrefix(socks[0], KataIdlePrefix+"-") {
-				t.Errorf("plugin sockets %v, want one %s-*.sock", socks, KataIdlePrefix)
+				s.fatalf("plugin sockets %v, want one %s-*.sock", socks, KataIdlePrefix)
 			}
 			if rs := s.k.Resources(); len(rs) != 0 {
 				t.Errorf("registered %v with nothing to advertise", rs)
@@ -961,6 +961,22 @@ func TestKataNoDevices(t *testing.T) {
 			}
 			if s.d.Exited() {
 				s.fatalf("the daemon did not stay up")
+			}
+			// A kubelet restart deletes every socket: the idle one comes back (else liveness
+			// would fail on every node without devices), still never registered.
+			if err := s.k.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			if !s.wait(eventBound, func() bool {
+				now, _ := s.node.PluginSockets()
+				return len(now) == 1 && strings.HasPrefix(now[0], KataIdlePrefix+"-") && now[0] != socks[0]
+			}) {
+				now, _ := s.node.PluginSockets()
+				s.fatalf("plugin sockets %v after a kubelet restart, want a new %s-*.sock", now, KataIdlePrefix)
+			}
+			s.waitProbe(0, eventBound, "--health-check")
+			if rs := s.k.Resources(); len(rs) != 0 {
+				t.Errorf("registered %v after a kubelet restart with nothing to advertise", rs)
 			}
 			if !tc.grow {
 				return
