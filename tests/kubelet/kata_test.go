@@ -597,6 +597,19 @@ func TestKataAllocate(t *testing.T) {
 	if _, err := s.k.Allocate(KataGPU, []string{"2"}); err != nil {
 		t.Errorf("Allocate after the rejected ones: %v", err)
 	}
+	// Several containers in one call: one answer each, in order.
+	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	defer cancel()
+	reqs := [][]string{{"2"}, {"0", "1"}}
+	resp, err := ps[KataGPU].Client().Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{
+		{DevicesIds: reqs[0]}, {DevicesIds: reqs[1]}}})
+	if err != nil || len(resp.ContainerResponses) != len(reqs) {
+		t.Errorf("Allocate for two containers: %v, %v", resp, err)
+	} else {
+		for i, ids := range reqs {
+			checkKataAllocation(t, resp.ContainerResponses[i], KataGPU, ids)
+		}
+	}
 	for r, p := range ps {
 		if s.k.Current(r) != p {
 			t.Errorf("%s re-registered during Allocate", r)
@@ -1067,6 +1080,38 @@ func TestKataVersionAndUsage(t *testing.T) {
 	if len(lines) == 0 || logField(lines[0], "msg") != "starting" || !strings.Contains(lines[0], "program=kata-device-plugin") ||
 		!strings.Contains(lines[0], "version="+m[1]) || !strings.Contains(lines[0], "commit="+m[2]) {
 		t.Errorf("first log line %q, want msg=starting program=kata-device-plugin version=%s commit=%s", first(lines), m[1], m[2])
+	}
+}
+
+func TestKataLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level   string
+		info    bool // info lines expected
+		warning bool // a warning about LOG_LEVEL expected
+	}{{"warn", false, false}, {"loud", true, true}} {
+		t.Run(tc.level, func(t *testing.T) {
+			s := newKata(t)
+			s.add(kataMain...)
+			s.startDaemon("LOG_LEVEL=" + tc.level)
+			s.kataReady(kataExpect(kataMain))
+			var info, debug, warned int
+			for _, l := range s.d.Stderr.Lines() {
+				switch logField(l, "level") {
+				case "info":
+					info++
+				case "debug":
+					debug++
+				case "warn":
+					if strings.Contains(l, "LOG_LEVEL") {
+						warned++
+					}
+				}
+			}
+			if debug != 0 || (info > 0) != tc.info || (warned == 1) != tc.warning {
+				t.Errorf("LOG_LEVEL=%s: %d debug, %d info lines, %d warnings about LOG_LEVEL; want no debug, info %v, warning %v",
+					tc.level, debug, info, warned, tc.info, tc.warning)
+			}
+		})
 	}
 }
 
