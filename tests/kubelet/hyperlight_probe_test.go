@@ -14,6 +14,7 @@ package kubelet
 // "previous helper (pid N) not reaped after SIGKILL; probes blocked" until the reap.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -429,6 +430,41 @@ func TestHyperlightProbeConcurrentAllocates(t *testing.T) {
 		checkAllocation(t, r.a.Response)
 	}
 	s.devices(3, Healthy, eventBound)
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered")
+	}
+}
+
+// An Allocate whose caller gives up (deadline) neither cancels the shared check nor changes its
+// verdict: the probe runs to its end and kubelet's stream hears of it.
+func TestHyperlightProbeRequesterGoesAway(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	conn := s.dial(p)
+	before := len(helperPids(s.d))
+	s.shim("HVSHIM_DELAY_MS=1000", "HVSHIM_CREATE_VM_ERRNO=ENOMEM")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := api.NewDevicePluginClient(conn).Allocate(ctx, &api.AllocateRequest{
+		ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{"hyperlight-0"}}}})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("Allocate with a 300 ms deadline behind a 1 s probe: %v, want DeadlineExceeded", err)
+	}
+	// The probe (KVM_CREATE_VM: ENOMEM after 1 s) still ends and its verdict reaches kubelet's stream.
+	s.devices(3, Unhealthy, hangBound)
+	if n := countLines(s.d, "level=warn", "device unusable", "KVM_CREATE_VM: ENOMEM"); n != 1 {
+		t.Errorf("the abandoned check's verdict was logged %d times, want once", n)
+	}
+	if started := len(helperPids(s.d)) - before; started < 1 {
+		t.Fatalf("no helper started for the Allocate")
+	}
+	s.clearShim()
+	s.devices(3, Healthy, backoffBound)
+	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
+		t.Errorf("Allocate after recovery: %v", err)
+	} else {
+		checkAllocation(t, a.Response)
+	}
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered")
 	}
