@@ -392,7 +392,7 @@ dp_loop *dp_source_loop(const dp_source *s)
 
 int dp_io_add(dp_loop *l, int fd, uint32_t events, dp_io_fn fn, void *userdata, dp_source **ret)
 {
-	dp_source *s;
+	dp_source *s = NULL;
 	int r;
 
 	if (!l || fd < 0 || !fn || !ret)
@@ -440,7 +440,7 @@ static int timer_arm(int fd, uint64_t usec, uint64_t interval_usec)
 int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
 		 dp_source **ret)
 {
-	dp_source *s;
+	dp_source *s = NULL;
 	int fd, r;
 
 	if (!l || !fn || !ret)
@@ -490,7 +490,7 @@ int dp_timer_set_asap(dp_source *s)
 int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret)
 {
 	sigset_t mask;
-	dp_source *s;
+	dp_source *s = NULL;
 	int fd, r;
 
 	if (!l || !fn || !ret || sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
@@ -513,7 +513,7 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 
 int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_source **ret)
 {
-	dp_source *s;
+	dp_source *s = NULL;
 	int fd, r;
 
 	if (!l || !fn || !ret || pid <= 0)
@@ -549,7 +549,7 @@ bool dp_child_reaped(const dp_source *s)
 int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn, void *userdata,
 		   dp_source **ret)
 {
-	dp_source *s;
+	dp_source *s = NULL;
 	int fd, r;
 
 	if (!l || !path || !*path || !fn || !ret || mask == 0)
