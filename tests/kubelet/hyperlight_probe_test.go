@@ -160,6 +160,22 @@ func countLines(d *Daemon, parts ...string) int {
 	return n
 }
 
+// waitCount waits (bounded) until at least want log lines contain every part and returns the
+// count then: the daemon's stderr reaches the buffer through a pipe and a copying goroutine, so
+// a line written before an answer may arrive after it.
+func waitCount(d *Daemon, want int, parts ...string) int {
+	var n int
+	Poll(eventBound, func() bool { n = countLines(d, parts...); return n >= want })
+	return n
+}
+
+// helpersSoFar counts the helpers started by a daemon that has reported its device usable, once
+// that line (written after the first probe) is in the buffer.
+func helpersSoFar(d *Daemon) int {
+	waitCount(d, 1, `msg="device usable"`)
+	return len(helperPids(d))
+}
+
 // checkHelperSequence checks in the daemon's log that no helper started while the previous one
 // was still a child: a normal run ends with "helper finished" (logged when the child has been
 // reaped), a killed one with "helper reaped after SIGKILL pid=N".
@@ -286,6 +302,7 @@ func TestHyperlightProbeFailures(t *testing.T) {
 			unavailable(t, err, "/dev/kvm", reason)
 			// The check run for the Allocate also told kubelet's stream.
 			s.devices(3, Unhealthy, eventBound)
+			waitCount(s.d, 1, "level=warn", "device unusable", reason)
 
 			// The daemon retries by itself (1 s back-off, doubling): a retry fails the same way;
 			// then, the fault removed, a later retry finds the device usable again.
@@ -305,10 +322,10 @@ func TestHyperlightProbeFailures(t *testing.T) {
 			}
 
 			// Logged once per change, not at every failed check; the stream hears only of changes.
-			if n := countLines(s.d, "level=warn", "device unusable", reason); n != 1 {
+			if n := waitCount(s.d, 1, "level=warn", "device unusable", reason); n != 1 {
 				t.Errorf("the reason %q was logged %d times over two failed checks, want once", reason, n)
 			}
-			if n := countLines(s.d, "level=info", `msg="device usable"`); n != 2 {
+			if n := waitCount(s.d, 2, "level=info", `msg="device usable"`); n != 2 {
 				t.Errorf("\"device usable\" logged %d times, want 2 (start, recovery)", n)
 			}
 			var seq []string
@@ -344,7 +361,7 @@ func TestHyperlightProbeHang(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3")
 	p := s.ready(3)
 	children := sampleChildren(s.d.Pid())
-	before := len(helperPids(s.d))
+	before := helpersSoFar(s.d)
 	s.shim("HVSHIM_HANG=1")
 
 	// Several Allocates at once join the one hanging probe and get its deadline's verdict.
@@ -397,7 +414,7 @@ func TestHyperlightProbeHang(t *testing.T) {
 		t.Errorf("no sample saw the hanging helper: the sampler is not watching the daemon's children")
 	}
 	checkHelperSequence(t, s.d.Stderr.Lines())
-	if n := countLines(s.d, "device unusable", "timeout after 2 s"); n != 1 {
+	if n := waitCount(s.d, 1, "device unusable", "timeout after 2 s"); n != 1 {
 		t.Errorf("the timeout was logged %d times, want once (logged per change)", n)
 	}
 	if s.k.Current(HyperlightResource) != p {
@@ -411,7 +428,7 @@ func TestHyperlightProbeHang(t *testing.T) {
 func TestHyperlightProbeConcurrentAllocates(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3")
 	p := s.ready(3)
-	before := len(helperPids(s.d))
+	before := helpersSoFar(s.d)
 	// A slow but successful probe (well inside its 2 s deadline): every Allocate sent while it
 	// runs joins it.
 	s.shim("HVSHIM_DELAY_MS=1000")
@@ -441,8 +458,14 @@ func TestHyperlightProbeRequesterGoesAway(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3")
 	p := s.ready(3)
 	conn := s.dial(p)
-	before := len(helperPids(s.d))
+	before := helpersSoFar(s.d)
 	s.shim("HVSHIM_DELAY_MS=1000", "HVSHIM_CREATE_VM_ERRNO=ENOMEM")
+	// kubelet's Allocate (no deadline) and ours (300 ms) join one 1 s probe.
+	kubelet := make(chan error, 1)
+	go func() {
+		_, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-1"})
+		kubelet <- err
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := api.NewDevicePluginClient(conn).Allocate(ctx, &api.AllocateRequest{
@@ -450,13 +473,19 @@ func TestHyperlightProbeRequesterGoesAway(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("Allocate with a 300 ms deadline behind a 1 s probe: %v, want DeadlineExceeded", err)
 	}
-	// The probe (KVM_CREATE_VM: ENOMEM after 1 s) still ends and its verdict reaches kubelet's stream.
-	s.devices(3, Unhealthy, hangBound)
-	if n := countLines(s.d, "level=warn", "device unusable", "KVM_CREATE_VM: ENOMEM"); n != 1 {
-		t.Errorf("the abandoned check's verdict was logged %d times, want once", n)
+	// The probe still ends; its verdict answers the Allocate that stayed and reaches the stream.
+	select {
+	case err := <-kubelet:
+		unavailable(t, err, "KVM_CREATE_VM: ENOMEM")
+	case <-time.After(hangBound):
+		s.fatalf("kubelet's Allocate got no answer within %v", hangBound)
 	}
-	if started := len(helperPids(s.d)) - before; started < 1 {
-		t.Fatalf("no helper started for the Allocate")
+	s.devices(3, Unhealthy, eventBound)
+	if n := waitCount(s.d, 1, "level=warn", "device unusable", "KVM_CREATE_VM: ENOMEM"); n != 1 {
+		t.Errorf("the check's verdict was logged %d times, want once", n)
+	}
+	if started := len(helperPids(s.d)) - before; started != 1 {
+		t.Errorf("two Allocates sent together started %d helpers, want 1", started)
 	}
 	s.clearShim()
 	s.devices(3, Healthy, backoffBound)
@@ -615,7 +644,7 @@ func TestHyperlightCDIOwnerRange(t *testing.T) {
 				}
 				return
 			}
-			if countLines(s.d, append([]string{"level=warn"}, tc.warn...)...) != 1 {
+			if waitCount(s.d, 1, append([]string{"level=warn"}, tc.warn...)...) != 1 {
 				t.Errorf("no single warning naming %q", tc.warn)
 			}
 		})
