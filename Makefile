@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy lint
 
 all: build
 
@@ -39,6 +39,21 @@ test-live-kvm: build
 # Opt-in (TEST_MSHV_LIVE=1) on a host with /dev/mshv; prints why it did not run otherwise.
 test-live-mshv: build
 	tests/live/run-mshv.sh $(BUILD)
+
+# Static analysis, zero findings (a false positive is suppressed inline, with its reason):
+# clang-tidy (.clang-tidy) and cppcheck on core/src, hyperlight and kata; gcc -fanalyzer
+# on core/src with the project's flags (meson.build). Two jobs at a time.
+LINT_SRC = $(wildcard core/src/*.c hyperlight/*.c kata/*.c)
+LINT_CFLAGS = -std=c17 -O2 -g -D_FILE_OFFSET_BITS=64 -D_GNU_SOURCE -fno-strict-aliasing \
+	-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
+	-Wno-unused-parameter -Icore -Icore/include -I$(BUILD) -I$(BUILD)/proto
+lint: build
+	printf '%s\n' $(LINT_SRC) | xargs -P2 -n4 clang-tidy -p $(BUILD) --quiet
+	cppcheck --enable=warning,portability,performance --error-exitcode=1 --inline-suppr -j2 \
+		--quiet --std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Icore/include -Icore \
+		-I$(BUILD) -I$(BUILD)/proto -Ihyperlight -Ikata \
+		--include=/usr/include/protobuf-c/protobuf-c.h $(LINT_SRC)
+	printf '%s\n' $(wildcard core/src/*.c) | xargs -P2 -I{} gcc $(LINT_CFLAGS) -fanalyzer -c {} -o /dev/null
 
 demo: build
 	tests/demo.sh $(BUILD)
