@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy lint
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint
 
 all: build
 
@@ -30,6 +30,13 @@ asan: deps
 	ninja -C $(ASAN_BUILD)
 	scripts/go-build.sh $(ASAN_BUILD)
 	SDP_SANITIZE=1 tests/run.sh $(ASAN_BUILD)
+
+# libFuzzer (clang -fsanitize=fuzzer,address,undefined) on every fuzz/ target for FUZZ_SECONDS
+# each, in $(FUZZ_BUILD); prints executions and coverage (docs/reliability.md).
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD ?= build-fuzz
+fuzz: build
+	fuzz/run.sh $(BUILD) $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # A real KVM: Debian's kernel under QEMU's software emulation (tests/live/README.md).
 test-live-kvm: build

@@ -75,6 +75,27 @@ run_script() {
 for t in "$build"/tests/test_*; do
 	[ -f "$t" ] && [ -x "$t" ] && run_unit "$t"
 done
+# fuzz corpus replay (fuzz/README in docs/reliability.md): one pass per corpus file run without
+# a crash or a sanitizer abort by the target's replay binary
+run_replay() {
+	local bin=$1 name dir out p=0 f=0 file
+	name=$(basename "$bin")
+	dir="$src/fuzz/corpus/${name#replay_}"
+	out="$logdir/$name.log"
+	: >"$out"
+	for file in "$dir"/*; do
+		[ -f "$file" ] || continue
+		if timeout 60 "$bin" "$file" >>"$out" 2>&1; then p=$((p + 1)); else f=$((f + 1)); echo "FAIL $file" >>"$out"; fi
+	done
+	[ $((p + f)) -eq 0 ] && f=1 && echo "no corpus in $dir" >>"$out"
+	passed=$((passed + p))
+	failed=$((failed + f))
+	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
+	if [ "$f" -ne 0 ]; then failures+=("$name"); tail -40 "$out"; fi
+}
+for t in "$build"/fuzz/replay_*; do
+	[ -f "$t" ] && [ -x "$t" ] && run_replay "$t"
+done
 run_go grpc-conformance "$build/grpcpeer.test"
 # Scenarios mount (read-only CDI directory, full tmpfs) in a private mount namespace.
 run_go scenarios unshare -m --propagation private "$build/scenario.test"
