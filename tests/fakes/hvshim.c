@@ -13,6 +13,12 @@
  *   HVSHIM_HANG=1                 every ioctl on a fake fd sleeps forever (pause() loop)
  *   HVSHIM_DELAY_MS=300           KVM_CREATE_VM sleeps that long before it answers (a slow but
  *                                 successful probe; 0..60000, anything else: no delay)
+ *   HVSHIM_CRASH=SIGSEGV          every ioctl on a fake fd kills the process with this signal
+ *                                 (name or number; default disposition restored, no core file)
+ *   HVSHIM_EXIT=3                 every ioctl on a fake fd ends the process at once with
+ *                                 _exit(3) (0..255), printing nothing
+ *   HVSHIM_GARBAGE=1              every ioctl on a fake fd writes bytes that are not a helper
+ *                                 result line to stdout, then _exit(0)
  *   HVSHIM_STATE_FILE=<path>      when set and readable, every open and every ioctl on a fake fd
  *                                 re-reads the knobs from this file (lines KEY=VALUE with the
  *                                 names above, '#' comments) instead of the environment; when it
@@ -44,9 +50,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,6 +86,9 @@ static struct knobs {
 	char create_errno[VALUE_MAX];
 	char hang[VALUE_MAX];
 	char delay_ms[VALUE_MAX];
+	char crash[VALUE_MAX];
+	char exit_status[VALUE_MAX];
+	char garbage[VALUE_MAX];
 } knobs;
 
 static const struct {
@@ -92,6 +103,9 @@ static const struct {
 	KNOB("HVSHIM_CREATE_ERRNO", create_errno),
 	KNOB("HVSHIM_HANG", hang),
 	KNOB("HVSHIM_DELAY_MS", delay_ms),
+	KNOB("HVSHIM_CRASH", crash),
+	KNOB("HVSHIM_EXIT", exit_status),
+	KNOB("HVSHIM_GARBAGE", garbage),
 #undef KNOB
 };
 #define N_KNOBS (sizeof(knob_table) / sizeof(knob_table[0]))
@@ -403,6 +417,56 @@ static void delay(void)
 		;
 }
 
+/* "SIGSEGV" or "11" -> 11; "" -> 0; an unknown name -> SIGABRT, with a warning. */
+static int knob_signal(const char *v)
+{
+	char *end;
+	long n;
+
+	if (!*v)
+		return 0;
+	n = strtol(v, &end, 10);
+	if (*end == '\0' && n > 0 && n < NSIG)
+		return (int)n;
+	for (int sig = 1; sig < NSIG; sig++) {
+		const char *name = sigabbrev_np(sig);
+		if (name && strncmp(v, "SIG", 3) == 0 && strcmp(name, v + 3) == 0)
+			return sig;
+	}
+	fprintf(stderr, "hvshim: unknown signal name \"%s\", using SIGABRT\n", v);
+	return SIGABRT;
+}
+
+/* The process-ending faults: HVSHIM_CRASH, HVSHIM_EXIT, HVSHIM_GARBAGE (in that order). */
+static void end_faults(void)
+{
+	static const char junk[] = "\x01\xfe garbage \x7f not a result\nsecond line\n";
+	struct rlimit no_core = { 0, 0 };
+	sigset_t set;
+	char *end;
+	long v;
+	int sig = knob_signal(knobs.crash);
+
+	if (sig) {
+		setrlimit(RLIMIT_CORE, &no_core);
+		signal(sig, SIG_DFL);
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		sigprocmask(SIG_UNBLOCK, &set, NULL);
+		raise(sig);
+		_exit(128 + sig); /* a signal that does not kill (SIGCHLD...) */
+	}
+	if (knobs.exit_status[0]) {
+		v = strtol(knobs.exit_status, &end, 10);
+		if (!*end && v >= 0 && v <= 255)
+			_exit((int)v);
+	}
+	if (knobs.garbage[0] && strcmp(knobs.garbage, "0") != 0) {
+		ssize_t n = write(STDOUT_FILENO, junk, sizeof(junk) - 1);
+		_exit(n < 0 ? 1 : 0);
+	}
+}
+
 static int device_ioctl(unsigned long req, unsigned long arg)
 {
 	char *end;
@@ -443,5 +507,6 @@ int ioctl(int fd, unsigned long req, ...)
 	if (knobs.hang[0] && strcmp(knobs.hang, "0") != 0)
 		for (;;)
 			pause();
+	end_faults();
 	return kind == FAKE_DEVICE ? device_ioctl(req, arg) : fail(ENOTTY);
 }
