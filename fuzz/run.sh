@@ -19,7 +19,7 @@ for t in "$src"/fuzz/fuzz_*.c; do
 	(cd "$out" && "./fuzz_$name" -max_total_time="$secs" -print_final_stats=1 \
 		-artifact_prefix="$out/crash-$name-" "corpus-$name" >"$out/fuzz_$name.log" 2>&1)
 	r=$?
-	done_line=$(grep -E '^#[0-9]+ +DONE' "$out/fuzz_$name.log" | tail -1)
+	done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$out/fuzz_$name.log" | tail -1)
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/fuzz_$name.log")
 	cov=$(sed -n 's/.* cov: \([0-9]*\) ft: \([0-9]*\) corp: \([^ ]*\) .*/cov: \1 ft: \2 corp: \3/p' <<<"$done_line")
 	if [ "$r" -ne 0 ]; then
