@@ -79,9 +79,9 @@ static void put_file(const char *path, const char *content, size_t len, bool fif
 		(void)mkfifo(path, 0644);
 		return;
 	}
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
 	if (fd < 0)
-		return; /* e.g. a PCI name with odd characters: that device is simply incomplete */
+		return; /* a FIFO made for another device sharing this PCI directory: left as is */
 	if (len && write(fd, content, len) < 0)
 		(void)0;
 	close(fd);
