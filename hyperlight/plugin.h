@@ -26,6 +26,7 @@ struct hl_plugin {
 	dp_cdi_file *cdi;
 	struct hl_node_watch watch;
 	dp_helper *probe;
+	struct hl_waiter *waiters; /* requesters of the probe in flight */
 	bool last_healthy;
 	bool reported;
 	char last_reason[512];

@@ -45,6 +45,7 @@ struct dp_endpoint {
 	uint64_t check_interval;
 	uint64_t recheck_backoff;
 	dp_source *check_timer;
+	bool check_timer_armed; /* a periodic check or retry is pending */
 	uint8_t *snapshot; /* encoded ListAndWatchResponse for the current state */
 	size_t snapshot_len;
 
