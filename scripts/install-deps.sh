@@ -4,15 +4,17 @@
 # Usage: scripts/install-deps.sh [PROFILE]. Without PROFILE: the build and `make test`.
 # Profile live-kvm: what `make test-live-kvm` adds (QEMU, Debian's kernel and modules,
 # busybox-static and cpio for the guest's initramfs).
+# Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
 set -eu
-PKGS="gcc clang make git meson ninja-build pkg-config \
+PKGS="gcc clang libclang-rt-14-dev make git meson ninja-build pkg-config \
 libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev \
-golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler python3-yaml"
+golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler python3-yaml valgrind"
 case "${1:-}" in
 "") ;;
 live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio" ;;
+lint) PKGS="clang-tidy cppcheck" ;;
 *)
-	echo "install-deps.sh: unknown profile '$1' (known: live-kvm)" >&2
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, lint)" >&2
 	exit 2
 	;;
 esac
