@@ -153,10 +153,28 @@ type Daemon struct {
 	state  *os.ProcessState
 }
 
-// StartDaemon starts path with env and args; stdout and stderr are captured.
+// DaemonWrapperEnv names the environment variable holding a command line that every daemon is
+// started through (words split on blanks, the daemon's path and arguments appended), e.g.
+// SDP_DAEMON_WRAPPER="valgrind --error-exitcode=99 --log-file=/tmp/vg.%p" (make valgrind).
+// The wrapper must exec the daemon in the same process (valgrind does), so Pid is the daemon's.
+const DaemonWrapperEnv = "SDP_DAEMON_WRAPPER"
+
+// Wrapped returns the program and arguments that run path with args: path itself, or the
+// words of $SDP_DAEMON_WRAPPER followed by path and args.
+func Wrapped(path string, args ...string) (string, []string) {
+	words := strings.Fields(os.Getenv(DaemonWrapperEnv))
+	if len(words) == 0 {
+		return path, args
+	}
+	return words[0], append(append(words[1:], path), args...)
+}
+
+// StartDaemon starts path with env and args (through $SDP_DAEMON_WRAPPER when set, see
+// Wrapped); stdout and stderr are captured.
 func StartDaemon(path string, env []string, args ...string) (*Daemon, error) {
 	d := &Daemon{Path: path, Stderr: &LogBuffer{}, Stdout: &LogBuffer{}, done: make(chan struct{})}
-	d.Cmd = exec.Command(path, args...)
+	prog, argv := Wrapped(path, args...)
+	d.Cmd = exec.Command(prog, argv...)
 	d.Cmd.Env = env
 	d.Cmd.Stdout = d.Stdout
 	d.Cmd.Stderr = d.Stderr
