@@ -505,7 +505,7 @@ static void attempt_failed(hl_labels *l, long status, const char *error)
 
 	for (size_t i = 0; i <= l->excerpt_len; i++) {
 		unsigned char c = (unsigned char)l->excerpt[i];
-		body[i] = (c && (c < ' ' || c >= 0x7f)) ? '.' : (char)c;
+		body[i] = (char)((c && (c < ' ' || c >= 0x7f)) ? '.' : c);
 	}
 	if (status)
 		dp_warn("node labelling failed", "node=%s attempt=%u status=%ld body=%s retry_in=%llus",
@@ -595,6 +595,17 @@ static int curl_global(void)
 	return 0;
 }
 
+/* The fd a /proc/self/fd entry names, or -1 ("." and ".."). */
+static int fd_of(const char *name)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(name, &end, 10);
+	return errno || end == name || *end || v < 0 || v > INT_MAX ? -1 : (int)v;
+}
+
 /* The fds open now, ascending (readdir of /proc/self/fd). */
 static int list_fds(int **ret, size_t *ret_n)
 {
@@ -606,7 +617,8 @@ static int list_fds(int **ret, size_t *ret_n)
 	if (!d)
 		return -errno;
 	while ((e = readdir(d))) {
-		if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+		int fd = fd_of(e->d_name);
+		if (fd < 0 || fd == dirfd(d))
 			continue;
 		if (n == cap) {
 			int *p = reallocarray(fds, cap = cap ? 2 * cap : 64, sizeof(*fds));
@@ -616,10 +628,11 @@ static int list_fds(int **ret, size_t *ret_n)
 			}
 			fds = p;
 		}
-		fds[n++] = atoi(e->d_name);
+		fds[n++] = fd;
 	}
 	closedir(d);
-	qsort(fds, n, sizeof(*fds), cmp_int);
+	if (n > 0) /* fds is NULL when n == 0: qsort's pointer must not be */
+		qsort(fds, n, sizeof(*fds), cmp_int);
 	*ret = TAKE_PTR(fds);
 	*ret_n = n;
 	return 0;
@@ -640,7 +653,7 @@ static CURLM *multi_init_cloexec(void)
 		return m;
 	}
 	for (size_t i = 0; i < na; i++)
-		if (!bsearch(&after[i], before, nb, sizeof(*before), cmp_int))
+		if (nb == 0 || !bsearch(&after[i], before, nb, sizeof(*before), cmp_int))
 			set_cloexec(after[i]);
 	return m;
 }

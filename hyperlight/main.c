@@ -156,7 +156,7 @@ static int run(const struct options *o)
 	}
 	if (find_device(o, &cfg, &dev) < 0)
 		return 1;
-	signal(SIGPIPE, SIG_IGN);
+	(void)signal(SIGPIPE, SIG_IGN);
 	if ((r = dp_loop_new(&d.loop)) < 0 || (r = dp_signal_add(d.loop, SIGTERM, on_signal, d.loop, &sigterm)) < 0 ||
 	    (r = dp_signal_add(d.loop, SIGINT, on_signal, d.loop, &sigint)) < 0) {
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));

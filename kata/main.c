@@ -43,7 +43,7 @@ static void class_pattern(const struct kata_row *r, char out[static 9])
 	for (int i = 0; i < 6; i++) {
 		int shift = 20 - 4 * i;
 		bool fixed = ((r->class_mask >> shift) & 0xf) == 0xf;
-		out[2 + i] = fixed ? hex[(r->class_prefix >> shift) & 0xf] : 'x';
+		out[2 + i] = (char)(fixed ? hex[(r->class_prefix >> shift) & 0xf] : 'x');
 	}
 	out[8] = '\0';
 }
@@ -222,7 +222,7 @@ static int setup_loop(struct daemon *d)
 {
 	dp_source *sigterm = NULL, *sigint = NULL; /* freed with the loop */
 	int r;
-	signal(SIGPIPE, SIG_IGN);
+	(void)signal(SIGPIPE, SIG_IGN);
 	if ((r = dp_loop_new(&d->loop)) < 0 || (r = dp_signal_add(d->loop, SIGTERM, on_signal, d->loop, &sigterm)) < 0 ||
 	    (r = dp_signal_add(d->loop, SIGINT, on_signal, d->loop, &sigint)) < 0)
 		return r;

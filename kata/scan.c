@@ -34,7 +34,8 @@ _printf_(2, 3) static void whyf(char *why, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why, WHY_MAX, fmt, ap);
+	/* ap is va_start()ed just above (clang 14 false positive) */
+	vsnprintf(why, WHY_MAX, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 }
 
@@ -324,7 +325,7 @@ static int open_pci_device(const struct ctx *c, int entry_fd, struct kata_device
 static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const char *dir)
 {
 	char buf[ATTR_MAX + 1], why[WHY_MAX], q[WHY_MAX + 64];
-	size_t n;
+	size_t n = 0;
 
 	d->numa_node = -1;
 	if (read_attr(fd, "numa_node", dir, buf, &n, why) == 0) {
@@ -608,12 +609,14 @@ static int cmp_name_ptr(const void *a, const void *b)
 
 static const struct kata_device **by_name(const struct kata_scan *s)
 {
-	const struct kata_device **v = calloc(s->n_devices ? s->n_devices : 1, sizeof(*v));
+	/* an array of pointers: sizeof(*v) is the size of one pointer, as meant */
+	const struct kata_device **v = calloc(s->n_devices ? s->n_devices : 1, sizeof(*v)); // NOLINT(bugprone-sizeof-expression)
 	if (!v)
 		return NULL;
 	for (size_t i = 0; i < s->n_devices; i++)
 		v[i] = &s->devices[i];
-	qsort(v, s->n_devices, sizeof(*v), cmp_name_ptr);
+	/* an array of pointers: sizeof(*v) is the size of one pointer, as meant */
+	qsort(v, s->n_devices, sizeof(*v), cmp_name_ptr); // NOLINT(bugprone-sizeof-expression)
 	return v;
 }
 

@@ -180,7 +180,10 @@ void dp_buf_yaml_string(dp_buf *b, const char *str)
 	while (*s) {
 		uint32_t cp;
 		size_t n = utf8_decode(s, &cp);
-		char e = n == 1 ? named_escape(*s) : 0;
+		char e = 0;
+
+		if (n == 1)
+			e = named_escape(*s);
 
 		if (n == 0) {
 			dp_buf_puts(b, "\\uFFFD");

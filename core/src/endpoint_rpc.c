@@ -178,6 +178,13 @@ char **dp_alloc_ids(const dp_alloc *a, size_t c, size_t *ret_n)
 bool dp_alloc_cancelled(const dp_alloc *a) { return !a->call; }
 uint64_t dp_alloc_deadline(const dp_alloc *a) { return a->deadline; }
 
+/* gcc 12 -fanalyzer loses pointers stored through a run-time index (na[*n] = e, and
+ * rs[i].deviceids in prefer_one) and reports them leaked: they are owned by the response and
+ * freed with it (alloc_free, rpc_preferred). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
+#endif
 /* Grow a protobuf-c repeated pointer field by one element. */
 static void *push(void ***arr, size_t *n, size_t size)
 {
@@ -192,6 +199,9 @@ static void *push(void ***arr, size_t *n, size_t size)
 	(*n)++;
 	return e;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 int dp_alloc_add_cdi(dp_alloc *a, size_t c, const char *cdi_name)
 {
@@ -259,7 +269,8 @@ void dp_alloc_finish(dp_alloc *a, int status, const char *message)
 			dp_grpc_call_finish(a->call, status, message);
 		} else {
 			V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
-			_cleanup_free_ V1beta1__ContainerAllocateResponse **ptrs = calloc(a->n, sizeof(*ptrs));
+			/* an array of pointers: sizeof(*ptrs) is the size of one pointer, as meant */
+			_cleanup_free_ V1beta1__ContainerAllocateResponse **ptrs = calloc(a->n, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression)
 			if (!ptrs) {
 				dp_grpc_call_finish(a->call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 			} else {
@@ -284,6 +295,11 @@ static bool in_list(char **ids, size_t n, const char *id)
 	return false;
 }
 
+/* See push(): the analyzer loses out->deviceids, which rpc_preferred frees. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
+#endif
 static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *c,
 		      V1beta1__ContainerPreferredAllocationResponse *out)
 {
@@ -291,6 +307,7 @@ static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *c,
 	out->deviceids = calloc(want ? want : 1, sizeof(char *));
 	if (!out->deviceids)
 		return -ENOMEM;
+	out->n_deviceids = 0; /* already 0 from _init(); stated for the analyzers */
 	for (size_t i = 0; i < c->n_must_include_deviceids && out->n_deviceids < want; i++)
 		if (!in_list(out->deviceids, out->n_deviceids, c->must_include_deviceids[i]))
 			out->deviceids[out->n_deviceids++] = c->must_include_deviceids[i];
@@ -299,6 +316,9 @@ static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *c,
 			out->deviceids[out->n_deviceids++] = c->available_deviceids[i];
 	return 0;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
@@ -309,7 +329,8 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 	}
 	size_t n = req->n_container_requests;
 	V1beta1__ContainerPreferredAllocationResponse *rs = calloc(n ? n : 1, sizeof(*rs));
-	V1beta1__ContainerPreferredAllocationResponse **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+	/* an array of pointers: sizeof(*ptrs) is the size of one pointer, as meant */
+	V1beta1__ContainerPreferredAllocationResponse **ptrs = calloc(n ? n : 1, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression)
 	int r = rs && ptrs ? 0 : -ENOMEM;
 	for (size_t i = 0; i < n && r == 0; i++) {
 		v1beta1__container_preferred_allocation_response__init(&rs[i]);

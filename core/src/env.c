@@ -40,7 +40,7 @@ static void quote_value(char *buf, size_t size, const char *s)
 	size_t o = 0, i = 0;
 
 	buf[o++] = '"';
-	for (; s[i] && i < VALUE_SHOWN_MAX && o + 6 < size; i++) {
+	for (; i < VALUE_SHOWN_MAX && s[i] && o + 6 < size; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (c == '"' || c == '\\')
 			o += (size_t)snprintf(buf + o, size - o, "\\%c", c);

@@ -68,7 +68,7 @@ void dp_grpc_format_timeout(uint64_t usec, char buf[static 16])
 		return;
 	}
 	if (usec <= TIMEOUT_MAX_VALUE / 1000) {
-		snprintf(buf, 16, "%llun", (unsigned long long)(usec * 1000));
+		snprintf(buf, 16, "%llun", (unsigned long long)usec * 1000);
 		return;
 	}
 	for (size_t i = 0; i < DP_ELEMENTSOF(units); i++) {

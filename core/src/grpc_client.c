@@ -25,7 +25,7 @@
 #include "h2.h"
 
 #define CONNECT_RETRY_USEC (5 * DP_USEC_PER_MSEC)
-#define CLIENT_MAX_OUTBUF (8u * 1024u * 1024u)
+#define CLIENT_MAX_OUTBUF ((size_t)8 << 20) /* 8 MiB */
 #define CLIENT_MAX_TIMEOUT_USEC (99999999ULL * 3600 * DP_USEC_PER_SEC)
 
 struct dp_grpc_client_call {

@@ -28,7 +28,7 @@ const dp_grpc_limits dp_grpc_default_limits = {
 	.max_connections = 64,
 	.max_concurrent_streams = 128,
 	.max_header_list = 16 * 1024,
-	.max_outbuf = 8 * 1024 * 1024,
+	.max_outbuf = (size_t)8 << 20, /* 8 MiB */
 };
 
 /* ---- request processing ---- */
@@ -233,7 +233,9 @@ static void call_pseudo_header(dp_grpc_call *c, const uint8_t *name, size_t name
 {
 	if (c->regular_seen) {
 		c->malformed = true; /* pseudo-headers come first */
-	} else if (name_is(name, namelen, ":method")) {
+		return;
+	}
+	if (name_is(name, namelen, ":method")) {
 		c->n_method++;
 		c->is_post = valuelen == 4 && memcmp(value, "POST", 4) == 0;
 	} else if (name_is(name, namelen, ":path")) {
@@ -477,7 +479,7 @@ static int server_callbacks(dp_grpc_server *s)
 	 * validate method, path, content-type and pseudo-headers ourselves. */
 	nghttp2_option_set_no_http_messaging(s->opt, 1);
 	nghttp2_option_set_no_closed_streams(s->opt, 1);
-	nghttp2_option_set_max_send_header_block_length(s->opt, 64 * 1024);
+	nghttp2_option_set_max_send_header_block_length(s->opt, (size_t)64 << 10);
 	nghttp2_option_set_max_deflate_dynamic_table_size(s->opt, 4096);
 	nghttp2_option_set_max_outbound_ack(s->opt, 1000);       /* PING/SETTINGS ACK flood */
 	nghttp2_option_set_max_settings(s->opt, 32);

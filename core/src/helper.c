@@ -118,7 +118,8 @@ void dp_helper_reply_fail(const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(reason, sizeof(reason), fmt, ap);
+	/* ap is va_start()ed just above (clang 14 false positive) */
+	vsnprintf(reason, sizeof(reason), fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 	reply("fail", *reason ? reason : "unknown failure");
 }
@@ -176,7 +177,8 @@ static void list_free_all(wait_list *l)
 {
 	while (l->head) {
 		dp_helper_wait *w = l->head;
-		list_unlink(w);
+		/* a wait at l->head has w->list == l: list_unlink takes it off before the free */
+		list_unlink(w); // NOLINT(clang-analyzer-unix.Malloc)
 		free(w);
 	}
 }
@@ -197,7 +199,8 @@ static void deliver_ready(dp_helper *h)
 {
 	while (!h->freed && h->ready.head) {
 		dp_helper_wait *w = h->ready.head;
-		dp_helper_result r = w->result;
+		/* a wait at ready.head has w->list == &h->ready: list_unlink takes it off before the free */
+		dp_helper_result r = w->result; // NOLINT(clang-analyzer-unix.Malloc)
 		dp_helper_done_fn done = w->done;
 		void *userdata = w->userdata;
 
@@ -228,7 +231,8 @@ static void result_set(dp_helper_result *r, bool ok, const char *fmt, ...)
 
 	r->ok = ok;
 	va_start(ap, fmt);
-	vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+	/* ap is va_start()ed just above (clang 14 false positive) */
+	vsnprintf(r->reason, sizeof(r->reason), fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 }
 
@@ -260,7 +264,7 @@ static void sanitise(char *out, size_t size, const char *s, size_t n)
 
 	for (i = 0; i < m && i + 1 < size; i++) {
 		unsigned char c = (unsigned char)s[i];
-		out[i] = (c < ' ' || c >= 0x7f) ? '?' : (char)c;
+		out[i] = (char)((c < ' ' || c >= 0x7f) ? '?' : c);
 	}
 	out[i] = '\0';
 }
@@ -442,7 +446,7 @@ static int start_run(dp_helper *h)
 {
 	_cleanup_close_ int rd = -1, wr = -1;
 	int p[2], r;
-	pid_t pid;
+	pid_t pid = 0;
 
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
@@ -453,6 +457,8 @@ static int start_run(dp_helper *h)
 	r = spawn_child(h, wr, &pid);
 	if (r < 0)
 		return r;
+	if (pid <= 0) /* posix_spawn sets it on success; never kill(0 or -1) below */
+		return -ECHILD;
 	h->runs++;
 	r = dp_child_add(h->loop, pid, on_child, h, &h->child);
 	if (r < 0) {
@@ -577,6 +583,12 @@ static int on_kick(dp_source *s, void *userdata)
 
 /* ---------------------------------------------------------------- public API */
 
+/* gcc 12 -fanalyzer loses the strings stored through v[i] and reports them leaked: they are
+ * freed on failure below, or by free_argv() with v. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
+#endif
 static char **copy_argv(const char *exe, char *const argv[])
 {
 	size_t n = 0;
@@ -600,6 +612,9 @@ static char **copy_argv(const char *exe, char *const argv[])
 		}
 	return v;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 static void free_argv(char **v)
 {

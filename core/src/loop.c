@@ -118,7 +118,8 @@ dp_loop *dp_loop_free(dp_loop *l)
 		return NULL;
 	l->dispatching++; /* collect on the dead list, release below */
 	while (l->live)
-		dp_source_free(l->live);
+		/* dispatching > 0: the source moves to the dead list, it is not freed yet */
+		dp_source_free(l->live); // NOLINT(clang-analyzer-unix.Malloc)
 	l->dispatching--;
 	free_dead(l);
 	defer_clear(l);
@@ -323,9 +324,11 @@ int dp_defer(dp_loop *l, dp_defer_fn fn, void *userdata)
 	return 0;
 }
 
-/* Allocate a source around fd and register it for events. On failure an owned fd is closed. */
-static int source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
-		      void *userdata, dp_source **ret)
+/* Allocate a source around fd and register it for events. Returns the source, or NULL with
+ * the negative errno in *ret_error (-ENOMEM, or epoll_ctl's); on failure an owned fd is closed.
+ * Returning the pointer lets callers test it directly (the analyzers then see it is non-NULL). */
+static dp_source *source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
+			     void *userdata, int *ret_error)
 {
 	struct epoll_event ev = {.events = events};
 	dp_source *s = calloc(1, sizeof(*s));
@@ -333,7 +336,8 @@ static int source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, u
 	if (!s) {
 		if (owns_fd)
 			close(fd);
-		return -ENOMEM;
+		*ret_error = -ENOMEM;
+		return NULL;
 	}
 	s->loop = l;
 	s->type = type;
@@ -342,19 +346,18 @@ static int source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, u
 	s->userdata = userdata;
 	ev.data.ptr = s;
 	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-		int r = -errno;
+		*ret_error = -errno;
 		if (owns_fd)
 			close(fd);
 		free(s);
-		return r;
+		return NULL;
 	}
 	s->in_epoll = true;
 	s->next = l->live;
 	if (l->live)
 		l->live->prev = s;
 	l->live = s;
-	*ret = s;
-	return 0;
+	return s;
 }
 
 dp_source *dp_source_free(dp_source *s)
@@ -397,8 +400,8 @@ int dp_io_add(dp_loop *l, int fd, uint32_t events, dp_io_fn fn, void *userdata, 
 
 	if (!l || fd < 0 || !fn || !ret)
 		return -EINVAL;
-	r = source_new(l, SOURCE_IO, fd, false, events, userdata, &s);
-	if (r < 0)
+	s = source_new(l, SOURCE_IO, fd, false, events, userdata, &r);
+	if (!s)
 		return r;
 	s->fn.io = fn;
 	*ret = s;
@@ -461,8 +464,8 @@ int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn 
 			return r;
 		}
 	}
-	r = source_new(l, SOURCE_TIMER, fd, true, EPOLLIN, userdata, &s);
-	if (r < 0)
+	s = source_new(l, SOURCE_TIMER, fd, true, EPOLLIN, userdata, &r);
+	if (!s)
 		return r;
 	s->fn.timer = fn;
 	*ret = s;
@@ -503,8 +506,8 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 	fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	r = source_new(l, SOURCE_SIGNAL, fd, true, EPOLLIN, userdata, &s);
-	if (r < 0)
+	s = source_new(l, SOURCE_SIGNAL, fd, true, EPOLLIN, userdata, &r);
+	if (!s)
 		return r;
 	s->fn.signal = fn;
 	*ret = s;
@@ -521,8 +524,8 @@ int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_sourc
 	fd = (int)syscall(SYS_pidfd_open, pid, 0); /* pidfds are always O_CLOEXEC */
 	if (fd < 0)
 		return -errno;
-	r = source_new(l, SOURCE_CHILD, fd, true, EPOLLIN, userdata, &s);
-	if (r < 0)
+	s = source_new(l, SOURCE_CHILD, fd, true, EPOLLIN, userdata, &r);
+	if (!s)
 		return r;
 	s->fn.child = fn;
 	s->pid = pid;
@@ -562,8 +565,8 @@ int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn
 		close(fd);
 		return r;
 	}
-	r = source_new(l, SOURCE_INOTIFY, fd, true, EPOLLIN, userdata, &s);
-	if (r < 0)
+	s = source_new(l, SOURCE_INOTIFY, fd, true, EPOLLIN, userdata, &r);
+	if (!s)
 		return r;
 	s->fn.inotify = fn;
 	*ret = s;

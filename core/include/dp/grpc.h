@@ -38,7 +38,7 @@
 
 #include "dp/loop.h"
 
-#define DP_GRPC_MAX_MESSAGE (4u * 1024u * 1024u)
+#define DP_GRPC_MAX_MESSAGE (4u << 20) /* 4 MiB */
 
 enum dp_grpc_status {
 	DP_GRPC_OK = 0,

@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* The systemd spellings the developer guide prescribes; no C library or compiler defines them. */
+/* NOLINTBEGIN(bugprone-reserved-identifier,cert-dcl37-c,cert-dcl51-cpp) */
 #define _cleanup_(f) __attribute__((cleanup(f)))
 #define _unused_ __attribute__((unused))
 #define _printf_(a, b) __attribute__((format(printf, a, b)))
+/* NOLINTEND(bugprone-reserved-identifier,cert-dcl37-c,cert-dcl51-cpp) */
 
 #define DP_ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
 
@@ -21,8 +24,10 @@ static inline void dp_closep(int *fd)
 		errno = saved;
 	}
 }
+/* NOLINTBEGIN(bugprone-reserved-identifier,cert-dcl37-c,cert-dcl51-cpp): systemd spellings, as above */
 #define _cleanup_free_ _cleanup_(dp_freep)
 #define _cleanup_close_ _cleanup_(dp_closep)
+/* NOLINTEND(bugprone-reserved-identifier,cert-dcl37-c,cert-dcl51-cpp) */
 
 /* Hand ownership out of a cleanup-scoped variable. */
 #define TAKE_PTR(p)                          \
@@ -40,6 +45,7 @@ static inline void dp_closep(int *fd)
 
 /* Declare name##p(type **) calling fn on a non-NULL pointer, for _cleanup_(name##p). */
 #define DP_DEFINE_CLEANUP(type, fn)                  \
+	/* NOLINTNEXTLINE(bugprone-macro-parentheses): a type name cannot be parenthesized */ \
 	static inline void fn##p(type **p)           \
 	{                                            \
 		if (*p)                              \
