@@ -61,6 +61,7 @@ LINT_CFLAGS = -std=c17 -O2 -g -D_FILE_OFFSET_BITS=64 -D_GNU_SOURCE -fno-strict-a
 	-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
 	-Wno-unused-parameter -Icore -Icore/include -I$(BUILD) -I$(BUILD)/proto
 lint: build
+	scripts/install-deps.sh lint
 	printf '%s\n' $(LINT_SRC) | xargs -P2 -n4 clang-tidy -p $(BUILD) --quiet
 	cppcheck --enable=warning,portability,performance --error-exitcode=1 --inline-suppr -j2 \
 		--quiet --std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Icore/include -Icore \
