@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind bench
 
 all: build
 
@@ -68,6 +68,12 @@ lint: build
 		-I$(BUILD) -I$(BUILD)/proto -Ihyperlight -Ikata \
 		--include=/usr/include/protobuf-c/protobuf-c.h $(LINT_SRC)
 	printf '%s\n' $(wildcard core/src/*.c) | xargs -P2 -I{} gcc $(LINT_CFLAGS) -fanalyzer -c {} -o /dev/null
+
+# Benchmarks (bench/): kata, hyperlight and the grpc-go reference plugin on simulated nodes; regenerates
+# docs/benchmarks.md. BENCH_IDLE sets the idle period in seconds (default 60).
+BENCH_IDLE ?= 60
+bench: build
+	$(BUILD)/sdp-bench -build $(BUILD) -out docs/benchmarks.md -idle $(BENCH_IDLE) -command "make bench BENCH_IDLE=$(BENCH_IDLE)"
 
 demo: build
 	tests/demo.sh $(BUILD)

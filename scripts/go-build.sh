@@ -15,3 +15,4 @@ go test -c -o "$out/scenario.test" sdp/kubelet
 go test -c -o "$out/grpcpeer.test" sdp/kubelet/grpcpeer
 CGO_ENABLED=0 go build -o "$out/live-kvm" sdp/kubelet/cmd/live-kvm
 go build -o "$out/runtime-e2e" sdp/kubelet/cmd/runtime-e2e
+"$src/bench/build.sh" "$out"

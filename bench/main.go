@@ -1,0 +1,252 @@
+// Command sdp-bench is the benchmark driver behind `make bench`: it runs the kata and hyperlight
+// daemons and the reference grpc-go plugin (bench/reference-go) on simulated nodes against the
+// in-process mock kubelet (package sdp/kubelet) and writes docs/benchmarks.md. Timings are
+// reported, never asserted.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	k "sdp/kubelet"
+)
+
+var (
+	buildDir = flag.String("build", "build", "meson build directory holding the daemons")
+	outPath  = flag.String("out", "docs/benchmarks.md", "markdown file to write")
+	runs     = flag.Int("runs", 5, "runs per start-up measurement")
+	allocs   = flag.Int("allocs", 10000, "sequential Allocate calls per daemon")
+	restarts = flag.Int("restarts", 100, "kubelet restarts per daemon")
+	idleSec  = flag.Int("idle", 60, "idle period in seconds")
+	probes   = flag.Int("probes", 200, "runs of the probe helper alone")
+	command  = flag.String("command", "make bench", "command line recorded in the document")
+)
+
+const refResource = "reference.dev/device"
+
+type daemonKind struct {
+	name     string // kata, hyperlight, reference
+	bin      string
+	resource string
+	env      []string
+}
+
+// node is one simulated node with a mock kubelet and a started daemon.
+type node struct {
+	n      *k.Node
+	kt     *k.KataTree
+	kub    *k.MockKubelet
+	d      *k.Daemon
+	kind   daemonKind
+	start  time.Time
+	mu     sync.Mutex
+	events []k.Event
+	notify chan struct{}
+}
+
+func fatal(format string, a ...interface{}) {
+	fmt.Fprintf(os.Stderr, "sdp-bench: "+format+"\n", a...)
+	os.Exit(1)
+}
+
+func (nd *node) onEvent(e k.Event) {
+	nd.mu.Lock()
+	nd.events = append(nd.events, e)
+	nd.mu.Unlock()
+	select {
+	case nd.notify <- struct{}{}:
+	default:
+	}
+}
+
+// waitEvent waits for the first event at index >= from matching f; returns it and its index.
+func (nd *node) waitEvent(from int, bound time.Duration, f func(k.Event) bool) (k.Event, int) {
+	deadline := time.Now().Add(bound)
+	for {
+		nd.mu.Lock()
+		for i := from; i < len(nd.events); i++ {
+			if f(nd.events[i]) {
+				e := nd.events[i]
+				nd.mu.Unlock()
+				return e, i
+			}
+		}
+		nd.mu.Unlock()
+		left := time.Until(deadline)
+		if left <= 0 {
+			var log string
+			if nd.d != nil {
+				log = nd.d.Log()
+			}
+			fatal("%s: expected event not seen within %v; events:\n%s\ndaemon log:\n%s", nd.kind.name, bound, nd.kub.EventLog(), tail(log, 3000))
+		}
+		select {
+		case <-nd.notify:
+		case <-time.After(left):
+		}
+	}
+}
+
+func (nd *node) eventCount() int {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return len(nd.events)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// newNode prepares the node for kind: /dev/kvm for hyperlight and the reference, a fake VFIO
+// host with 4 GPUs for kata.
+func newNode(kind daemonKind) *node {
+	n, err := k.NewNode()
+	if err != nil {
+		fatal("%v", err)
+	}
+	nd := &node{n: n, kind: kind, notify: make(chan struct{}, 1)}
+	if kind.name == "kata" {
+		if nd.kt, err = k.NewKataTree(n.Root); err != nil {
+			fatal("%v", err)
+		}
+		for i, bdf := range []string{"0000:41:00.0", "0000:42:00.0", "0000:c1:00.0", "0000:c2:00.0"} {
+			if err := nd.kt.Add(i, k.GPU(bdf, i/2)); err != nil {
+				fatal("%v", err)
+			}
+		}
+	} else if err := n.MknodKVM(); err != nil {
+		fatal("%v", err)
+	}
+	if nd.kub, err = k.Start(k.Config{Dir: n.KubeletDir, OnEvent: nd.onEvent}); err != nil {
+		fatal("%v", err)
+	}
+	return nd
+}
+
+// launch starts the daemon and returns the start time.
+func (nd *node) launch(extra ...string) {
+	env := k.DaemonEnv(nd.n.Root, append(append([]string{"LOG_LEVEL=info"}, nd.kind.env...), extra...)...)
+	nd.start = time.Now()
+	d, err := k.StartDaemon(nd.kind.bin, env)
+	if err != nil {
+		fatal("%v", err)
+	}
+	nd.d = d
+}
+
+func (nd *node) close() {
+	if nd.d != nil {
+		nd.d.Stop(10 * time.Second)
+	}
+	nd.kub.Stop()
+	nd.n.Remove()
+}
+
+func isReg(res string) func(k.Event) bool {
+	return func(e k.Event) bool { return e.Kind == "register" && e.Resource == res }
+}
+func isDevices(res string) func(k.Event) bool {
+	return func(e k.Event) bool { return e.Kind == "devices" && e.Resource == res }
+}
+
+// ---- /proc
+
+type mem struct{ rss, hwm int64 } // KiB
+
+func readMem(pid int) mem {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		fatal("%v", err)
+	}
+	var m mem
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			switch f[0] {
+			case "VmRSS:":
+				m.rss = v
+			case "VmHWM:":
+				m.hwm = v
+			}
+		}
+	}
+	return m
+}
+
+// cpuTicks is utime+stime of pid (all threads) in clock ticks.
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		fatal("%v", err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st
+}
+
+// ctxSwitches sums voluntary+nonvoluntary context switches of every thread (a wake-up proxy).
+func ctxSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "voluntary_ctxt_switches:") || strings.HasPrefix(l, "nonvoluntary_ctxt_switches:") {
+				v, _ := strconv.ParseInt(strings.TrimSpace(l[strings.IndexByte(l, ':')+1:]), 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+func threads(pid int) int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	return len(tasks)
+}
+
+// ---- statistics
+
+type stats struct {
+	med, min, max, p99 float64
+	n                  int
+}
+
+func summarize(v []float64) stats {
+	if len(v) == 0 {
+		return stats{}
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	p := int(float64(len(s))*0.99+0.5) - 1
+	if p < 0 {
+		p = 0
+	}
+	if p >= len(s) {
+		p = len(s) - 1
+	}
+	return stats{med: med, min: s[0], max: s[len(s)-1], p99: s[p], n: len(s)}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+func us(d time.Duration) float64 { return float64(d) / 1e3 }

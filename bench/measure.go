@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/golang/protobuf/proto"
+
+	k "sdp/kubelet"
+	api "sdp/v1beta1"
+)
+
+// startup is one run's start-up figures.
+type startup struct {
+	reg, law float64 // ms
+	memReg   mem
+	memAlloc mem
+	allocs   []float64 // µs
+	prefs    []float64 // µs
+	prefNA   bool
+}
+
+// results of one daemon kind.
+type results struct {
+	runs        []startup
+	restarts    []float64 // ms
+	cdiRepair   []float64 // ms; nil = not repaired
+	cdiNote     string
+	unhealthy   []float64 // ms
+	healthNote  string
+	idleTicks   int64
+	idleCtx     int64
+	idleThreads int
+	size        int64
+}
+
+func (nd *node) waitStarted() (reg, law time.Time, p *k.Plugin) {
+	e, i := nd.waitEvent(0, 20*time.Second, isReg(nd.kind.resource))
+	d, _ := nd.waitEvent(i, 20*time.Second, isDevices(nd.kind.resource))
+	p = nd.kub.Current(nd.kind.resource)
+	if p == nil {
+		fatal("%s: registered but no current endpoint", nd.kind.name)
+	}
+	return e.Time, d.Time, p
+}
+
+// runStartup starts a daemon on a fresh node and measures start-up, memory and the RPCs.
+// With keep the node is returned running for the once-per-daemon measurements.
+func runStartup(kind daemonKind, keep bool) (startup, *node) {
+	nd := newNode(kind)
+	nd.launch()
+	reg, law, p := nd.waitStarted()
+	var s startup
+	s.reg, s.law = ms(reg.Sub(nd.start)), ms(law.Sub(nd.start))
+	s.memReg = readMem(nd.d.Pid())
+	snap, _ := p.Latest()
+	id := snap.Devices[0].ID
+	var all []string
+	for _, d := range snap.Devices {
+		all = append(all, d.ID)
+	}
+	c := p.Client()
+	ctx := context.Background()
+	areq := &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{id}}}}
+	for i := 0; i < *allocs; i++ {
+		t := time.Now()
+		r, err := c.Allocate(ctx, areq)
+		el := time.Since(t)
+		if err != nil || len(r.ContainerResponses) != 1 {
+			fatal("%s: Allocate %d: %v", kind.name, i, err)
+		}
+		s.allocs = append(s.allocs, us(el))
+	}
+	s.memAlloc = readMem(nd.d.Pid())
+	if p.Options.GetGetPreferredAllocationAvailable() {
+		preq := &api.PreferredAllocationRequest{ContainerRequests: []*api.ContainerPreferredAllocationRequest{{
+			AvailableDeviceIDs: all, AllocationSize: 1}}}
+		for i := 0; i < *allocs/10; i++ {
+			t := time.Now()
+			if _, err := c.GetPreferredAllocation(ctx, preq); err != nil {
+				fatal("%s: GetPreferredAllocation: %v", kind.name, err)
+			}
+			s.prefs = append(s.prefs, us(time.Since(t)))
+		}
+	} else {
+		s.prefNA = true
+	}
+	if keep {
+		return s, nd
+	}
+	nd.close()
+	return s, nil
+}
+
+// measureRestarts restarts the mock kubelet n times: sockets deleted, kubelet.sock recreated;
+// from the deletion to the next registration.
+func measureRestarts(nd *node, n int) []float64 {
+	var out []float64
+	for i := 0; i < n; i++ {
+		from := nd.eventCount()
+		if err := nd.kub.Restart(); err != nil {
+			fatal("restart: %v", err)
+		}
+		r, j := nd.waitEvent(from, 20*time.Second, func(e k.Event) bool { return e.Kind == "restart" })
+		reg, j2 := nd.waitEvent(j, 20*time.Second, isReg(nd.kind.resource))
+		nd.waitEvent(j2, 20*time.Second, isDevices(nd.kind.resource))
+		out = append(out, ms(reg.Time.Sub(r.Time)))
+	}
+	return out
+}
+
+// measureCDI deletes the CDI file and polls (50 µs) until it is back.
+func measureCDI(path string, n int) ([]float64, string) {
+	var out []float64
+	for i := 0; i < n; i++ {
+		if _, err := os.Stat(path); err != nil {
+			return nil, "no CDI file at " + path
+		}
+		t := time.Now()
+		if err := os.Remove(path); err != nil {
+			fatal("%v", err)
+		}
+		for {
+			if _, err := os.Stat(path); err == nil {
+				break
+			}
+			if time.Since(t) > 3*time.Second {
+				return nil, "not repaired within 3 s (the plugin writes it once at start)"
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		out = append(out, ms(time.Since(t)))
+		time.Sleep(20 * time.Millisecond)
+	}
+	return out, ""
+}
+
+// flipHealth removes <root>/dev/kvm and waits for an all-Unhealthy snapshot at the kubelet, then
+// puts it back and waits for all Healthy; returns the removal → Unhealthy time.
+func flipHealth(nd *node) time.Duration {
+	from := nd.eventCount()
+	t := time.Now()
+	if err := os.Remove(nd.n.KVMPath()); err != nil {
+		fatal("%v", err)
+	}
+	unhealthy := func(e k.Event) bool {
+		if e.Kind != "devices" || e.Resource != nd.kind.resource {
+			return false
+		}
+		s, _ := nd.kub.Current(nd.kind.resource).Latest()
+		return k.AllHealth(k.Unhealthy)(s.Devices)
+	}
+	e, i := nd.waitEvent(from, 30*time.Second, unhealthy)
+	if err := nd.n.MknodKVM(); err != nil {
+		fatal("%v", err)
+	}
+	nd.waitEvent(i+1, 30*time.Second, func(e k.Event) bool {
+		if e.Kind != "devices" || e.Resource != nd.kind.resource {
+			return false
+		}
+		s, _ := nd.kub.Current(nd.kind.resource).Latest()
+		return k.AllHealth(k.Healthy)(s.Devices)
+	})
+	return e.Time.Sub(t)
+}
+
+// scalePoint is ListAndWatch at one DEVICE_COUNT.
+type scalePoint struct {
+	count      int
+	bytes      int
+	firstLAW   float64 // ms from start
+	flip       []float64
+	rss, hwm   int64
+	rssAfter   int64
+	notStarted string
+}
+
+func measureScale(kind daemonKind, count, flips int) scalePoint {
+	sp := scalePoint{count: count}
+	nd := newNode(kind)
+	defer nd.close()
+	nd.launch("DEVICE_COUNT=" + strconv.Itoa(count))
+	_, law, p := nd.waitStarted()
+	sp.firstLAW = ms(law.Sub(nd.start))
+	snap, _ := p.Latest()
+	if len(snap.Devices) != count {
+		fatal("%s: %d devices advertised, want %d", kind.name, len(snap.Devices), count)
+	}
+	sp.bytes = proto.Size(&api.ListAndWatchResponse{Devices: snap.Devices})
+	m := readMem(nd.d.Pid())
+	sp.rss, sp.hwm = m.rss, m.hwm
+	for i := 0; i < flips; i++ {
+		sp.flip = append(sp.flip, ms(flipHealth(nd)))
+	}
+	sp.rssAfter = readMem(nd.d.Pid()).rss
+	return sp
+}
+
+var ceilingRe = regexp.MustCompile(`out of range 1\.\.([0-9]+)`)
+
+// ceiling asks the hyperlight daemon for its DEVICE_COUNT ceiling (its error message names it).
+func ceiling(kind daemonKind) int {
+	n, err := k.NewNode()
+	if err != nil {
+		fatal("%v", err)
+	}
+	defer n.Remove()
+	n.MknodKVM()
+	r, err := k.RunCommand(10*time.Second, kind.bin, k.DaemonEnv(n.Root, "DEVICE_COUNT=4294967295"))
+	if err != nil {
+		fatal("%v", err)
+	}
+	m := ceilingRe.FindStringSubmatch(r.Stderr)
+	if m == nil {
+		fatal("no ceiling in the daemon's error: %s", r.Stderr)
+	}
+	c, _ := strconv.Atoi(m[1])
+	return c
+}
+
+// probeAlone runs the probe helper by itself n times, as the daemon does, with the shim.
+func probeAlone(bin string, n int) []float64 {
+	nd, err := k.NewNode()
+	if err != nil {
+		fatal("%v", err)
+	}
+	defer nd.Remove()
+	if err := nd.MknodKVM(); err != nil {
+		fatal("%v", err)
+	}
+	env := k.DaemonEnv(nd.Root)
+	var out []float64
+	for i := 0; i < n; i++ {
+		cmd := exec.Command(bin, "--dp-helper", "probe", "kvm", nd.KVMPath())
+		cmd.Env = env
+		t := time.Now()
+		b, err := cmd.Output()
+		el := time.Since(t)
+		if err != nil {
+			fatal("probe helper: %v (%s)", err, b)
+		}
+		out = append(out, us(el))
+	}
+	return out
+}
+
+// measureIdle runs every kind side by side for the idle period.
+func measureIdle(kinds []daemonKind, res map[string]*results, secs int) {
+	var nodes []*node
+	for _, kd := range kinds {
+		nd := newNode(kd)
+		nd.launch()
+		nd.waitStarted()
+		nodes = append(nodes, nd)
+	}
+	time.Sleep(2 * time.Second)
+	t0 := make([]int64, len(nodes))
+	c0 := make([]int64, len(nodes))
+	for i, nd := range nodes {
+		t0[i], c0[i] = cpuTicks(nd.d.Pid()), ctxSwitches(nd.d.Pid())
+	}
+	time.Sleep(time.Duration(secs) * time.Second)
+	for i, nd := range nodes {
+		r := res[nd.kind.name]
+		r.idleTicks = cpuTicks(nd.d.Pid()) - t0[i]
+		r.idleCtx = ctxSwitches(nd.d.Pid()) - c0[i]
+		r.idleThreads = threads(nd.d.Pid())
+		nd.close()
+	}
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
+}
+
+// staticKata builds the static kata binary (bounded) and returns its size, or -1.
+func staticKata(src string) (int64, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(src, "scripts/build-static-kata.sh"))
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return -1, fmt.Sprintf("did not build: %v %s", err, tail(string(out), 200))
+	}
+	return fileSize(filepath.Join(src, "build-static/kata-device-plugin")), ""
+}
+
+// imageSize is the podman image size of repo, or -1 when not built.
+func imageSize(repo string) int64 {
+	out, err := exec.Command("podman", "images", "--format", "{{.Repository}} {{.Size}}").Output()
+	_ = out
+	if err != nil {
+		return -1
+	}
+	out, err = exec.Command("podman", "image", "inspect", "--format", "{{.Size}}", repo).Output()
+	if err != nil {
+		return -1
+	}
+	v, err := strconv.ParseInt(string(regexp.MustCompile(`\s`).ReplaceAll(out, nil)), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
