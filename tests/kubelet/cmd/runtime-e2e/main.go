@@ -1,16 +1,20 @@
 // Command runtime-e2e is the kubelet side of `make test-runtime` (tests/runtime/run.sh): it
 // serves the mock kubelet (package sdp/kubelet) in-process on -dir, the host side of the
 // directory bind-mounted into a plugin container as /var/lib/kubelet/device-plugins, waits until
-// -resource has registered and advertises at least -count healthy devices, allocates the first
-// -count of them in kubelet's order and prints the answer as one JSON object on stdout:
+// -resource has registered, then reads commands from stdin, one a line, until end of input:
 //
-//	{"resource":"...","devices":[...],"calls":[...],"cdi":["vendor/class=name",...],
-//	 "envs":{...},"annotations":{...},"mounts":N,"deviceSpecs":N}
+//	allocate   waits until the current endpoint advertises at least -count healthy devices,
+//	           allocates the first -count of them (sorted IDs) in kubelet's order and prints
+//	           the answer as one JSON line on stdout:
+//	           {"resource":"...","devices":[...],"calls":[...],"cdi":["vendor/class=name",...],
+//	            "envs":{...},"annotations":{...},"mounts":N,"deviceSpecs":N}
 //
+// The kubelet keeps serving between commands (the plugin stays registered, as on a node).
 // The event log goes to stderr. Exit status 1 (with the reason on stderr) on any failure.
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -64,9 +68,22 @@ func main() {
 	if _, err := k.WaitRegistered(*resource, 1, *timeout); err != nil {
 		fail(k, "%v", err)
 	}
-	devs, err := k.WaitDevices(*resource, func(d []*api.Device) bool {
-		return len(d) >= *count && kubelet.AllHealth(kubelet.Healthy)(d)
-	}, *timeout)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "allocate":
+			allocate(k, *resource, *count, *timeout)
+		default:
+			fail(k, "unknown command %q", in.Text())
+		}
+	}
+	k.Stop()
+}
+
+func allocate(k *kubelet.MockKubelet, resource string, count int, timeout time.Duration) {
+	devs, err := k.WaitDevices(resource, func(d []*api.Device) bool {
+		return len(d) >= count && kubelet.AllHealth(kubelet.Healthy)(d)
+	}, timeout)
 	if err != nil {
 		fail(k, "%v", err)
 	}
@@ -75,12 +92,12 @@ func main() {
 		ids = append(ids, d.ID)
 	}
 	sort.Strings(ids)
-	ids = ids[:*count]
-	a, err := k.Allocate(*resource, ids)
+	ids = ids[:count]
+	a, err := k.Allocate(resource, ids)
 	if err != nil {
 		fail(k, "Allocate %v: %v", ids, err)
 	}
-	out := answer{Resource: *resource, Devices: ids, Calls: a.Calls, CDI: []string{},
+	out := answer{Resource: resource, Devices: ids, Calls: a.Calls, CDI: []string{},
 		Envs: a.Response.Envs, Annotations: a.Response.Annotations,
 		Mounts: len(a.Response.Mounts), DeviceSpecs: len(a.Response.Devices)}
 	for _, c := range a.Response.CdiDevices {
@@ -90,6 +107,5 @@ func main() {
 	if err != nil {
 		fail(k, "%v", err)
 	}
-	k.Stop()
 	fmt.Println(string(b))
 }

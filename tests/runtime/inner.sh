@@ -1,0 +1,350 @@
+# shellcheck shell=bash
+# The body of tests/runtime/run.sh, sourced in a private mount namespace (unshare -m
+# --propagation private): every mount made here disappears with the namespace. Variables from
+# run.sh: src, build, T. Writes passed=/failed= to $T/summary.
+set -uo pipefail
+
+passed=0
+failed=0
+summary() { printf 'passed=%d\nfailed=%d\n' "$passed" "$failed" >"$T/summary"; }
+summary
+ok() { passed=$((passed + 1)); echo "ok - $*"; summary; }
+bad() { failed=$((failed + 1)); echo "FAIL - $*"; summary; }
+# check DESCRIPTION GOT WANT
+check() {
+	if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: got '$2', want '$3'"; fi
+}
+die() { bad "$*"; exit 1; }
+
+S=$T/store
+mkdir -p "$S/tmp" "$S/runc"
+P=(podman --root "$S/root" --runroot "$S/runroot" --storage-driver vfs --cgroup-manager cgroupfs
+	--events-backend file --runtime runc --tmpdir "$S/tmp" --runtime-flag "root=$S/runc")
+RUN=(run --pull=never --network=none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+BUILD_STORE=(podman --root "$build/podman/root" --runroot "$build/podman/runroot" --storage-driver vfs
+	--cgroup-manager cgroupfs --events-backend file --runtime runc)
+version=$(sed -n "s/^  version: '\([^']*\)',$/\1/p" "$src/meson.build" | head -n1)
+HL_IMAGE=localhost/hyperlight-device-plugin:$version
+KATA_IMAGE=localhost/kata-device-plugin:$version
+BB_IMAGE=localhost/sdp-runtime-busybox:test
+
+# --- the node: stand-in device nodes, CDI directory, device-plugins directory, all in $T ------
+DP=$T/device-plugins # the kubelet's /var/lib/kubelet/device-plugins
+CDI=$T/cdi           # the node's /var/run/cdi
+HOSTDEV=$T/host-dev  # the node's /dev as the hyperlight DaemonSet mounts it (/host-dev)
+VFIO=$T/vfio         # the node's /dev/vfio
+SYS=$T/sys           # the node's /sys as the kata plugin reads it
+mkdir -p "$SYS/fs/cgroup" "$DP" "$CDI" "$HOSTDEV" "$VFIO/devices" "$SYS/class/vfio-dev" "$SYS/devices/pci0000:00" "$T/empty"
+chmod 0750 "$DP"
+
+# KVM_GET_API_VERSION (_IO(0xAE, 0x00)) on the host's /dev/kvm, before any stand-in covers it.
+kvm_works() {
+	python3 -c 'import os, fcntl, sys
+fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+sys.exit(0 if fcntl.ioctl(fd, 0xAE00) == 12 else 1)' 2>/dev/null
+}
+hv=${SDP_RUNTIME_HV:-auto}
+if [ "$hv" = auto ]; then
+	if [ -c /dev/kvm ] && kvm_works; then hv=kvm; else hv=shim; fi
+fi
+case $hv in
+kvm | shim) echo "== hyperlight plugin probes with: $hv" ;;
+*) die "SDP_RUNTIME_HV=$hv: want auto, kvm or shim" ;;
+esac
+
+mknod -m 0660 "$HOSTDEV/kvm" c 10 232
+# Three VFIO functions, IOMMUFD cdevs 237:(10+N) (major 237: the daemon only stats them; the
+# workload's open reaches no driver): two GPUs and an NVSwitch, in the kernel's sysfs layout.
+VFIO_MAJOR=237
+add_vfio() { # N BDF CLASS
+	local n=$1 bdf=$2 class=$3 pci=$SYS/devices/pci0000:00/$2
+	mkdir -p "$pci" "$SYS/class/vfio-dev/vfio$n"
+	printf '0x10de\n' >"$pci/vendor"
+	printf '0x2330\n' >"$pci/device"
+	printf '%s\n' "$class" >"$pci/class"
+	printf '0\n' >"$pci/numa_node"
+	printf '%d:%d\n' "$VFIO_MAJOR" $((10 + n)) >"$SYS/class/vfio-dev/vfio$n/dev"
+	ln -s "../../../devices/pci0000:00/$bdf" "$SYS/class/vfio-dev/vfio$n/device"
+	mknod -m 0600 "$VFIO/devices/vfio$n" c "$VFIO_MAJOR" $((10 + n))
+}
+add_vfio 0 0000:41:00.0 0x030200
+add_vfio 1 0000:42:00.0 0x030200
+add_vfio 2 0000:43:00.0 0x068000
+
+# The host paths podman resolves CDI deviceNodes and spec directories against: in this mount
+# namespace only. /var/run/cdi and /dev/vfio exist (run.sh created them if absent, recorded);
+# /etc/cdi, if the host has one, is hidden so that only our specs are seen.
+mount --bind "$CDI" /var/run/cdi || die "bind $CDI on /var/run/cdi"
+mount --bind "$VFIO" /dev/vfio || die "bind $VFIO on /dev/vfio"
+mount --bind "$HOSTDEV/kvm" /dev/kvm || die "bind the stand-in kvm node on /dev/kvm"
+[ -d /etc/cdi ] && { mount --bind "$T/empty" /etc/cdi || die "hide /etc/cdi"; }
+
+# --- images: copied from `make images`' store into this run's temporary store ---------------
+for img in "$HL_IMAGE" "$KATA_IMAGE"; do
+	"${BUILD_STORE[@]}" save --format oci-archive -o "$T/image.tar" "$img" >/dev/null 2>"$T/err" ||
+		die "podman save $img from $build/podman: $(cat "$T/err") (make images)"
+	"${P[@]}" load -q -i "$T/image.tar" >/dev/null 2>"$T/err" || die "podman load $img: $(cat "$T/err")"
+	rm -f "$T/image.tar"
+done
+mkdir -p "$T/bb/bin"
+cp "$(command -v busybox)" "$T/bb/bin/busybox" || die "busybox-static not installed (scripts/install-deps.sh runtime)"
+file_is_static=$(LC_ALL=C readelf -lW "$T/bb/bin/busybox" | grep -c 'program interpreter')
+[ "$file_is_static" -eq 0 ] || die "$(command -v busybox) is not static (install busybox-static)"
+tar -C "$T/bb" -c . | "${P[@]}" import -q - "$BB_IMAGE" >/dev/null || die "podman import busybox"
+ok "images: $HL_IMAGE, $KATA_IMAGE loaded; $BB_IMAGE imported (busybox-static)"
+
+# --- helpers -----------------------------------------------------------------------------------
+# The DaemonSets' container security context: uid 0, no capability, read-only root without
+# podman's extra tmpfs mounts, no privilege escalation, default seccomp, 64 MiB.
+PLUGIN_RUN=("${RUN[@]}" -d --user 0:0 --cap-drop=ALL --security-opt no-new-privileges
+	--read-only --read-only-tmpfs=false --memory 64m
+	-v "$DP:/var/lib/kubelet/device-plugins" -v "$CDI:/var/run/cdi")
+
+plugin_log() { "${P[@]}" logs "$1" 2>&1 | sed 's/^/   | /'; }
+
+plugin_checks() { # NAME
+	local caps ro
+	caps=$("${P[@]}" inspect --format '{{.EffectiveCaps}}' "$1")
+	ro=$("${P[@]}" inspect --format '{{.HostConfig.ReadonlyRootfs}} {{.Config.User}}' "$1")
+	check "$1: runs with no capability" "$caps" "[]"
+	check "$1: read-only root, user 0:0" "$ro" "true 0:0"
+}
+
+# kubelet_start NAME RESOURCE COUNT: the mock kubelet on $DP (build/runtime-e2e, a coprocess
+# that stays up between allocations, its event log in $T/NAME.kubelet).
+kubelet_start() {
+	kname=$1
+	coproc KUBELET { exec "$build/runtime-e2e" -dir "$DP" -resource "$2" -count "$3" -timeout 30s 2>"$T/$1.kubelet"; }
+}
+kubelet_stop() {
+	if [ -n "${KUBELET_PID:-}" ]; then
+		local pid=$KUBELET_PID
+		eval "exec ${KUBELET[1]}>&-"
+		wait "$pid"
+	fi
+}
+# allocate NAME: one Allocate through the running kubelet, JSON answer in $T/NAME.json.
+allocate() {
+	local line=""
+	echo allocate >&"${KUBELET[1]}" && read -r -t 45 line <&"${KUBELET[0]}"
+	if [ -n "$line" ]; then
+		echo "$line" >"$T/$1.json"
+		ok "$1: registered across the container boundary, ListAndWatch, Allocate: $line"
+		return 0
+	fi
+	bad "$1: kubelet side failed: $(cat "$T/$kname.kubelet")"
+	return 1
+}
+json() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); $2" "$T/$1.json"; }
+cdi_names() { json "$1" 'print(" ".join(d["cdi"]))'; }
+
+# The environment a CDI device declares (spec-level and device-level containerEdits), sorted.
+spec_env() { # SPECFILE DEVICE
+	python3 - "$1" "$2" <<'EOF'
+import json, sys, yaml
+s = yaml.safe_load(open(sys.argv[1]))
+env = list((s.get("containerEdits") or {}).get("env") or [])
+for d in s["devices"]:
+    if d["name"] == sys.argv[2]:
+        env += (d.get("containerEdits") or {}).get("env") or []
+print("\n".join(sorted(env)))
+EOF
+}
+spec_paths() { # SPECFILE DEVICE: the deviceNodes paths of one device
+	python3 - "$1" "$2" <<'EOF'
+import sys, yaml
+s = yaml.safe_load(open(sys.argv[1]))
+for d in s["devices"]:
+    if d["name"] == sys.argv[2]:
+        for n in (d.get("containerEdits") or {}).get("deviceNodes") or []:
+            print(n["path"])
+EOF
+}
+
+# workload OUT ARGS...: busybox as uid/gid 65534 with the CDI devices; output in $T/OUT.
+workload() {
+	local out=$1
+	shift
+	"${P[@]}" "${RUN[@]}" --rm --user 65534:65534 "$@" >"$T/$out" 2>"$T/$out.err"
+}
+
+# Waits (bounded, polling) until FILE has exactly the content of REF.
+wait_same() { # FILE REF SECONDS
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		cmp -s "$1" "$2" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# ============================== hyperlight ================================================
+echo "== hyperlight-device-plugin container"
+HL_ARGS=(--name sdp-rt-hyperlight --device /dev/kvm -v "$HOSTDEV:/host-dev:ro"
+	-e NODE_NAME=sdp-runtime-node -e HOST_DEVICE_DIR=/host-dev -e DEVICE_COUNT=2000
+	-e DEVICE_UID=65534 -e DEVICE_GID=65534 -e LOG_LEVEL=info)
+if [ "$hv" = shim ]; then
+	# No working KVM here: the fake hypervisor (tests/fakes/hvshim.c) bind-mounted read-only
+	# and preloaded; its only dependency, libc.so.6, is in the image.
+	HL_ARGS+=(-v "$build/tests/fakes/libhvshim.so:/sdp-test/libhvshim.so:ro"
+		-e LD_PRELOAD=/sdp-test/libhvshim.so -e HVSHIM_DEVICE=/dev/kvm)
+fi
+"${P[@]}" "${PLUGIN_RUN[@]}" "${HL_ARGS[@]}" "$HL_IMAGE" >/dev/null 2>"$T/err" ||
+	die "podman run $HL_IMAGE: $(cat "$T/err")"
+plugin_checks sdp-rt-hyperlight
+
+hl_spec=$CDI/hyperlight.json
+hl_workload() { # OUT: the device node, its access for uid 65534, the HYPERLIGHT_* variables
+	# shellcheck disable=SC2046
+	workload "$1" $(for n in $(cdi_names hl-alloc); do echo --device "$n"; done) "$BB_IMAGE" \
+		/bin/busybox sh -c 'stat -c "%F|%t:%T|%u:%g|%a" /dev/kvm
+if exec 3<>/dev/kvm; then echo open=ok; fi
+env | grep ^HYPERLIGHT_ | sort'
+}
+hl_verify() { # OUT WHAT
+	local first open envs want_env
+	if [ ! -s "$T/$1" ] && [ -s "$T/$1.err" ]; then
+		bad "$2: workload did not start: $(cat "$T/$1.err")"
+		return
+	fi
+	first=$(head -n1 "$T/$1")
+	# The spec sets no fileMode: the mode is the runtime's choice; the owner must have rw.
+	check "$2: /dev/kvm is character device 10:232 (hex a:e8), uid:gid 65534:65534" \
+		"${first%|*}" "character special file|a:e8|65534:65534"
+	case ${first##*|} in
+	6?? | 7??) ok "$2: /dev/kvm mode ${first##*|} (owner rw)" ;;
+	*) bad "$2: /dev/kvm mode '${first##*|}' does not give its owner rw" ;;
+	esac
+	open=$(grep -c '^open=ok' "$T/$1")
+	if [ "$hv" = kvm ]; then
+		check "$2: uid 65534 opens /dev/kvm read-write" "$open" 1
+	elif grep -q 'Operation not permitted\|Permission denied' "$T/$1.err"; then
+		bad "$2: uid 65534 refused on /dev/kvm: $(cat "$T/$1.err")"
+	else
+		# The stand-in 10:232 reaches no KVM module: any error but a permission one means the
+		# device cgroup and the node's owner let uid 65534 through.
+		ok "$2: uid 65534 passes the device cgroup and permission checks on /dev/kvm (open: $(grep -o 'can.t open.*' "$T/$1.err" || echo ok))"
+	fi
+	envs=$(grep '^HYPERLIGHT_' "$T/$1")
+	want_env=$(spec_env "$hl_spec" "${dev#*=}")
+	check "$2: environment is exactly the spec's: $(echo $want_env)" "$envs" "$want_env"
+}
+
+kubelet_start hl-kubelet hyperlight.dev/hypervisor 1
+if allocate hl-alloc; then
+	dev=$(cdi_names hl-alloc)
+	check "hyperlight: Allocate answers one CDI name" "$dev" "hyperlight.dev/hypervisor=$([ -e /dev/mshv ] && echo mshv || echo kvm)"
+	[ -f "$hl_spec" ] && ok "hyperlight: spec $hl_spec written" || bad "hyperlight: no spec in $CDI: $(ls "$CDI")"
+	if "${P[@]}" exec sdp-rt-hyperlight /hyperlight-device-plugin --health-check=readiness 2>"$T/err"; then
+		ok "hyperlight: readiness probe (exec in the container) passes"
+	else
+		bad "hyperlight: readiness probe: $(cat "$T/err")"
+	fi
+	cp "$hl_spec" "$T/hl-good.json"
+	hl_workload hl-w1
+	hl_verify hl-w1 "hyperlight workload 1"
+
+	# Corrupt the spec on the host; the next Allocate (next pod) makes the plugin repair it.
+	printf '{"cdiVersion": "0.5.0", "kind": "hyperlight.dev/hypervisor", "devices": [' >"$hl_spec"
+	allocate hl-alloc2
+	if wait_same "$hl_spec" "$T/hl-good.json" 10; then
+		ok "hyperlight: the plugin container repaired the corrupt spec"
+	else
+		bad "hyperlight: spec not repaired within 10 s: $(head -c 300 "$hl_spec")"
+	fi
+	hl_workload hl-w2
+	hl_verify hl-w2 "hyperlight workload 2 (after repair)"
+
+	# Deliberately broken specs beside the good one: each must make podman refuse, with why.
+	broken() { # NAME PYTHON-EDIT EXPECTED-STDERR-PATTERN
+		python3 - "$T/hl-good.json" "$CDI/sdp-broken.json" <<EOF
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["kind"] = "sdp-test.example/broken"
+$2
+json.dump(s, open(sys.argv[2], "w"))
+EOF
+		if workload "broken-$1" --log-level=debug --device "sdp-test.example/broken=${dev#*=}" "$BB_IMAGE" /bin/busybox true; then
+			bad "broken spec ($1): podman started the workload"
+		elif grep -qi "$3" "$T/broken-$1.err"; then
+			ok "broken spec ($1) refused by podman: $(grep -i -o "$3.*" "$T/broken-$1.err" | head -n1 | cut -c1-160)"
+		else
+			bad "broken spec ($1): refused, but not for the expected reason /$3/: $(cat "$T/broken-$1.err")"
+		fi
+		rm -f "$CDI/sdp-broken.json"
+	}
+	broken cdiVersion-0.6.0 's["cdiVersion"] = "0.6.0"' 'unsupported\|version'
+	broken unknown-field 's["devices"][0]["containerEdits"]["unknownField"] = 1' 'unknown field'
+	broken wrong-device-mapping 's["devices"][0]["containerEdits"]["deviceNodes"][0]["path"] = "/dev/sdp-runtime-no-such-node"' 'no such file'
+fi
+kubelet_stop
+"${P[@]}" stop -t 10 sdp-rt-hyperlight >/dev/null 2>&1
+echo "   hyperlight-device-plugin log:"
+plugin_log sdp-rt-hyperlight
+"${P[@]}" rm -f -t 0 sdp-rt-hyperlight >/dev/null 2>&1
+
+# ============================== kata ======================================================
+echo "== kata-device-plugin container"
+"${P[@]}" "${PLUGIN_RUN[@]}" --name sdp-rt-kata -v "$VFIO:/dev/vfio:ro" -v "$SYS:/sys:ro" \
+	-e LOG_LEVEL=info "$KATA_IMAGE" >/dev/null 2>"$T/err" || die "podman run $KATA_IMAGE: $(cat "$T/err")"
+plugin_checks sdp-rt-kata
+kata_spec=$CDI/kata.nvidia.com-gpu.yaml
+kata_workload() { # OUT
+	# shellcheck disable=SC2046
+	workload "$1" $(for n in $(cdi_names kata-alloc); do echo --device "$n"; done) "$BB_IMAGE" \
+		/bin/busybox sh -c 'for f in /dev/vfio/devices/*; do stat -c "%n|%F|%t:%T" "$f"; done'
+}
+kata_verify() { # OUT WHAT
+	local want="" p
+	if [ ! -s "$T/$1" ] && [ -s "$T/$1.err" ]; then
+		bad "$2: workload did not start: $(cat "$T/$1.err")"
+		return
+	fi
+	for p in $(spec_paths "$kata_spec" "${kdev#*=}"); do
+		want+="$p|character special file|$(stat -c '%t:%T' "$VFIO/devices/${p##*/}")"$'\n'
+	done
+	check "$2: /dev/vfio/devices holds exactly the allocated device's node(s)" "$(cat "$T/$1")" "${want%$'\n'}"
+}
+kubelet_start kata-kubelet nvidia.com/gpu 1
+if allocate kata-alloc; then
+	kdev=$(cdi_names kata-alloc)
+	case $kdev in
+	nvidia.com/gpu=*) ok "kata: Allocate answers one CDI name ($kdev)" ;;
+	*) bad "kata: Allocate's CDI names: '$kdev'" ;;
+	esac
+	[ -f "$kata_spec" ] && ok "kata: spec $kata_spec written" || bad "kata: no $kata_spec: $(ls "$CDI")"
+	paths=$(spec_paths "$kata_spec" "${kdev#*=}")
+	check "kata: the spec maps $kdev to one GPU node" "$(echo "$paths" | grep -c '^/dev/vfio/devices/vfio[01]$')" 1
+	if "${P[@]}" exec sdp-rt-kata /kata-device-plugin --health-check=readiness 2>"$T/err"; then
+		ok "kata: readiness probe (exec in the container) passes"
+	else
+		bad "kata: readiness probe: $(cat "$T/err")"
+	fi
+	cp "$kata_spec" "$T/kata-good.yaml"
+	kata_workload kata-w1
+	kata_verify kata-w1 "kata workload 1"
+	printf 'cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\ndevices: [\n' >"$kata_spec"
+	allocate kata-alloc2
+	if wait_same "$kata_spec" "$T/kata-good.yaml" 10; then
+		ok "kata: the plugin container repaired the corrupt spec"
+	else
+		bad "kata: spec not repaired within 10 s: $(head -c 300 "$kata_spec")"
+	fi
+	kata_workload kata-w2
+	kata_verify kata-w2 "kata workload 2 (after repair)"
+fi
+kubelet_stop
+"${P[@]}" stop -t 10 sdp-rt-kata >/dev/null 2>&1
+echo "   kata-device-plugin log:"
+plugin_log sdp-rt-kata
+"${P[@]}" rm -f -t 0 sdp-rt-kata >/dev/null 2>&1
+
+# ============================== nothing left ==============================================
+left=$("${P[@]}" ps -a -q | wc -l)
+check "no container left in the run's store" "$left" 0
+"${P[@]}" rmi -f "$HL_IMAGE" "$KATA_IMAGE" "$BB_IMAGE" >/dev/null 2>&1
+check "no image left in the run's store" "$("${P[@]}" images -q | wc -l)" 0
+others=$(find "$CDI" -mindepth 1 ! -name hyperlight.json ! -name 'kata.nvidia.com-*.yaml' -printf '%f ')
+check "the CDI directory holds only the plugins' own specs" "$others" ""
+summary
+[ "$failed" -eq 0 ]
