@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind bench
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind images test-runtime bench
 
 all: build
 
@@ -74,6 +74,18 @@ lint: build
 BENCH_IDLE ?= 60
 bench: build
 	$(BUILD)/sdp-bench -build $(BUILD) -out docs/benchmarks.md -idle $(BENCH_IDLE) -command "make bench BENCH_IDLE=$(BENCH_IDLE)"
+
+# Both plugin images, offline: podman build from images/*.Containerfile into the vfs store
+# $(BUILD)/podman (FROM scratch; OCI labels version/revision/source); prints their sizes.
+images: build
+	scripts/install-deps.sh runtime
+	images/build.sh $(BUILD)
+
+# The images run as their DaemonSets run them under podman + runc, the mock kubelet on the host
+# side of a bind-mounted temp device-plugins dir, CDI devices injected into busybox workload
+# containers (tests/runtime/README.md).
+test-runtime: images
+	tests/runtime/run.sh $(BUILD)
 
 demo: build
 	tests/demo.sh $(BUILD)

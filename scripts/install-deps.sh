@@ -5,6 +5,8 @@
 # Profile live-kvm: what `make test-live-kvm` adds (QEMU, Debian's kernel and modules,
 # busybox-static and cpio for the guest's initramfs).
 # Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
+# Profile runtime: what `make images` and `make test-runtime` add (podman 4.3, runc, conmon,
+# uidmap, busybox-static for the workload image).
 set -eu
 PKGS="gcc clang libclang-rt-14-dev make git meson ninja-build pkg-config \
 libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev \
@@ -13,8 +15,9 @@ case "${1:-}" in
 "") ;;
 live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio" ;;
 lint) PKGS="clang-tidy cppcheck" ;;
+runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
 *)
-	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, lint)" >&2
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, lint, runtime)" >&2
 	exit 2
 	;;
 esac
