@@ -95,6 +95,10 @@ cleanup() {
 	[ -n "$passed" ] || passed=0
 	[ -n "$failed" ] || failed=1
 	if [ "$fail" -ne 0 ]; then failed=$((failed + 1)); else passed=$((passed + 1)); fi
+	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		echo "FAIL - the run ended early with status $rc"
+		failed=1
+	fi
 	rm -rf "$T"
 	if [ -e "$T" ]; then
 		echo "FAIL - $T not removed"
@@ -105,10 +109,20 @@ cleanup() {
 	[ "$failed" -eq 0 ] && [ "$rc" -eq 0 ] && exit 0
 	exit 1
 }
+inner=""
+stop_inner() {
+	if [ -n "$inner" ]; then
+		kill -TERM "$inner" 2>/dev/null
+		wait "$inner" 2>/dev/null
+	fi
+	exit 130
+}
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap stop_inner INT TERM
 
 need_dir /var/run/cdi
 need_dir /dev/vfio
 need_file /dev/kvm
-unshare -m --propagation private "$0" "$build" --inner
+unshare -m --propagation private "$0" "$build" --inner &
+inner=$!
+wait "$inner"
