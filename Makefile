@@ -22,8 +22,13 @@ clang: deps
 	[ -f $(CLANG_BUILD)/build.ninja ] || CC=clang meson setup $(CLANG_BUILD) >/dev/null
 	ninja -C $(CLANG_BUILD)
 
-test: build clang
+test: build clang test-manifests
 	tests/run.sh $(BUILD)
+
+# Every plain manifest in deploy/ against the Kubernetes API schemas (npm kubernetes-models,
+# pinned in tests/manifests/package-lock.json, installed with npm ci into $(BUILD)).
+test-manifests: build
+	tests/manifests/run.sh $(BUILD)
 
 asan: deps
 	[ -f $(ASAN_BUILD)/build.ninja ] || CC=clang meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
