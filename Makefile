@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind images test-runtime bench
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests bench
 
 all: build
 
