@@ -1,4 +1,5 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154
+# (src, build and T come from run.sh)
 # The body of tests/runtime/run.sh, sourced in a private mount namespace (unshare -m
 # --propagation private): every mount made here disappears with the namespace. Variables from
 # run.sh: src, build, T. Writes passed=/failed= to $T/summary.
@@ -227,14 +228,14 @@ hl_verify() { # OUT WHAT
 	fi
 	envs=$(grep '^HYPERLIGHT_' "$T/$1")
 	want_env=$(spec_env "$hl_spec" "${dev#*=}")
-	check "$2: environment is exactly the spec's: $(echo $want_env)" "$envs" "$want_env"
+	check "$2: environment is exactly the spec's: $(tr '\n' ' ' <<<"$want_env")" "$envs" "$want_env"
 }
 
 kubelet_start hl-kubelet hyperlight.dev/hypervisor 1
 if allocate hl-alloc; then
 	dev=$(cdi_names hl-alloc)
 	check "hyperlight: Allocate answers one CDI name" "$dev" "hyperlight.dev/hypervisor=$([ -e /dev/mshv ] && echo mshv || echo kvm)"
-	[ -f "$hl_spec" ] && ok "hyperlight: spec $hl_spec written" || bad "hyperlight: no spec in $CDI: $(ls "$CDI")"
+	if [ -f "$hl_spec" ]; then ok "hyperlight: spec $hl_spec written"; else bad "hyperlight: no spec in $CDI: $(ls "$CDI")"; fi
 	if "${P[@]}" exec sdp-rt-hyperlight /hyperlight-device-plugin --health-check=readiness 2>"$T/err"; then
 		ok "hyperlight: readiness probe (exec in the container) passes"
 	else
@@ -290,7 +291,7 @@ echo "== kata-device-plugin container"
 plugin_checks sdp-rt-kata
 kata_spec=$CDI/kata.nvidia.com-gpu.yaml
 kata_workload() { # OUT
-	# shellcheck disable=SC2046
+	# shellcheck disable=SC2046,SC2016
 	workload "$1" $(for n in $(cdi_names kata-alloc); do echo --device "$n"; done) "$BB_IMAGE" \
 		/bin/busybox sh -c 'for f in /dev/vfio/devices/*; do stat -c "%n|%F|%t:%T" "$f"; done'
 }
@@ -303,7 +304,7 @@ kata_verify() { # OUT WHAT
 	for p in $(spec_paths "$kata_spec" "${kdev#*=}"); do
 		want+="$p|character special file|$(stat -c '%t:%T' "$VFIO/devices/${p##*/}")"$'\n'
 	done
-	check "$2: /dev/vfio/devices holds exactly the allocated device's node(s)" "$(cat "$T/$1")" "${want%$'\n'}"
+	check "$2: /dev/vfio/devices holds exactly the allocated device's node(s): $(tr '\n' ' ' <"$T/$1")" "$(cat "$T/$1")" "${want%$'\n'}"
 }
 kubelet_start kata-kubelet nvidia.com/gpu 1
 if allocate kata-alloc; then
@@ -312,7 +313,7 @@ if allocate kata-alloc; then
 	nvidia.com/gpu=*) ok "kata: Allocate answers one CDI name ($kdev)" ;;
 	*) bad "kata: Allocate's CDI names: '$kdev'" ;;
 	esac
-	[ -f "$kata_spec" ] && ok "kata: spec $kata_spec written" || bad "kata: no $kata_spec: $(ls "$CDI")"
+	if [ -f "$kata_spec" ]; then ok "kata: spec $kata_spec written"; else bad "kata: no $kata_spec: $(ls "$CDI")"; fi
 	paths=$(spec_paths "$kata_spec" "${kdev#*=}")
 	check "kata: the spec maps $kdev to one GPU node" "$(echo "$paths" | grep -c '^/dev/vfio/devices/vfio[01]$')" 1
 	if "${P[@]}" exec sdp-rt-kata /kata-device-plugin --health-check=readiness 2>"$T/err"; then

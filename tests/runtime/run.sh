@@ -86,7 +86,7 @@ cleanup() {
 		cat "$T/host-diff"
 		fail=1
 	else
-		echo "ok - host paths unchanged ($(echo $WATCHED | wc -w) watched: $(echo $WATCHED))"
+		echo "ok - host paths unchanged ($(wc -w <<<"$WATCHED") watched: $(tr '\n' ' ' <<<"$WATCHED"))"
 	fi
 	local summary=$T/summary
 	local passed failed
