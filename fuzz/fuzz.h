@@ -23,3 +23,6 @@ void fuzz_clear_dir(const char *path);
 			fuzz_fail(__FILE__, __LINE__, #cond);                                  \
 	} while (0)
 _Noreturn void fuzz_fail(const char *file, int line, const char *what);
+/* The input as a C string (cut at its first NUL), malloc'd; reads exactly size bytes at most
+ * (unlike strndup, which may look for a NUL past an unterminated buffer). */
+char *fuzz_string(const uint8_t *data, size_t size);

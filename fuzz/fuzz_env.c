@@ -115,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		data += skip;
 		size -= skip;
 	}
-	char *s = strndup((const char *)data, size);
+	char *s = fuzz_string(data, size);
 	FUZZ_CHECK(s != NULL);
 	check_parse(s, min, max);
 	check_env(s, min, max);

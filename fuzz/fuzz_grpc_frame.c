@@ -89,7 +89,7 @@ static void fuzz_percent(const uint8_t *data, size_t size)
 	FUZZ_CHECK(strlen(dec) <= size);
 	free(dec);
 	/* encode(s) decodes back to s for any NUL-free s */
-	char *s = strndup((const char *)data, size);
+	char *s = fuzz_string(data, size);
 	FUZZ_CHECK(s != NULL);
 	char *enc = dp_grpc_percent_encode(s);
 	FUZZ_CHECK(enc != NULL);

@@ -54,3 +54,15 @@ _Noreturn void fuzz_fail(const char *file, int line, const char *what)
 	fprintf(stderr, "%s:%d: invariant broken: %s\n", file, line, what);
 	abort();
 }
+
+char *fuzz_string(const uint8_t *data, size_t size)
+{
+	const uint8_t *nul = memchr(data, 0, size);
+	size_t n = nul ? (size_t)(nul - data) : size;
+	char *s = malloc(n + 1);
+	if (s) {
+		memcpy(s, data, n);
+		s[n] = '\0';
+	}
+	return s;
+}
