@@ -29,7 +29,11 @@ const dp_grpc_limits dp_grpc_default_limits = {
 	.max_concurrent_streams = 128,
 	.max_header_list = 16 * 1024,
 	.max_outbuf = (size_t)8 << 20, /* 8 MiB */
+	.handshake_usec = 10 * DP_USEC_PER_SEC,
+	.idle_usec = 300 * DP_USEC_PER_SEC,
 };
+
+static void conn_shutdown(sconn *conn);
 
 /* ---- request processing ---- */
 
@@ -296,10 +300,24 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
 	return 0;
 }
 
+/* The client's first SETTINGS (nghttp2 checked the preface before it): from now on the timer
+ * checks for idleness. */
+static void conn_handshaken(sconn *conn)
+{
+	conn->handshaken = true;
+	if (conn->server)
+		dp_timer_set(conn->timer, conn->server->limits.idle_usec, 0);
+}
+
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
+	sconn *conn = user_data;
 	dp_grpc_call *c;
 
+	conn->last_active = dp_now_usec();
+	if (!conn->handshaken && frame->hd.type == NGHTTP2_SETTINGS &&
+	    !(frame->hd.flags & NGHTTP2_FLAG_ACK))
+		conn_handshaken(conn);
 	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
 		return 0;
 	c = stream_call(session, frame->hd.stream_id);
@@ -344,8 +362,10 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
 static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
 			   void *user_data)
 {
+	sconn *conn = user_data;
 	dp_grpc_call *c = stream_call(session, stream_id);
 
+	conn->last_active = dp_now_usec();
 	if (!c)
 		return 0;
 	dp_debug("grpc: stream closed", "stream=%d code=%s", stream_id,
@@ -386,7 +406,35 @@ static void conn_closed(dp_h2 *h, int error, void *userdata)
 	while (conn->calls)
 		grpc_call_free(conn->calls);
 	conn_unlink(conn);
+	dp_source_free(conn->timer);
 	free(conn);
+}
+
+/* Handshake deadline, then idle check: a connection without a stream and without input for
+ * idle_usec gets GOAWAY and is closed. */
+static int conn_timer(dp_source *src, void *userdata)
+{
+	sconn *conn = userdata;
+	dp_grpc_server *s = conn->server;
+	uint64_t now = dp_now_usec();
+
+	if (!s || conn->shutting_down)
+		return 0;
+	if (!conn->handshaken) {
+		dp_debug("grpc: no HTTP/2 handshake in time, closing", "limit_usec=%llu",
+			 (unsigned long long)s->limits.handshake_usec);
+		conn_shutdown(conn);
+		return 0;
+	}
+	if (conn->calls || now - conn->last_active < s->limits.idle_usec) {
+		uint64_t since = conn->calls ? 0 : now - conn->last_active;
+		dp_timer_set(src, s->limits.idle_usec - since, 0);
+		return 0;
+	}
+	dp_debug("grpc: idle connection, closing", "limit_usec=%llu",
+		 (unsigned long long)s->limits.idle_usec);
+	conn_shutdown(conn);
+	return 0;
 }
 
 static int conn_new(dp_grpc_server *s, int fd)
@@ -403,9 +451,16 @@ static int conn_new(dp_grpc_server *s, int fd)
 	conn->server = s;
 	conn->max_header_list = s->limits.max_header_list;
 	conn->max_outbuf = s->limits.max_outbuf;
+	conn->last_active = dp_now_usec();
+	r = dp_timer_add(s->loop, s->limits.handshake_usec, 0, conn_timer, conn, &conn->timer);
+	if (r < 0) {
+		free(conn);
+		return r;
+	}
 	r = dp_h2_new(s->loop, fd, true, s->cbs, s->opt, s->limits.max_outbuf, conn_closed, conn,
 		      &conn->h2);
 	if (r < 0) {
+		dp_source_free(conn->timer);
 		free(conn);
 		return r;
 	}
@@ -432,6 +487,17 @@ static int server_backoff_done(dp_source *src, void *userdata)
 	return 0;
 }
 
+/* The connection without an open stream that was least recently active, or NULL. */
+static sconn *server_evictable(const dp_grpc_server *s)
+{
+	sconn *victim = NULL;
+
+	for (sconn *c = s->conns; c; c = c->next)
+		if (!c->calls && !c->shutting_down && (!victim || c->last_active <= victim->last_active))
+			victim = c;
+	return victim;
+}
+
 static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdata)
 {
 	dp_grpc_server *s = userdata;
@@ -449,6 +515,11 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 				dp_timer_set(s->backoff, ACCEPT_BACKOFF_USEC, 0);
 			}
 			break;
+		}
+		if (s->n_conns >= s->limits.max_connections && server_evictable(s)) {
+			dp_debug("grpc: connection limit reached, evicting an idle connection",
+				 "limit=%u", s->limits.max_connections);
+			conn_shutdown(server_evictable(s));
 		}
 		if (s->n_conns >= s->limits.max_connections) {
 			dp_debug("grpc: connection limit reached, closing new connection", "limit=%u",
@@ -526,7 +597,8 @@ static int server_check_args(dp_loop *loop, const char *socket_path, const dp_gr
 		     methods[i].kind != DP_GRPC_METHOD_SERVER_STREAM))
 			return -EINVAL;
 	if (limits && (limits->max_connections == 0 || limits->max_concurrent_streams == 0 ||
-		       limits->max_header_list < 1024 || limits->max_outbuf == 0))
+		       limits->max_header_list < 1024 || limits->max_outbuf == 0 ||
+		       limits->handshake_usec == 0 || limits->idle_usec == 0))
 		return -EINVAL;
 	return 0;
 }

@@ -69,6 +69,9 @@ struct sconn {
 	dp_grpc_call *calls;
 	size_t max_header_list;
 	size_t max_outbuf;
+	dp_source *timer;     /* handshake deadline, then idle check */
+	uint64_t last_active; /* last frame received or stream closed (dp_now_usec) */
+	bool handshaken;      /* the client's preface and SETTINGS arrived */
 	bool shutting_down;
 };
 

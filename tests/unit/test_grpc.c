@@ -849,6 +849,135 @@ static void test_loop_send_oversize(void **state)
 	assert_int_equal(F.n_cancel, 0);
 }
 
+/* ---- connection deadlines and eviction ---- */
+
+static int raw_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	assert_true(fd >= 0);
+	strcpy(sa.sun_path, F.sock);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* The client preface and an empty SETTINGS frame, or only its first len bytes. */
+static void raw_handshake(int fd, size_t len)
+{
+	static const char hs[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0";
+
+	if (len > sizeof(hs) - 1)
+		len = sizeof(hs) - 1;
+	assert_int_equal(write(fd, hs, len), (ssize_t)len);
+}
+
+/* Run the loop until the server holds want connections or 5 s pass. */
+static void run_until_conns(unsigned want)
+{
+	for (uint64_t end = dp_now_usec() + 5 * DP_USEC_PER_SEC;
+	     dp_grpc_server_connections(F.server) != want && dp_now_usec() < end;)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(dp_grpc_server_connections(F.server), want);
+}
+
+/* Run the loop for usec (the server must keep or drop connections meanwhile). */
+static void run_for(uint64_t usec)
+{
+	for (uint64_t end = dp_now_usec() + usec; dp_now_usec() < end;)
+		dp_loop_run_once(F.loop, 10);
+}
+
+/* True when the server closed fd (EOF after whatever it sent); the bytes sent are skipped. */
+static bool peer_closed(int fd)
+{
+	uint8_t buf[4096];
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		;
+	return n == 0;
+}
+
+static void test_loop_handshake_deadline(void **state)
+{
+	int silent, half, good;
+	uint64_t start;
+
+	F.limits.handshake_usec = 200 * DP_USEC_PER_MSEC;
+	serve();
+	start = dp_now_usec();
+	silent = raw_connect();
+	half = raw_connect();
+	good = raw_connect();
+	raw_handshake(half, 30); /* the preface and 6 of the SETTINGS frame's 9 bytes */
+	raw_handshake(good, SIZE_MAX);
+	run_until_conns(3);
+	run_until_conns(1);
+	assert_true(dp_now_usec() - start >= F.limits.handshake_usec); /* not before the deadline */
+	assert_true(peer_closed(silent));
+	assert_true(peer_closed(half));
+	/* the connection that completed its handshake outlives the deadline */
+	run_for(2 * F.limits.handshake_usec);
+	assert_int_equal(dp_grpc_server_connections(F.server), 1);
+	assert_false(peer_closed(good));
+	close(silent);
+	close(half);
+	close(good);
+}
+
+static void test_loop_idle_deadline(void **state)
+{
+	dp_grpc_client_call *c;
+	uint64_t start;
+	int idle;
+
+	F.limits.idle_usec = 300 * DP_USEC_PER_MSEC;
+	serve();
+	c = start_call("/t.T/Hold", "", 10000);
+	run_until(&F.n_handler, 1);
+	start = dp_now_usec();
+	idle = raw_connect();
+	raw_handshake(idle, SIZE_MAX);
+	run_until_conns(2);
+	run_until_conns(1); /* the connection without a stream went */
+	assert_true(dp_now_usec() - start >= F.limits.idle_usec);
+	assert_true(peer_closed(idle));
+	/* the one with an open stream stays, well past the idle limit */
+	run_for(2 * F.limits.idle_usec);
+	assert_int_equal(dp_grpc_server_connections(F.server), 1);
+	assert_int_equal(F.n_cancel, 0);
+	assert_null(dp_grpc_client_call_cancel(c));
+	run_until(&F.n_cancel, 1);
+	close(idle);
+}
+
+static void test_loop_connection_eviction(void **state)
+{
+	dp_grpc_client_call *c;
+	int idle;
+
+	F.limits.max_connections = 2;
+	serve();
+	idle = raw_connect();
+	raw_handshake(idle, SIZE_MAX);
+	c = start_call("/t.T/Hold", "", 10000);
+	run_until(&F.n_handler, 1);
+	run_until_conns(2); /* exactly at the limit: both served */
+	assert_false(peer_closed(idle));
+	/* one more: the connection without a stream makes room, the held call is untouched */
+	start_call("/t.T/Echo", "hi", 5000);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	assert_int_equal(F.n_handler, 2);
+	assert_true(peer_closed(idle));
+	assert_int_equal(F.n_cancel, 0);
+	assert_non_null(F.held);
+	assert_null(dp_grpc_client_call_cancel(c));
+	run_until(&F.n_cancel, 1);
+	close(idle);
+}
+
 static void test_loop_bad_args(void **state)
 {
 	dp_grpc_server *s2 = NULL;
@@ -865,6 +994,12 @@ static void test_loop_bad_args(void **state)
 	assert_int_equal(dp_grpc_server_new(F.loop, longpath, methods, 1, NULL, &s2), -ENAMETOOLONG);
 	assert_int_equal(dp_grpc_server_new(F.loop, "/tmp/x.sock", bad, 1, NULL, &s2), -EINVAL);
 	lim.max_connections = 0;
+	assert_int_equal(dp_grpc_server_new(F.loop, "/tmp/x.sock", methods, 1, &lim, &s2), -EINVAL);
+	lim = dp_grpc_default_limits;
+	lim.handshake_usec = 0;
+	assert_int_equal(dp_grpc_server_new(F.loop, "/tmp/x.sock", methods, 1, &lim, &s2), -EINVAL);
+	lim = dp_grpc_default_limits;
+	lim.idle_usec = 0;
 	assert_int_equal(dp_grpc_server_new(F.loop, "/tmp/x.sock", methods, 1, &lim, &s2), -EINVAL);
 	assert_null(s2);
 	assert_null(dp_grpc_server_free(NULL));
@@ -1097,6 +1232,9 @@ int main(void)
 		LOOP_TEST(test_loop_read_pauses),
 		LOOP_TEST(test_loop_free_right_after_shutdown),
 		LOOP_TEST(test_loop_server_free_in_cancel),
+		LOOP_TEST(test_loop_handshake_deadline),
+		LOOP_TEST(test_loop_idle_deadline),
+		LOOP_TEST(test_loop_connection_eviction),
 		LOOP_TEST(test_loop_bad_args),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -127,17 +127,24 @@ typedef struct dp_grpc_method {
 } dp_grpc_method;
 
 typedef struct dp_grpc_limits {
-	unsigned max_connections;       /* accepted at once; further connects are closed at once */
+	unsigned max_connections;       /* accepted at once; at the limit a new connection evicts
+					  * the oldest one without an open stream (GOAWAY, close),
+					  * or is closed at once when every one has a stream */
 	unsigned max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
 	unsigned max_header_list;        /* SETTINGS_MAX_HEADER_LIST_SIZE, bytes (>= 1024); a larger
 					  * request header list -> RESOURCE_EXHAUSTED */
 	size_t max_outbuf;               /* when the peer does not read (socket full) and more than
 					  * this waits, reading from it pauses until it drains; a
 					  * send beyond 2 x max_outbuf fails with -ENOBUFS */
+	uint64_t handshake_usec;         /* a connection whose client preface and first SETTINGS
+					  * have not arrived by then is closed */
+	uint64_t idle_usec;              /* a connection without an open stream and without a
+					  * frame received for this long gets GOAWAY and is closed */
 } dp_grpc_limits;
 
 /* The defaults used when limits is NULL (documented in docs/architecture.md):
- * 64 connections, 128 streams per connection, 16 KiB header list, 8 MiB output. */
+ * 64 connections, 128 streams per connection, 16 KiB header list, 8 MiB output, 10 s
+ * handshake, 5 min idle. Every field must be non-zero (-EINVAL). */
 extern const dp_grpc_limits dp_grpc_default_limits;
 
 /* Create the socket (unlinking nothing: an existing path is -EADDRINUSE), listen and serve.
