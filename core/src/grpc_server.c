@@ -410,8 +410,18 @@ static void conn_closed(dp_h2 *h, int error, void *userdata)
 	free(conn);
 }
 
-/* Handshake deadline, then idle check: a connection without a stream and without input for
- * idle_usec gets GOAWAY and is closed. */
+/* A handler holds one of its calls. Streams still arriving (or stalled half-way) and answers
+ * waiting for the peer to read do not count: they cannot pin a connection forever. */
+static bool conn_busy(const sconn *conn)
+{
+	for (const dp_grpc_call *c = conn->calls; c; c = c->next)
+		if (c->state == CALL_OWNED)
+			return true;
+	return false;
+}
+
+/* Handshake deadline, then idle check: a connection that is not busy and received no frame for
+ * idle_usec gets GOAWAY (its unfinished requests REFUSED_STREAM) and is closed. */
 static int conn_timer(dp_source *src, void *userdata)
 {
 	sconn *conn = userdata;
@@ -426,8 +436,8 @@ static int conn_timer(dp_source *src, void *userdata)
 		conn_shutdown(conn);
 		return 0;
 	}
-	if (conn->calls || now - conn->last_active < s->limits.idle_usec) {
-		uint64_t since = conn->calls ? 0 : now - conn->last_active;
+	if (conn_busy(conn) || now - conn->last_active < s->limits.idle_usec) {
+		uint64_t since = conn_busy(conn) ? 0 : now - conn->last_active;
 		dp_timer_set(src, s->limits.idle_usec - since, 0);
 		return 0;
 	}
@@ -487,13 +497,13 @@ static int server_backoff_done(dp_source *src, void *userdata)
 	return 0;
 }
 
-/* The connection without an open stream that was least recently active, or NULL. */
+/* The least recently active connection that is not busy, or NULL. */
 static sconn *server_evictable(const dp_grpc_server *s)
 {
 	sconn *victim = NULL;
 
 	for (sconn *c = s->conns; c; c = c->next)
-		if (!c->calls && !c->shutting_down && (!victim || c->last_active <= victim->last_active))
+		if (!c->shutting_down && !conn_busy(c) && (!victim || c->last_active <= victim->last_active))
 			victim = c;
 	return victim;
 }

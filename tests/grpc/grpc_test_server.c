@@ -3,7 +3,9 @@
  * grpc_test_server: the libdp gRPC server and client, driven by the grpc-go conformance tests
  * (tests/kubelet/grpcpeer). Messages are raw bytes; numbers are 32-bit big-endian.
  *
- *   grpc_test_server SOCKET
+ *   grpc_test_server [--handshake-ms N] [--idle-ms N] [--max-conns N] [--max-streams N]
+ *                    [--max-header N] SOCKET
+ *     (the options replace the dp_grpc_default_limits fields of the same meaning)
  *     /test.Test/Echo    unary: answers the request bytes
  *     /test.Test/Stream  stream: request N, SIZE: N messages of SIZE bytes (byte j of message i
  *                        is (i + j) & 0xff), then OK; N = 0: stays open until cancelled
@@ -207,7 +209,7 @@ static int on_signal(dp_source *s, const struct signalfd_siginfo *si, void *user
 	return 0;
 }
 
-static int serve(const char *path)
+static int serve(const char *path, const dp_grpc_limits *limits)
 {
 	_cleanup_(dp_loop_freep) dp_loop *loop = NULL;
 	dp_source *sigs[2] = { NULL, NULL };
@@ -227,7 +229,7 @@ static int serve(const char *path)
 	if ((r = dp_signal_add(loop, SIGTERM, on_signal, loop, &sigs[0])) < 0 ||
 	    (r = dp_signal_add(loop, SIGINT, on_signal, loop, &sigs[1])) < 0)
 		goto out;
-	r = dp_grpc_server_new(loop, path, methods, DP_ELEMENTSOF(methods), NULL, &server);
+	r = dp_grpc_server_new(loop, path, methods, DP_ELEMENTSOF(methods), limits, &server);
 	if (r < 0) {
 		fprintf(stderr, "grpc_test_server: serve %s: %s\n", path, strerror(-r));
 		goto out;
@@ -316,17 +318,45 @@ static int client(const char *sock, const char *path, const char *hexreq, const 
 	return dp_loop_run(loop);
 }
 
+/* --name N options before SOCKET: 0 when argv[i..] parsed into lim, -EINVAL otherwise. */
+static int parse_limits(int argc, char **argv, int *i, dp_grpc_limits *lim)
+{
+	for (; *i + 1 < argc && strncmp(argv[*i], "--", 2) == 0; *i += 2) {
+		char *end;
+		unsigned long long v = strtoull(argv[*i + 1], &end, 10);
+
+		if (*end || end == argv[*i + 1] || v == 0 || v > UINT32_MAX)
+			return -EINVAL;
+		if (strcmp(argv[*i], "--handshake-ms") == 0)
+			lim->handshake_usec = v * DP_USEC_PER_MSEC;
+		else if (strcmp(argv[*i], "--idle-ms") == 0)
+			lim->idle_usec = v * DP_USEC_PER_MSEC;
+		else if (strcmp(argv[*i], "--max-conns") == 0)
+			lim->max_connections = (unsigned)v;
+		else if (strcmp(argv[*i], "--max-streams") == 0)
+			lim->max_concurrent_streams = (unsigned)v;
+		else if (strcmp(argv[*i], "--max-header") == 0)
+			lim->max_header_list = (unsigned)v;
+		else
+			return -EINVAL;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	int r;
+	dp_grpc_limits lim = dp_grpc_default_limits;
+	int r, i = 1;
 
 	dp_log_init();
-	if (argc == 2 && argv[1][0] != '-') {
-		r = serve(argv[1]);
+	if (argc >= 2 && strcmp(argv[1], "--client") != 0 && parse_limits(argc, argv, &i, &lim) == 0 &&
+	    i == argc - 1 && argv[i][0] != '-') {
+		r = serve(argv[i], &lim);
 	} else if (argc == 6 && strcmp(argv[1], "--client") == 0) {
 		r = client(argv[2], argv[3], argv[4], argv[5]);
 	} else {
-		fprintf(stderr, "usage: grpc_test_server SOCKET\n"
+		fprintf(stderr, "usage: grpc_test_server [--handshake-ms N] [--idle-ms N] [--max-conns N]\n"
+				"                        [--max-streams N] [--max-header N] SOCKET\n"
 				"       grpc_test_server --client SOCKET PATH HEXREQ TIMEOUT_MS\n");
 		return 2;
 	}

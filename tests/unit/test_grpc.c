@@ -930,7 +930,7 @@ static void test_loop_idle_deadline(void **state)
 {
 	dp_grpc_client_call *c;
 	uint64_t start;
-	int idle;
+	int idle, stalled;
 
 	F.limits.idle_usec = 300 * DP_USEC_PER_MSEC;
 	serve();
@@ -939,10 +939,20 @@ static void test_loop_idle_deadline(void **state)
 	start = dp_now_usec();
 	idle = raw_connect();
 	raw_handshake(idle, SIZE_MAX);
-	run_until_conns(2);
-	run_until_conns(1); /* the connection without a stream went */
+	/* a request stalled half-way: HEADERS (stream 1) announcing 40 bytes, 10 sent */
+	stalled = raw_connect();
+	raw_handshake(stalled, SIZE_MAX);
+	assert_int_equal(write(stalled, "\0\0\x28\x01\x04\0\0\0\x01\x83\x86\x84\x41\x09localh", 19), 19);
+	run_until_conns(3);
+	for (uint64_t end = dp_now_usec() + 5 * DP_USEC_PER_SEC;
+	     dp_grpc_server_calls(F.server) != 2 && dp_now_usec() < end;)
+		dp_loop_run_once(F.loop, 10);
+	assert_int_equal(dp_grpc_server_calls(F.server), 2); /* Hold, and the stalled stream */
+	run_until_conns(1); /* the connections without a call held by a handler went */
+	assert_int_equal(dp_grpc_server_calls(F.server), 1);
 	assert_true(dp_now_usec() - start >= F.limits.idle_usec);
 	assert_true(peer_closed(idle));
+	assert_true(peer_closed(stalled));
 	/* the one with an open stream stays, well past the idle limit */
 	run_for(2 * F.limits.idle_usec);
 	assert_int_equal(dp_grpc_server_connections(F.server), 1);
@@ -950,6 +960,7 @@ static void test_loop_idle_deadline(void **state)
 	assert_null(dp_grpc_client_call_cancel(c));
 	run_until(&F.n_cancel, 1);
 	close(idle);
+	close(stalled);
 }
 
 static void test_loop_connection_eviction(void **state)

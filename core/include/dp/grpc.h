@@ -128,8 +128,9 @@ typedef struct dp_grpc_method {
 
 typedef struct dp_grpc_limits {
 	unsigned max_connections;       /* accepted at once; at the limit a new connection evicts
-					  * the oldest one without an open stream (GOAWAY, close),
-					  * or is closed at once when every one has a stream */
+					  * the least recently active one where no handler holds a
+					  * call (GOAWAY, close), or is closed at once when every
+					  * one has such a call */
 	unsigned max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
 	unsigned max_header_list;        /* SETTINGS_MAX_HEADER_LIST_SIZE, bytes (>= 1024); a larger
 					  * request header list -> RESOURCE_EXHAUSTED */
@@ -138,8 +139,9 @@ typedef struct dp_grpc_limits {
 					  * send beyond 2 x max_outbuf fails with -ENOBUFS */
 	uint64_t handshake_usec;         /* a connection whose client preface and first SETTINGS
 					  * have not arrived by then is closed */
-	uint64_t idle_usec;              /* a connection without an open stream and without a
-					  * frame received for this long gets GOAWAY and is closed */
+	uint64_t idle_usec;              /* a connection where no handler holds a call and no
+					  * frame arrived for this long gets GOAWAY and is closed
+					  * (requests still arriving are refused) */
 } dp_grpc_limits;
 
 /* The defaults used when limits is NULL (documented in docs/architecture.md):
