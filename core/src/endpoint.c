@@ -12,6 +12,7 @@
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
+#include "endpoint_encode.h"
 #include "endpoint_internal.h"
 
 #define REGISTER_TIMEOUT_USEC (20 * DP_USEC_PER_SEC)
@@ -27,32 +28,54 @@ static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
 
 /* ---- devices ---- */
 
-static int cmp_index(const void *a, const void *b, void *ud)
+static int cmp_offset(const void *a, const void *b, void *ud)
 {
-	const dp_device *d = ud;
-	return strcmp(d[*(const size_t *)a].id, d[*(const size_t *)b].id);
+	const char *ids = ud;
+	return strcmp(ids + *(const uint32_t *)a, ids + *(const uint32_t *)b);
 }
 
-static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
+/* The arena size for devs, or -EINVAL (a bad ID) / -E2BIG (offsets would not fit 32 bits). */
+static ssize_t ep_ids_size(const dp_device *devs, size_t n, bool *ret_numa)
 {
-	ep->devices = calloc(n ? n : 1, sizeof(*ep->devices));
-	ep->sorted = calloc(n ? n : 1, sizeof(*ep->sorted));
-	if (!ep->devices || !ep->sorted)
-		return -ENOMEM;
+	size_t total = 0;
+	bool numa = false;
 	for (size_t i = 0; i < n; i++) {
 		size_t len = devs[i].id ? strlen(devs[i].id) : 0;
 		if (len == 0 || len > 63)
 			return -EINVAL;
-		ep->devices[i].id = strdup(devs[i].id);
-		if (!ep->devices[i].id)
-			return -ENOMEM;
-		ep->devices[i].numa_node = devs[i].numa_node;
-		ep->sorted[i] = i;
-		ep->n_devices = i + 1;
+		total += len + 1;
+		numa = numa || devs[i].numa_node >= 0;
 	}
-	qsort_r(ep->sorted, n, sizeof(*ep->sorted), cmp_index, ep->devices);
+	if (total > UINT32_MAX)
+		return -E2BIG;
+	*ret_numa = numa;
+	return (ssize_t)total;
+}
+
+static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
+{
+	bool numa = false;
+	ssize_t size = ep_ids_size(devs, n, &numa);
+	if (size < 0)
+		return (int)size;
+	ep->ids = malloc(size ? (size_t)size : 1);
+	ep->sorted = calloc(n ? n : 1, sizeof(*ep->sorted));
+	ep->numa = numa ? calloc(n, sizeof(*ep->numa)) : NULL;
+	if (!ep->ids || !ep->sorted || (numa && !ep->numa))
+		return -ENOMEM;
+	size_t off = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(devs[i].id) + 1;
+		memcpy(ep->ids + off, devs[i].id, len);
+		ep->sorted[i] = (uint32_t)off;
+		if (ep->numa)
+			ep->numa[i] = devs[i].numa_node;
+		off += len;
+	}
+	ep->n_devices = n;
+	qsort_r(ep->sorted, n, sizeof(*ep->sorted), cmp_offset, ep->ids);
 	for (size_t i = 1; i < n; i++)
-		if (strcmp(ep->devices[ep->sorted[i - 1]].id, ep->devices[ep->sorted[i]].id) == 0)
+		if (strcmp(ep->ids + ep->sorted[i - 1], ep->ids + ep->sorted[i]) == 0)
 			return -EINVAL;
 	return 0;
 }
@@ -62,7 +85,7 @@ bool dp_endpoint_has_device(const dp_endpoint *ep, const char *id)
 	size_t lo = 0, hi = ep->n_devices;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(id, ep->devices[ep->sorted[mid]].id);
+		int c = strcmp(id, ep->ids + ep->sorted[mid]);
 		if (c == 0)
 			return true;
 		if (c < 0)
@@ -73,75 +96,26 @@ bool dp_endpoint_has_device(const dp_endpoint *ep, const char *id)
 	return false;
 }
 
-/* ---- health and the ListAndWatch snapshot ---- */
+/* ---- health and the ListAndWatch response ---- */
 
-static void ep_invalidate_snapshot(dp_endpoint *ep)
+/*
+ * The response is encoded when sent (a few ms at the ceiling) and not kept: the gRPC layer
+ * copies it into its send queue, so a cached copy would only double the per-device memory.
+ */
+static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 {
-	free(ep->snapshot);
-	ep->snapshot = NULL;
-	ep->snapshot_len = 0;
-}
-
-/* Encode the current device list once; every stream gets the same bytes. */
-static int ep_snapshot(dp_endpoint *ep)
-{
-	if (ep->snapshot)
-		return 0;
-	size_t n = ep->n_devices;
-	_cleanup_free_ V1beta1__Device *devs = calloc(n ? n : 1, sizeof(*devs));
-	/* an array of pointers: sizeof(*ptrs) is the size of one pointer, as meant */
-	_cleanup_free_ V1beta1__Device **ptrs = calloc(n ? n : 1, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression)
-	_cleanup_free_ V1beta1__TopologyInfo *topo = calloc(n ? n : 1, sizeof(*topo));
-	_cleanup_free_ V1beta1__NUMANode *numa = calloc(n ? n : 1, sizeof(*numa));
-	/* an array of pointers: sizeof(*numa_ptrs) is the size of one pointer, as meant */
-	_cleanup_free_ V1beta1__NUMANode **numa_ptrs = calloc(n ? n : 1, sizeof(*numa_ptrs)); // NOLINT(bugprone-sizeof-expression)
-	if (!devs || !ptrs || !topo || !numa || !numa_ptrs)
-		/* all five are freed by their _cleanup_ attributes, which the analyzer does not model */
-		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
-	const char *health = ep->healthy ? "Healthy" : "Unhealthy";
-	for (size_t i = 0; i < n; i++) {
-		v1beta1__device__init(&devs[i]);
-		devs[i].id = ep->devices[i].id;
-		devs[i].health = (char *)health;
-		if (ep->devices[i].numa_node >= 0) {
-			v1beta1__topology_info__init(&topo[i]);
-			v1beta1__numanode__init(&numa[i]);
-			numa[i].id = ep->devices[i].numa_node;
-			numa_ptrs[i] = &numa[i];
-			topo[i].n_nodes = 1;
-			topo[i].nodes = &numa_ptrs[i];
-			devs[i].topology = &topo[i];
-		}
-		ptrs[i] = &devs[i];
-	}
-	V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
-	resp.n_devices = n;
-	resp.devices = ptrs;
-	size_t len = v1beta1__list_and_watch_response__get_packed_size(&resp);
-	uint8_t *buf = malloc(len ? len : 1);
-	if (!buf)
-		return -ENOMEM;
-	v1beta1__list_and_watch_response__pack(&resp, buf);
-	ep->snapshot = buf;
-	ep->snapshot_len = len;
-	return 0;
-}
-
-static void ep_send_snapshot(dp_endpoint *ep, struct ep_stream *st)
-{
-	if (ep_snapshot(ep) < 0) {
-		dp_debug("cannot encode device list", "resource=%s", ep->resource);
+	_cleanup_free_ uint8_t *buf = NULL;
+	size_t len = 0;
+	int r = dp_ep_encode_list(ep->ids, ep->n_devices, ep->numa, ep->healthy, &buf, &len);
+	if (r < 0) {
+		dp_debug("cannot encode device list", "resource=%s error=%d", ep->resource, r);
 		return;
 	}
-	int r = dp_grpc_call_send(st->call, ep->snapshot, ep->snapshot_len);
-	if (r < 0)
-		dp_debug("cannot send device list", "resource=%s error=%d", ep->resource, r);
-}
-
-static void ep_broadcast(dp_endpoint *ep)
-{
-	for (struct ep_stream *st = ep->streams; st; st = st->next)
-		ep_send_snapshot(ep, st);
+	for (struct ep_stream *st = only ? only : ep->streams; st; st = only ? NULL : st->next) {
+		r = dp_grpc_call_send(st->call, buf, len);
+		if (r < 0)
+			dp_debug("cannot send device list", "resource=%s error=%d", ep->resource, r);
+	}
 }
 
 /*
@@ -178,8 +152,8 @@ void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason)
 	if (!changed)
 		return;
 	dp_debug("health changed", "resource=%s healthy=%d", ep->resource, healthy);
-	ep_invalidate_snapshot(ep);
-	ep_broadcast(ep);
+	if (ep->streams)
+		ep_send_list(ep, NULL);
 	if (ep->health)
 		dp_health_changed(ep->health);
 }
@@ -249,7 +223,7 @@ void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t l
 	ep->n_streams++;
 	dp_grpc_call_set_cancel(call, ep_on_stream_cancel, st);
 	if (ep->checked)
-		ep_send_snapshot(ep, st);
+		ep_send_list(ep, st);
 	if (ep->health)
 		dp_health_changed(ep->health);
 }
@@ -496,11 +470,9 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	dp_endpoint_watch_stop(ep);
 	dp_source_free(ep->register_timer);
 	dp_source_free(ep->check_timer);
-	for (size_t i = 0; i < ep->n_devices; i++)
-		free(ep->devices[i].id);
-	free(ep->devices);
+	free(ep->ids);
 	free(ep->sorted);
-	ep_invalidate_snapshot(ep);
+	free(ep->numa);
 	free(ep->resource);
 	free(ep->prefix);
 	free(ep->dir);

@@ -17,11 +17,6 @@ struct ep_stream {
 	dp_grpc_call *call;
 };
 
-struct ep_device {
-	char *id;
-	int64_t numa_node;
-};
-
 struct dp_endpoint {
 	dp_loop *loop;
 	dp_driver driver;
@@ -33,8 +28,11 @@ struct dp_endpoint {
 	bool preferred_allocation;
 	bool pre_start_required;
 
-	struct ep_device *devices;
-	size_t *sorted; /* indices of devices ordered by ID, for lookups */
+	/* devices, compact: one arena of NUL-terminated IDs in the configured order, the arena
+	 * offsets of the IDs in sorted order (lookups), NUMA nodes only when one is known */
+	char *ids;
+	uint32_t *sorted;
+	int64_t *numa;
 	size_t n_devices;
 
 	/* health */
@@ -46,8 +44,6 @@ struct dp_endpoint {
 	uint64_t recheck_backoff;
 	dp_source *check_timer;
 	bool check_timer_armed; /* a periodic check or retry is pending */
-	uint8_t *snapshot; /* encoded ListAndWatchResponse for the current state */
-	size_t snapshot_len;
 
 	/* serving and registration */
 	enum ep_state state;
