@@ -60,7 +60,7 @@ static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 		return (int)size;
 	ep->ids = malloc(size ? (size_t)size : 1);
 	ep->sorted = calloc(n ? n : 1, sizeof(*ep->sorted));
-	ep->numa = numa ? calloc(n, sizeof(*ep->numa)) : NULL;
+	ep->numa = numa ? calloc(n ? n : 1, sizeof(*ep->numa)) : NULL;
 	if (!ep->ids || !ep->sorted || (numa && !ep->numa))
 		return -ENOMEM;
 	size_t off = 0;

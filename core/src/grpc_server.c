@@ -526,10 +526,11 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 			}
 			break;
 		}
-		if (s->n_conns >= s->limits.max_connections && server_evictable(s)) {
+		sconn *victim = s->n_conns >= s->limits.max_connections ? server_evictable(s) : NULL;
+		if (victim) {
 			dp_debug("grpc: connection limit reached, evicting an idle connection",
 				 "limit=%u", s->limits.max_connections);
-			conn_shutdown(server_evictable(s));
+			conn_shutdown(victim);
 		}
 		if (s->n_conns >= s->limits.max_connections) {
 			dp_debug("grpc: connection limit reached, closing new connection", "limit=%u",
