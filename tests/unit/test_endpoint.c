@@ -275,7 +275,8 @@ static void check_same_bytes(const char *ids, size_t n, const int64_t *numa, boo
 		       n, what, got_len, t1 - t0, r1 - r0);
 	assert_non_null(got);
 	assert_int_equal(got_len, want_len);
-	assert_memory_equal(got, want, want_len ? want_len : 1);
+	if (want_len > 0) /* an empty list is zero bytes: nothing to compare */
+		assert_memory_equal(got, want, want_len);
 	/* protobuf-c reads the bytes back as the same list */
 	V1beta1__ListAndWatchResponse *back = v1beta1__list_and_watch_response__unpack(NULL, got_len, got);
 	assert_non_null(back);
