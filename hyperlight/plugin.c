@@ -185,31 +185,6 @@ static int make_devices(const struct hl_config *cfg, dp_device **ret, char **ret
 	return 0;
 }
 
-static void on_registered(dp_endpoint *ep, void *userdata)
-{
-	dp_info("registered with kubelet", "resource=%s socket=%s devices=%zu", dp_endpoint_resource(ep),
-		dp_endpoint_socket(ep), dp_endpoint_devices(ep));
-}
-
-static void on_register_failed(dp_endpoint *ep, const char *reason, void *userdata)
-{
-	char q[600];
-	dp_warn("registration failed, retrying", "resource=%s error=%s", dp_endpoint_resource(ep),
-		dp_logq(q, sizeof(q), reason));
-}
-
-static void on_restart(dp_endpoint *ep, const char *why, void *userdata)
-{
-	char q[300];
-	dp_info("re-registering", "resource=%s reason=%s", dp_endpoint_resource(ep), dp_logq(q, sizeof(q), why));
-}
-
-const dp_endpoint_events hl_endpoint_events = {
-	.on_registered = on_registered,
-	.on_register_failed = on_register_failed,
-	.on_restart = on_restart,
-};
-
 static int setup_cdi(struct hl_plugin *p)
 {
 	char dir[PATH_MAX];
@@ -285,7 +260,7 @@ int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *
 	r = dp_endpoint_new(loop, kdir, &ec, &p->ep);
 	if (r < 0)
 		return r;
-	dp_endpoint_set_events(p->ep, &hl_endpoint_events);
+	dp_endpoint_set_events(p->ep, &dp_endpoint_log_events);
 	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dev = &p->dev };
 	hl_node_watch_ensure(&p->watch);
 	return dp_endpoint_start(p->ep);

@@ -35,7 +35,3 @@ struct hl_plugin {
 int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *cfg,
 		    const struct hl_device *dev);
 void hl_plugin_stop(struct hl_plugin *p);
-
-/* Info-level logging of an endpoint's life cycle, shared by both modes. */
-extern const dp_endpoint_events hl_endpoint_events;
-

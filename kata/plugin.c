@@ -159,31 +159,6 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 	dp_endpoint_request_check(p->ep);
 }
 
-static void on_registered(dp_endpoint *ep, void *userdata)
-{
-	dp_info("registered with kubelet", "resource=%s socket=%s devices=%zu", dp_endpoint_resource(ep),
-		dp_endpoint_socket(ep), dp_endpoint_devices(ep));
-}
-
-static void on_register_failed(dp_endpoint *ep, const char *reason, void *userdata)
-{
-	char q[600];
-	dp_warn("registration failed, retrying", "resource=%s error=%s", dp_endpoint_resource(ep),
-		dp_logq(q, sizeof(q), reason));
-}
-
-static void on_restart(dp_endpoint *ep, const char *why, void *userdata)
-{
-	char q[300];
-	dp_info("re-registering", "resource=%s reason=%s", dp_endpoint_resource(ep), dp_logq(q, sizeof(q), why));
-}
-
-const dp_endpoint_events kata_endpoint_events = {
-	.on_registered = on_registered,
-	.on_register_failed = on_register_failed,
-	.on_restart = on_restart,
-};
-
 static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 {
 	char file[KATA_NAME_MAX];
@@ -227,7 +202,7 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 	r = dp_endpoint_new(p->loop, kubelet_dir, &ec, &p->ep);
 	if (r < 0)
 		return r;
-	dp_endpoint_set_events(p->ep, &kata_endpoint_events);
+	dp_endpoint_set_events(p->ep, &dp_endpoint_log_events);
 	return 0;
 }
 

@@ -38,5 +38,3 @@ DP_DEFINE_CLEANUP(kata_plugin, kata_plugin_free)
 dp_endpoint *kata_plugin_endpoint(const kata_plugin *p);
 const char *kata_plugin_spec_path(const kata_plugin *p);
 
-/* Info-level logging of the endpoints' life cycle. */
-extern const dp_endpoint_events kata_endpoint_events;

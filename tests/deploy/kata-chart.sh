@@ -339,10 +339,12 @@ def _():
 
 def daemon_messages():
     msgs = {}
-    for name in sorted(os.listdir(os.path.join(src, "kata"))):
-        if not name.endswith(".c"):
-            continue
-        with open(os.path.join(src, "kata", name)) as f:
+    files = [os.path.join(src, "kata", n) for n in sorted(os.listdir(os.path.join(src, "kata")))
+             if n.endswith(".c")]
+    # the life-cycle lines both daemons opt into (dp_endpoint_log_events)
+    files.append(os.path.join(src, "core/src/endpoint_log.c"))
+    for path in files:
+        with open(path) as f:
             code = f.read()
         for m in re.finditer(r'dp_(info|warn|error)\(\s*"((?:[^"\\]|\\.)*)"', code):
             msgs[m.group(2)] = m.group(1)

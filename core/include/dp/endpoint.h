@@ -104,6 +104,9 @@ typedef struct dp_endpoint_events {
 } dp_endpoint_events;
 
 void dp_endpoint_set_events(dp_endpoint *ep, const dp_endpoint_events *ev);
+/* The daemons' life-cycle log lines (info/warn: "registered with kubelet", "registration failed,
+ * retrying", "re-registering"), for a daemon's main path to opt into. */
+extern const dp_endpoint_events dp_endpoint_log_events;
 /* Why the endpoint is unhealthy, or why registration is pending ("" otherwise). */
 const char *dp_endpoint_reason(const dp_endpoint *ep);
 size_t dp_endpoint_devices(const dp_endpoint *ep);
