@@ -20,56 +20,50 @@ if [ "${SDP_SANITIZE:-0}" = 1 ]; then
 	export UBSAN_OPTIONS="log_path=$sandir/ubsan:print_stacktrace=1:halt_on_error=1"
 fi
 
-# cmocka: "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)"
-run_unit() {
-	local bin=$1 name out rc p f
-	name=$(basename "$bin")
-	out="$logdir/$name.log"
-	timeout 300 "$bin" >"$out" 2>&1
-	rc=$?
-	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
-	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
-	p=${p:-0}
-	f=${f:-0}
+# Add one suite's counts: NAME LOG EXIT PASSED FAILED; a non-zero exit without a counted
+# failure counts as one; on failure print what the log says (the runner's own excerpt filter).
+record() {
+	local name=$1 out=$2 rc=$3 p=${4:-0} f=${5:-0} excerpt=$6
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
 	passed=$((passed + p))
 	failed=$((failed + f))
 	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
-	if [ "$f" -ne 0 ]; then failures+=("$name"); tail -40 "$out"; fi
+	if [ "$f" -ne 0 ]; then failures+=("$name"); $excerpt "$out"; fi
+}
+excerpt_tail() { tail -40 "$1"; }
+excerpt_go() { grep -B2 -A30 -- '--- FAIL' "$1" | head -150; }
+excerpt_script() { grep -E '^FAIL|error' "$1" | head -40; }
+
+# cmocka: "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)"
+run_unit() {
+	local name out rc
+	name=$(basename "$1")
+	out="$logdir/$name.log"
+	timeout 300 "$1" >"$out" 2>&1
+	rc=$?
+	record "$name" "$out" $rc "$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)" \
+		"$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)" excerpt_tail
 }
 
 # go test -test.v: count "--- PASS" / "--- FAIL" lines (subtests included)
 run_go() {
-	local name=$1 out rc p f
+	local name=$1 out rc
 	shift
 	out="$logdir/$name.log"
 	(cd "$src/tests/kubelet" && timeout 1200 "$@" -test.v -test.timeout 1100s) >"$out" 2>&1
 	rc=$?
-	p=$(grep -c -- '--- PASS' "$out")
-	f=$(grep -c -- '--- FAIL' "$out")
-	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-	passed=$((passed + p))
-	failed=$((failed + f))
-	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
-	if [ "$f" -ne 0 ]; then failures+=("$name"); grep -B2 -A30 -- '--- FAIL' "$out" | head -150; fi
+	record "$name" "$out" $rc "$(grep -c -- '--- PASS' "$out")" "$(grep -c -- '--- FAIL' "$out")" excerpt_go
 }
 
 # a script that ends with its own "N passed, M failed" line
 run_script() {
-	local name=$1 out rc p f
+	local name=$1 out rc
 	shift
 	out="$logdir/$name.log"
 	timeout 600 "$@" >"$out" 2>&1
 	rc=$?
-	p=$(sed -n 's/^\([0-9]*\) passed, [0-9]* failed$/\1/p' "$out" | tail -1)
-	f=$(sed -n 's/^[0-9]* passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)
-	p=${p:-0}
-	f=${f:-0}
-	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-	passed=$((passed + p))
-	failed=$((failed + f))
-	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
-	if [ "$f" -ne 0 ]; then failures+=("$name"); grep -E '^FAIL|error' "$out" | head -40; fi
+	record "$name" "$out" $rc "$(sed -n 's/^\([0-9]*\) passed, [0-9]* failed$/\1/p' "$out" | tail -1)" \
+		"$(sed -n 's/^[0-9]* passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)" excerpt_script
 }
 
 for t in "$build"/tests/test_*; do
@@ -88,10 +82,7 @@ run_replay() {
 		if timeout 60 "$bin" "$file" >>"$out" 2>&1; then p=$((p + 1)); else f=$((f + 1)); echo "FAIL $file" >>"$out"; fi
 	done
 	[ $((p + f)) -eq 0 ] && f=1 && echo "no corpus in $dir" >>"$out"
-	passed=$((passed + p))
-	failed=$((failed + f))
-	printf '%-28s %4d passed %3d failed\n' "$name" "$p" "$f"
-	if [ "$f" -ne 0 ]; then failures+=("$name"); tail -40 "$out"; fi
+	record "$name" "$out" 0 "$p" "$f" excerpt_tail
 }
 for t in "$build"/fuzz/replay_*; do
 	[ -f "$t" ] && [ -x "$t" ] && run_replay "$t"
