@@ -1,70 +1,46 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * labels: one JSON merge patch of this node's labels, sent with libcurl's multi interface
- * driven by the core loop (CURLMOPT_SOCKETFUNCTION -> dp_io sources, CURLMOPT_TIMERFUNCTION ->
- * a dp timer). One attempt at a time; a failed one is retried after a back-off.
+ * labels: the parent side of node labelling. Each attempt is one run of the "label-node"
+ * helper child (label_patch.c); this module validates the configuration, starts attempts from
+ * the loop, logs their outcome and schedules the retry. No libcurl here.
  */
 #include "labels.h"
 
 #include <arpa/inet.h>
-#include <curl/curl.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include "dp/buf.h"
+#include "dp/helper.h"
 #include "dp/log.h"
 #include "dp/paths.h"
-#include "dp_version.h"
+#include "label_patch.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 #define SA_TOKEN SA_DIR "/token"
 #define SA_CA SA_DIR "/ca.crt"
-#define LABEL_ENABLED "hyperlight.dev/enabled"
-#define LABEL_HYPERVISOR "hyperlight.dev/hypervisor"
-#define USER_AGENT "hyperlight-device-plugin/" DP_VERSION
 
-#define CONNECT_TIMEOUT_MS 5000L
-#define TRANSFER_TIMEOUT_MS 15000L
 #define BACKOFF_FIRST_USEC (1 * DP_USEC_PER_SEC)
 #define BACKOFF_MAX_USEC (300 * DP_USEC_PER_SEC)
-#define EXCERPT_MAX 200
-#define TOKEN_MAX 16384
 #define DNS_SUBDOMAIN_MAX 253
 #define LABEL_VALUE_MAX 63
-
-/* One socket curl asked us to watch (curl_multi_assign'ed to it). */
-struct hl_sock {
-	dp_source *src;
-	struct hl_sock *next;
-};
+#define STATUS_PREFIX "status="
+#define BODY_PREFIX " body="
 
 struct hl_labels {
 	dp_loop *loop;
-	CURLM *multi;               /* NULL once labelled */
-	CURL *easy;                 /* the attempt in flight, or NULL */
-	struct curl_slist *headers; /* the in-flight attempt's headers (holds the token) */
-	dp_source *curl_timer;      /* CURLMOPT_TIMERFUNCTION */
-	dp_source *retry;           /* the next attempt */
-	struct hl_sock *socks;
+	dp_helper *helper;    /* NULL once labelled */
+	dp_helper_wait *wait; /* the attempt in flight, or NULL */
+	dp_source *retry;     /* the next attempt */
 	char *node;
 	char *url;
 	char hypervisor[LABEL_VALUE_MAX + 1];
 	char token_path[PATH_MAX];
 	char ca_path[PATH_MAX];
-	dp_buf body;
-	char excerpt[EXCERPT_MAX + 1]; /* start of the response body */
-	size_t excerpt_len;
-	char errbuf[CURL_ERROR_SIZE];
 	uint64_t backoff_usec;
 	unsigned attempts;
 	bool done;
@@ -214,276 +190,7 @@ static int load_config(hl_labels *l, char *why, size_t size)
 	return api_url(node, &l->url, why, size);
 }
 
-/* {"metadata":{"labels":{"hyperlight.dev/enabled":"true","hyperlight.dev/hypervisor":"kvm"}}} */
-static int render_body(dp_buf *b, const char *hypervisor)
-{
-	dp_buf_puts(b, "{\"metadata\":{\"labels\":{");
-	dp_buf_json_string(b, LABEL_ENABLED);
-	dp_buf_puts(b, ":");
-	dp_buf_json_string(b, "true");
-	dp_buf_puts(b, ",");
-	dp_buf_json_string(b, LABEL_HYPERVISOR);
-	dp_buf_puts(b, ":");
-	dp_buf_json_string(b, hypervisor);
-	dp_buf_puts(b, "}}}");
-	return b->oom ? -ENOMEM : 0;
-}
-
-/* ---------------------------------------------------------------- curl <-> loop */
-
-static int on_socket_event(dp_source *s, int fd, uint32_t revents, void *userdata);
-
-static int sock_events(int what)
-{
-	return (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
-}
-
-static void sock_remove(hl_labels *l, struct hl_sock *hs)
-{
-	for (struct hl_sock **p = &l->socks; *p; p = &(*p)->next)
-		if (*p == hs) {
-			*p = hs->next;
-			break;
-		}
-	dp_source_free(hs->src);
-	free(hs);
-}
-
-static void set_cloexec(int fd)
-{
-	int flags = fcntl(fd, F_GETFD);
-	if (flags >= 0 && !(flags & FD_CLOEXEC))
-		(void)fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-}
-
-/* Watch a socket curl announced for the first time. */
-static int sock_add(hl_labels *l, curl_socket_t fd, int what)
-{
-	struct hl_sock *hs = calloc(1, sizeof(*hs));
-	int r;
-
-	if (!hs)
-		return -ENOMEM;
-	r = dp_io_add(l->loop, fd, (uint32_t)sock_events(what), on_socket_event, l, &hs->src);
-	if (r < 0) {
-		free(hs);
-		return r;
-	}
-	hs->next = l->socks;
-	l->socks = hs;
-	if (curl_multi_assign(l->multi, fd, hs) != CURLM_OK) {
-		sock_remove(l, hs);
-		return -EIO;
-	}
-	set_cloexec(fd); /* sockets curl made itself (the threaded resolver's socketpair) lack it */
-	return 0;
-}
-
-/* CURLMOPT_SOCKETFUNCTION. Returns 0, or -1 (curl then fails the transfer). */
-static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-	static const char *const names[] = { "none", "in", "out", "inout", "remove" };
-	hl_labels *l = userp;
-	struct hl_sock *hs = socketp;
-	int r;
-
-	dp_debug("node labels: curl socket", "fd=%d watch=%s", fd,
-		 what >= 0 && what < (int)DP_ELEMENTSOF(names) ? names[what] : "?");
-	if (what == CURL_POLL_REMOVE) {
-		if (hs)
-			sock_remove(l, hs);
-		return 0;
-	}
-	r = hs ? dp_io_set_events(hs->src, (uint32_t)sock_events(what)) : sock_add(l, fd, what);
-	if (r < 0) {
-		dp_debug("node labels: cannot watch a curl socket", "fd=%d error=%s", fd, strerror(-r));
-		return -1;
-	}
-	return 0;
-}
-
-/* CURLOPT_OPENSOCKETFUNCTION: curl's own socket() call does not set close-on-exec; the probe
- * helper is exec'ed from this process while a transfer may be in flight. */
-static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
-{
-	int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-	return fd < 0 ? CURL_SOCKET_BAD : fd;
-}
-
-static int on_curl_timer_fired(dp_source *s, void *userdata);
-
-/* CURLMOPT_TIMERFUNCTION: -1 disarms, 0 means as soon as possible. Never calls into curl. */
-static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
-{
-	hl_labels *l = userp;
-	uint64_t usec = timeout_ms > 0 ? (uint64_t)timeout_ms * DP_USEC_PER_MSEC : 0;
-	int r;
-
-	if (timeout_ms < 0)
-		return l->curl_timer ? (dp_timer_set(l->curl_timer, 0, 0) < 0 ? -1 : 0) : 0;
-	if (!l->curl_timer)
-		r = dp_timer_add(l->loop, usec, 0, on_curl_timer_fired, l, &l->curl_timer);
-	else
-		r = usec ? dp_timer_set(l->curl_timer, usec, 0) : dp_timer_set_asap(l->curl_timer);
-	return r < 0 ? -1 : 0;
-}
-
-static void attempt_finish(hl_labels *l, CURLcode res);
-
-/* Hand finished transfers over; stops when a success tore the multi handle down. */
-static void drain(hl_labels *l)
-{
-	CURLMsg *m;
-	int left;
-
-	while (l->multi && (m = curl_multi_info_read(l->multi, &left)))
-		if (m->msg == CURLMSG_DONE && m->easy_handle == l->easy)
-			attempt_finish(l, m->data.result);
-}
-
-static void socket_action(hl_labels *l, curl_socket_t fd, int ev_bitmask)
-{
-	int running;
-	CURLMcode mc = curl_multi_socket_action(l->multi, fd, ev_bitmask, &running);
-	if (mc != CURLM_OK)
-		dp_debug("node labels: curl_multi_socket_action failed", "error=%s",
-			 curl_multi_strerror(mc));
-	drain(l);
-}
-
-static int on_socket_event(dp_source *s, int fd, uint32_t revents, void *userdata)
-{
-	int ev = (revents & EPOLLIN ? CURL_CSELECT_IN : 0) | (revents & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
-		 (revents & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-	socket_action(userdata, fd, ev);
-	return 0;
-}
-
-static int on_curl_timer_fired(dp_source *s, void *userdata)
-{
-	socket_action(userdata, CURL_SOCKET_TIMEOUT, 0);
-	return 0;
-}
-
-/* ---------------------------------------------------------------- one attempt */
-
-/* The token, re-read for every attempt (projected tokens rotate), trailing whitespace trimmed.
- * -ENOENT and other open/read errors, -EFBIG above TOKEN_MAX, -EBADMSG when empty or holding
- * bytes that cannot go into an HTTP header. */
-static int read_token(const char *path, char *buf, size_t size)
-{
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	size_t n = 0;
-	ssize_t k;
-
-	if (fd < 0)
-		return -errno;
-	while ((k = read(fd, buf + n, size - 1 - n)) != 0) {
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		n += (size_t)k;
-		if (n == size - 1)
-			return -EFBIG;
-	}
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-		n--;
-	buf[n] = '\0';
-	if (n == 0)
-		return -EBADMSG;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)buf[i] <= ' ' || (unsigned char)buf[i] >= 0x7f)
-			return -EBADMSG;
-	return 0;
-}
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	hl_labels *l = userdata;
-	size_t n = size * nmemb, room = EXCERPT_MAX - l->excerpt_len;
-	size_t take = n < room ? n : room;
-
-	memcpy(l->excerpt + l->excerpt_len, ptr, take);
-	l->excerpt_len += take;
-	l->excerpt[l->excerpt_len] = '\0';
-	return n; /* the rest is read and dropped */
-}
-
-static struct curl_slist *make_headers(const char *token)
-{
-	struct curl_slist *h = NULL, *t;
-	_cleanup_free_ char *auth = NULL;
-
-	if (asprintf(&auth, "Authorization: Bearer %s", token) < 0)
-		return NULL;
-	const char *lines[] = { "Content-Type: application/merge-patch+json", "Accept: application/json",
-				"Expect:", auth };
-	for (size_t i = 0; i < DP_ELEMENTSOF(lines); i++) {
-		if (!(t = curl_slist_append(h, lines[i]))) {
-			curl_slist_free_all(h);
-			return NULL;
-		}
-		h = t;
-	}
-	explicit_bzero(auth, strlen(auth));
-	return h;
-}
-
-static CURLcode configure(hl_labels *l, CURL *e)
-{
-	CURLcode c = CURLE_OK;
-#define SET(opt, val) \
-	if (c == CURLE_OK) \
-		c = curl_easy_setopt(e, opt, val)
-	SET(CURLOPT_URL, l->url);
-	SET(CURLOPT_PROTOCOLS_STR, "https");
-	SET(CURLOPT_CUSTOMREQUEST, "PATCH");
-	SET(CURLOPT_POSTFIELDS, l->body.data);
-	SET(CURLOPT_POSTFIELDSIZE, (long)l->body.len);
-	SET(CURLOPT_HTTPHEADER, l->headers);
-	SET(CURLOPT_USERAGENT, USER_AGENT);
-	SET(CURLOPT_CAINFO, l->ca_path);
-	SET(CURLOPT_CAPATH, (char *)NULL); /* trust the cluster CA only */
-	SET(CURLOPT_SSL_VERIFYPEER, 1L);
-	SET(CURLOPT_SSL_VERIFYHOST, 2L);
-	SET(CURLOPT_NOSIGNAL, 1L);
-	SET(CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
-	SET(CURLOPT_TIMEOUT_MS, TRANSFER_TIMEOUT_MS);
-	SET(CURLOPT_FORBID_REUSE, 1L); /* nothing stays open between attempts */
-	SET(CURLOPT_WRITEFUNCTION, on_body);
-	SET(CURLOPT_WRITEDATA, l);
-	SET(CURLOPT_ERRORBUFFER, l->errbuf);
-	SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-#undef SET
-	return c;
-}
-
-static void attempt_release(hl_labels *l)
-{
-	if (l->easy) {
-		curl_multi_remove_handle(l->multi, l->easy);
-		curl_easy_cleanup(l->easy);
-		l->easy = NULL;
-	}
-	curl_slist_free_all(l->headers);
-	l->headers = NULL;
-}
-
-/* Releases every curl resource and every source (the multi handle's callbacks may run). */
-static void teardown(hl_labels *l)
-{
-	attempt_release(l);
-	if (l->multi) {
-		curl_multi_cleanup(l->multi);
-		l->multi = NULL;
-	}
-	while (l->socks)
-		sock_remove(l, l->socks);
-	l->curl_timer = dp_source_free(l->curl_timer);
-	l->retry = dp_source_free(l->retry);
-}
+/* ---------------------------------------------------------------- attempts */
 
 static void schedule_retry(hl_labels *l)
 {
@@ -497,186 +204,93 @@ static void schedule_retry(hl_labels *l)
 			strerror(-r));
 }
 
-/* Log a failed attempt (status 0: transport error) and schedule the next one. */
-static void attempt_failed(hl_labels *l, long status, const char *error)
+/* "status=<code> body=<excerpt>" from the child: the API server's answer. */
+static bool parse_answer(const char *reason, long *ret_status, const char **ret_body)
 {
-	char body[EXCERPT_MAX + 1], q[3 * EXCERPT_MAX + 8], qe[CURL_ERROR_SIZE + 64];
-	unsigned long long retry_s = (unsigned long long)(l->backoff_usec / DP_USEC_PER_SEC);
+	char *end;
+	long status;
 
-	for (size_t i = 0; i <= l->excerpt_len; i++) {
-		unsigned char c = (unsigned char)l->excerpt[i];
-		body[i] = (char)((c && (c < ' ' || c >= 0x7f)) ? '.' : c);
-	}
-	if (status)
+	if (strncmp(reason, STATUS_PREFIX, strlen(STATUS_PREFIX)) != 0)
+		return false;
+	errno = 0;
+	status = strtol(reason + strlen(STATUS_PREFIX), &end, 10);
+	if (errno || end == reason + strlen(STATUS_PREFIX) || strncmp(end, BODY_PREFIX, strlen(BODY_PREFIX)) != 0)
+		return false;
+	*ret_status = status;
+	*ret_body = end + strlen(BODY_PREFIX);
+	return true;
+}
+
+/* Log a failed attempt and schedule the next one. */
+static void attempt_failed(hl_labels *l, const char *reason)
+{
+	char q[3 * DP_HELPER_REASON_MAX + 8];
+	unsigned long long retry_s = (unsigned long long)(l->backoff_usec / DP_USEC_PER_SEC);
+	const char *body;
+	long status;
+
+	if (parse_answer(reason, &status, &body))
 		dp_warn("node labelling failed", "node=%s attempt=%u status=%ld body=%s retry_in=%llus",
 			l->node, l->attempts, status, dp_logq(q, sizeof(q), body), retry_s);
 	else
 		dp_warn("node labelling failed", "node=%s attempt=%u error=%s retry_in=%llus", l->node,
-			l->attempts, dp_logq(qe, sizeof(qe), error), retry_s);
+			l->attempts, dp_logq(q, sizeof(q), reason), retry_s);
 	schedule_retry(l);
 }
 
-static void attempt_finish(hl_labels *l, CURLcode res)
+static void on_attempt_done(const dp_helper_result *r, void *userdata)
 {
-	long status = 0;
+	hl_labels *l = userdata;
 
-	if (res == CURLE_OK)
-		curl_easy_getinfo(l->easy, CURLINFO_RESPONSE_CODE, &status);
-	dp_debug("node labels: attempt finished", "attempt=%u result=%d status=%ld", l->attempts, res, status);
-	if (res == CURLE_OK && (status == 200 || status == 201)) {
-		l->done = true;
-		dp_info("node labelled", "node=%s " LABEL_ENABLED "=true " LABEL_HYPERVISOR "=%s attempts=%u",
-			l->node, l->hypervisor, l->attempts);
-		teardown(l);
+	l->wait = NULL;
+	dp_debug("node labels: attempt finished", "attempt=%u ok=%d result=%s", l->attempts, r->ok, r->reason);
+	if (!r->ok) {
+		attempt_failed(l, r->reason);
 		return;
 	}
-	char error[CURL_ERROR_SIZE + 64] = "";
-	if (res != CURLE_OK)
-		snprintf(error, sizeof(error), "%s", l->errbuf[0] ? l->errbuf : curl_easy_strerror(res));
-	attempt_release(l);
-	attempt_failed(l, res == CURLE_OK ? status : 0, error);
-}
-
-/* Start one attempt. Failures before the transfer starts (token unreadable, out of memory)
- * count as failed attempts. */
-static int attempt_start(hl_labels *l)
-{
-	char token[TOKEN_MAX];
-	int r;
-
-	l->attempts++;
-	l->excerpt_len = 0;
-	l->excerpt[0] = '\0';
-	l->errbuf[0] = '\0';
-	r = read_token(l->token_path, token, sizeof(token));
-	if (r < 0) {
-		char e[PATH_MAX + 64];
-		snprintf(e, sizeof(e), "cannot read the service account token %s: %s", l->token_path,
-			 r == -EBADMSG ? "empty or not printable" : strerror(-r));
-		attempt_failed(l, 0, e);
-		return r;
-	}
-	l->headers = make_headers(token);
-	explicit_bzero(token, sizeof(token));
-	if (!l->headers || !(l->easy = curl_easy_init()) || configure(l, l->easy) != CURLE_OK ||
-	    curl_multi_add_handle(l->multi, l->easy) != CURLM_OK) {
-		attempt_release(l);
-		attempt_failed(l, 0, "cannot set up the request (out of memory?)");
-		return -ENOMEM;
-	}
-	dp_debug("node labels: attempt started", "attempt=%u url=%s", l->attempts, l->url);
-	return 0;
+	l->done = true;
+	dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=true " HL_LABEL_HYPERVISOR "=%s attempts=%u",
+		l->node, l->hypervisor, l->attempts);
+	/* Nothing more to send: no helper, no timer (allowed from the done callback). */
+	l->helper = dp_helper_free(l->helper);
+	l->retry = dp_source_free(l->retry);
 }
 
 static int on_retry(dp_source *s, void *userdata)
 {
 	hl_labels *l = userdata;
-	if (!l->easy && !l->done)
-		(void)attempt_start(l);
+	char e[128];
+	int r;
+
+	if (l->wait || l->done)
+		return 0;
+	l->attempts++;
+	dp_debug("node labels: attempt started", "attempt=%u url=%s", l->attempts, l->url);
+	r = dp_helper_request(l->helper, on_attempt_done, l, &l->wait);
+	if (r < 0) {
+		snprintf(e, sizeof(e), "cannot start the label helper: %s", strerror(-r));
+		attempt_failed(l, e);
+	}
 	return 0;
 }
 
 /* ---------------------------------------------------------------- API */
 
-static int cmp_int(const void *a, const void *b)
+static int helper_new(hl_labels *l, const hl_labels_params *p)
 {
-	int x = *(const int *)a, y = *(const int *)b;
-	return (x > y) - (x < y);
+	char *argv[] = { HL_LABEL_HELPER, l->url, l->token_path, l->ca_path, l->hypervisor, NULL };
+	uint64_t deadline = p && p->deadline_usec ? p->deadline_usec : HL_LABELS_DEADLINE_USEC;
+
+	return dp_helper_new(l->loop, p ? p->exe : NULL, argv, deadline, HL_LABELS_KILL_GRACE_USEC, &l->helper);
 }
 
-static int curl_global(void)
-{
-	static bool initialised;
-	if (initialised)
-		return 0;
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return -EIO;
-	initialised = true;
-	return 0;
-}
-
-/* The fd a /proc/self/fd entry names, or -1 ("." and ".."). */
-static int fd_of(const char *name)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(name, &end, 10);
-	return errno || end == name || *end || v < 0 || v > INT_MAX ? -1 : (int)v;
-}
-
-/* The fds open now, ascending (readdir of /proc/self/fd). */
-static int list_fds(int **ret, size_t *ret_n)
-{
-	_cleanup_free_ int *fds = NULL;
-	size_t n = 0, cap = 0;
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-
-	if (!d)
-		return -errno;
-	while ((e = readdir(d))) {
-		int fd = fd_of(e->d_name);
-		if (fd < 0 || fd == dirfd(d))
-			continue;
-		if (n == cap) {
-			int *p = reallocarray(fds, cap = cap ? 2 * cap : 64, sizeof(*fds));
-			if (!p) {
-				closedir(d);
-				return -ENOMEM;
-			}
-			fds = p;
-		}
-		fds[n++] = fd;
-	}
-	closedir(d);
-	if (n > 0) /* fds is NULL when n == 0: qsort's pointer must not be */
-		qsort(fds, n, sizeof(*fds), cmp_int);
-	*ret = TAKE_PTR(fds);
-	*ret_n = n;
-	return 0;
-}
-
-/* curl_multi_init() makes a wakeup socketpair without close-on-exec (curl 7.88 has no option
- * for it): mark every fd it opened, the probe helper must not inherit them. */
-static CURLM *multi_init_cloexec(void)
-{
-	_cleanup_free_ int *before = NULL, *after = NULL;
-	size_t nb = 0, na = 0;
-	int r = list_fds(&before, &nb);
-	CURLM *m = curl_multi_init();
-
-	if (!m || r < 0 || (r = list_fds(&after, &na)) < 0) {
-		if (m)
-			dp_debug("node labels: cannot list the fds curl opened", "error=%s", strerror(-r));
-		return m;
-	}
-	for (size_t i = 0; i < na; i++)
-		if (nb == 0 || !bsearch(&after[i], before, nb, sizeof(*before), cmp_int))
-			set_cloexec(after[i]);
-	return m;
-}
-
-static int multi_new(hl_labels *l)
-{
-	if (!(l->multi = multi_init_cloexec()))
-		return -ENOMEM;
-	if (curl_multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket) != CURLM_OK ||
-	    curl_multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l) != CURLM_OK ||
-	    curl_multi_setopt(l->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer) != CURLM_OK ||
-	    curl_multi_setopt(l->multi, CURLMOPT_TIMERDATA, l) != CURLM_OK)
-		return -EIO;
-	return 0;
-}
-
-int hl_labels_start(dp_loop *loop, const char *hypervisor, hl_labels **ret)
+int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_params *params, hl_labels **ret)
 {
 	_cleanup_(hl_labels_freep) hl_labels *l = NULL;
 	char why[256], q[300];
 	int r;
 
-	if (!loop || !ret || !label_value(hypervisor))
+	if (!loop || !ret || !label_value(hypervisor) || (params && params->exe && !*params->exe))
 		return -EINVAL;
 	if (!(l = calloc(1, sizeof(*l))))
 		return -ENOMEM;
@@ -692,13 +306,13 @@ int hl_labels_start(dp_loop *loop, const char *hypervisor, hl_labels **ret)
 		*ret = NULL;
 		return 0;
 	}
-	if ((r = render_body(&l->body, hypervisor)) < 0 || (r = curl_global()) < 0 || (r = multi_new(l)) < 0)
+	if ((r = helper_new(l, params)) < 0)
 		return r;
-	/* The first attempt runs from the loop: nothing here touches the network. */
+	/* The first attempt runs from the loop: nothing is spawned here. */
 	r = dp_timer_add(loop, 0, 0, on_retry, l, &l->retry);
 	if (r < 0)
 		return r;
-	dp_info("node labelling enabled", "node=%s api=%s " LABEL_HYPERVISOR "=%s", l->node, l->url, hypervisor);
+	dp_info("node labelling enabled", "node=%s api=%s " HL_LABEL_HYPERVISOR "=%s", l->node, l->url, hypervisor);
 	*ret = TAKE_PTR(l);
 	return 0;
 }
@@ -707,8 +321,8 @@ hl_labels *hl_labels_free(hl_labels *l)
 {
 	if (!l)
 		return NULL;
-	teardown(l);
-	dp_buf_done(&l->body);
+	l->helper = dp_helper_free(l->helper); /* kills a running child; the loop reaps it */
+	l->retry = dp_source_free(l->retry);
 	free(l->url);
 	free(l->node);
 	free(l);

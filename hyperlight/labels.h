@@ -4,32 +4,49 @@
  * hyperlight.dev/hypervisor=<kvm|mshv> through the API server (design decision 10).
  * Active only when NODE_NAME is set and an in-cluster service account is mounted
  * (<root>/var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt}, API server from
- * KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT). libcurl's multi interface is driven by the
- * core loop (socket and timer callbacks): nothing ever blocks the gRPC service. A failed attempt
- * is retried with a back-off (1 s doubling, capped at 5 min) until it succeeds; then it stops.
+ * KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT). This is the parent side: it validates
+ * the configuration, keeps the retry policy and logs; each attempt is one short-lived helper
+ * child (dp/helper.h) running label_patch.h's "label-node" entry, which loads libcurl with
+ * dlopen, so the daemon itself never maps libcurl or a TLS library and nothing ever blocks the
+ * gRPC service. A failed attempt is retried with a back-off (1 s doubling, capped at 5 min)
+ * until it succeeds; then it stops.
  */
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "dp/loop.h"
 
+/* One attempt's child: killed at this deadline (libcurl's own 15 s transfer timeout comes
+ * first; this bounds anything else, e.g. a child stuck loading libraries). */
+#define HL_LABELS_DEADLINE_USEC (20 * DP_USEC_PER_SEC)
+#define HL_LABELS_KILL_GRACE_USEC (2 * DP_USEC_PER_SEC)
+
 typedef struct hl_labels hl_labels;
 
-/* Start labelling. Nothing touches the network here: the first attempt runs from the loop.
- * hypervisor is the label value ("kvm" or "mshv"; any valid Kubernetes label value).
+typedef struct hl_labels_params {
+	const char *exe;        /* helper executable; NULL: this binary (/proc/self/exe) */
+	uint64_t deadline_usec; /* 0: HL_LABELS_DEADLINE_USEC */
+} hl_labels_params;
+
+/* Start labelling. Nothing is spawned here: the first attempt runs from the loop.
+ * hypervisor is the label value ("kvm" or "mshv"; any valid Kubernetes label value); params
+ * may be NULL (the defaults).
  * *ret is NULL (and 0 returned) when labelling does not apply; one line says why: info for
  * NODE_NAME, the service account files or KUBERNETES_SERVICE_HOST/PORT missing, warn for an
  * invalid NODE_NAME (not a DNS subdomain), host or port. Errors (*ret untouched): -EINVAL (loop
- * or ret NULL, hypervisor not a label value, SDP_TEST_ROOT relative), -ENAMETOOLONG (root
- * prefix too long), -ENOMEM, -EIO (libcurl could not be initialised).
- * Each attempt re-reads the token, sends PATCH /api/v1/nodes/<NODE_NAME> (JSON merge patch,
- * TLS verified against the service account's ca.crt only; connect 5 s, whole transfer 15 s)
- * and succeeds on HTTP 200 or 201; anything else is logged at warn (status and a sanitised
- * excerpt of at most 200 bytes of the body, or the transport error) and retried. */
-int hl_labels_start(dp_loop *loop, const char *hypervisor, hl_labels **ret);
-/* Abort any transfer, release every socket, timer and curl handle. Call before dp_loop_free().
- * Accepts NULL, returns NULL. */
+ * or ret NULL, hypervisor not a label value, SDP_TEST_ROOT relative, params->exe empty),
+ * -ENAMETOOLONG (root prefix too long), -ENOMEM, timerfd errors.
+ * Each attempt is one child (label_patch.h): it re-reads the token and sends
+ * PATCH /api/v1/nodes/<NODE_NAME> (JSON merge patch, TLS verified against the service
+ * account's ca.crt only; connect 5 s, whole transfer 15 s). HTTP 200 or 201 is success;
+ * anything else is logged at warn and retried: "status=<code> body=<excerpt of at most 200
+ * bytes>" for an answer, "error=<reason>" otherwise (the child's reason: transport error, token
+ * unreadable, libcurl missing; or the helper's: killed by a signal, timeout after 20 s). */
+int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_params *params, hl_labels **ret);
+/* Kill a running attempt's child (the loop reaps it), release every timer. Call before
+ * dp_loop_free(). Accepts NULL, returns NULL. */
 hl_labels *hl_labels_free(hl_labels *l);
 /* True once the API server accepted the patch (NULL: false). */
 bool hl_labels_done(const hl_labels *l);

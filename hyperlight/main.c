@@ -13,6 +13,7 @@
 #include "dp/log.h"
 #include "dp/paths.h"
 #include "dp_version.h"
+#include "label_patch.h"
 #include "labels.h"
 #include "plugin.h"
 #include "probe.h"
@@ -128,7 +129,7 @@ static int start(struct daemon *d, const struct options *o, const struct hl_conf
 	r = hl_plugin_start(&d->plugin, d->loop, cfg, dev);
 	if (r < 0)
 		return r;
-	r = hl_labels_start(d->loop, dev->name, &d->labels);
+	r = hl_labels_start(d->loop, dev->name, NULL, &d->labels);
 	if (r < 0)
 		dp_warn("node labels disabled", "error=%s", strerror(-r));
 	return 0;
@@ -181,8 +182,13 @@ int main(int argc, char **argv)
 {
 	struct options o = { 0 };
 
-	/* The probe helper child: this binary re-executed with --dp-helper. */
-	dp_helper_main(argc, argv, hl_probe_helpers, hl_probe_n_helpers);
+	/* The helper children: this binary re-executed with --dp-helper (probe, node labels). */
+	dp_helper_entry helpers[HL_PROBE_MAX_HELPERS + 1];
+	size_t n = 0;
+	for (; n < hl_probe_n_helpers && n < HL_PROBE_MAX_HELPERS; n++)
+		helpers[n] = hl_probe_helpers[n];
+	helpers[n++] = hl_label_helper;
+	dp_helper_main(argc, argv, helpers, n);
 	int r = parse_args(argc, argv, &o);
 	if (r != 0)
 		return r < 0 ? 0 : 2;

@@ -258,3 +258,4 @@ const dp_helper_entry hl_probe_helpers[] = {
 	{ HL_PROBE_HELPER, entry_probe },
 };
 const size_t hl_probe_n_helpers = DP_ELEMENTSOF(hl_probe_helpers);
+static_assert(DP_ELEMENTSOF(hl_probe_helpers) <= HL_PROBE_MAX_HELPERS, "main.c's helper table holds them");

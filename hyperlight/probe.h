@@ -38,6 +38,7 @@
 #define HL_PROBE_HELPER "probe"	    /* the combined entry the daemon uses */
 #define HL_KVM_API_VERSION 12
 
+#define HL_PROBE_MAX_HELPERS 8 /* hl_probe_n_helpers is at most this */
 extern const dp_helper_entry hl_probe_helpers[];
 extern const size_t hl_probe_n_helpers;
 

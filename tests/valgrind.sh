@@ -8,10 +8,11 @@
 #
 # What does not run under valgrind, and why (docs/reliability.md, "Memory"):
 # - Valgrind 3.19 (Debian 12) does not implement pidfd_open (434) nor pidfd_send_signal (424):
-#   they fail with ENOSYS. The core tracks its probe helper child through a pidfd, so under
-#   valgrind no helper can be watched: test_helper, test_probe and the child tests of test_loop
-#   fail, and the hyperlight daemon never finds its device usable. Excluded: those unit tests
-#   and the hyperlight scenarios that need a successful probe (VALGRIND_SCENARIOS below).
+#   they fail with ENOSYS. The core tracks its helper children (probe, node labels) through a
+#   pidfd, so under valgrind no helper can be watched: test_helper, test_probe, test_labels,
+#   test_label_patch and the child tests of test_loop fail, the hyperlight daemon never finds
+#   its device usable and never sends its labels. Excluded: those unit tests and the hyperlight
+#   scenarios that need a helper child (VALGRIND_SCENARIOS below).
 # - test_cdi: test_permission_denied forks a child that drops to uid 65534, which fails inside
 #   valgrind ("cannot drop to uid"); the binary runs natively under make test and make asan.
 set -u
@@ -23,10 +24,11 @@ rm -rf "$logdir" && mkdir -p "$logdir"
 vg=(valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
 	--show-leak-kinds=definite,indirect --track-fds=no --quiet --trace-children=no
 	--suppressions="$src/tests/valgrind.supp")
-unit_skip=" test_helper test_probe test_loop test_cdi "
-# The scenarios whose daemons run no probe helper: the mock kubelet's own tests, kata, the
-# hyperlight daemon's labels and probe-free modes, and the fault scenarios that need none.
-: "${VALGRIND_SCENARIOS:=^(TestMock|TestKata|TestLabels|TestHyperlightVersion|TestHyperlightInvalidDeviceCount|TestHyperlightNoHypervisorNode)}"
+unit_skip=" test_helper test_probe test_labels test_label_patch test_loop test_cdi "
+# The scenarios whose daemons need no helper child: the mock kubelet's own tests, kata, the
+# hyperlight daemon with labelling disabled, its probe-free modes, and the fault scenarios that
+# need none.
+: "${VALGRIND_SCENARIOS:=^(TestMock|TestKata|TestLabelsDisabled|TestHyperlightVersion|TestHyperlightInvalidDeviceCount|TestHyperlightNoHypervisorNode)}"
 passed=0
 failed=0
 failures=()

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -24,8 +25,8 @@ import (
 
 const (
 	labelNode = "node-a.example.com"
-	// curl's whole-transfer timeout (15 s) plus the first back-off (1 s), with room for a
-	// loaded CI machine and ASan.
+	// curl's whole-transfer timeout in the label child (15 s) plus the first back-off (1 s),
+	// with room for a loaded CI machine and ASan.
 	hungBound = 40 * time.Second
 )
 
@@ -165,6 +166,21 @@ func (s *labelScenario) logLine(bound time.Duration, parts ...string) string {
 	return line
 }
 
+// noTLSInDaemon checks that the daemon process itself never mapped libcurl or a TLS library:
+// the PATCH ran in a helper child (footprint, and no HTTP/TLS parser in the long-lived process).
+func (s *labelScenario) noTLSInDaemon() {
+	s.t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", s.d.Pid()))
+	if err != nil {
+		s.fatalf("read the daemon's maps: %v", err)
+	}
+	for _, lib := range []string{"libcurl", "libssl", "libcrypto", "libgnutls"} {
+		if strings.Contains(string(maps), lib) {
+			s.t.Errorf("the daemon process maps %s; it belongs in the label helper child only", lib)
+		}
+	}
+}
+
 // stop stops the daemon and checks it exited cleanly (labels freed at exit).
 func (s *labelScenario) stop() {
 	s.t.Helper()
@@ -226,6 +242,7 @@ func TestLabelsRetryAfterServerError(t *testing.T) {
 	if ended, err := p.Ended(); ended {
 		t.Errorf("kubelet's ListAndWatch stream ended: %v", err)
 	}
+	s.noTLSInDaemon()
 	s.stop()
 	if n := len(s.stub.Requests()); n != 2 {
 		t.Errorf("%d PATCH requests in total, want 2 (none after success)", n)
@@ -233,7 +250,8 @@ func TestLabelsRetryAfterServerError(t *testing.T) {
 }
 
 // The API server accepts the connection and never answers: the daemon registers and answers
-// Allocate regardless; curl gives up after its 15 s transfer timeout and the retry succeeds.
+// Allocate regardless; curl, in the label helper child, gives up after its 15 s transfer
+// timeout (before the child's 20 s deadline) and the retry succeeds.
 func TestLabelsHungAPIServer(t *testing.T) {
 	s := newLabelScenario(t, labelNode, "token-1", nil, func(_ *Node, n int, r *APIRequest) APIAnswer {
 		if n == 1 {

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Node labels: when labelling applies and when it does not (and what the log says), and that an
- * attempt never blocks the loop: a refused connection fails and is retried after the back-off,
- * a server that never answers leaves the loop dispatching, and hl_labels_free mid-transfer or
- * mid-retry releases every fd (memory: run under ASan). The HTTPS exchange itself (method,
- * headers, body, retry after HTTP 500) is tested against a stub API server in
- * tests/kubelet/labels_test.go.
+ * Node labels, the parent side: when labelling applies and when it does not (and what the log
+ * says), and that an attempt never blocks the loop: a refused connection fails and is retried
+ * after the back-off, a server that never answers leaves the loop dispatching, a child killed
+ * by a signal or at its deadline and a libcurl that cannot be loaded are logged and retried with
+ * the back-off, hl_labels_free mid-attempt or mid-retry kills the child and releases every fd
+ * (memory: run under ASan), and the daemon side never maps libcurl. This binary is its own
+ * helper executable: its "label-node" entry is the real one (label_patch.c) unless
+ * TEST_LABEL_CHILD asks it to die or hang. The HTTPS exchange itself (method, headers, body,
+ * retry after HTTP 500) is tested in tests/kubelet/labels_test.go against a stub API server.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +22,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +31,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dp/helper.h"
 #include "dp/log.h"
 #include "dp/loop.h"
 #include "dp/paths.h"
+#include "label_patch.h"
 #include "labels.h"
 
 #define BOUND_USEC (5 * DP_USEC_PER_SEC)
 #define TICK_USEC (10 * DP_USEC_PER_MSEC)
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+#define CHILD_ENV "TEST_LABEL_CHILD"
+#define SHORT_DEADLINE_USEC (200 * DP_USEC_PER_MSEC)
 
 /* A syntactically valid CA certificate (public part only): curl loads CAINFO before it sends
  * the TLS ClientHello, so the file must parse even though no handshake completes here. */
@@ -137,7 +145,7 @@ static void fd_set_of_process(bool set[1024])
 	closedir(d);
 }
 
-/* Every fd opened since before was taken is close-on-exec (the daemon execs its probe helper). */
+/* Every fd opened since before was taken is close-on-exec (the daemon execs its helpers). */
 static void assert_new_fds_cloexec(const bool before[1024])
 {
 	bool now[1024];
@@ -151,7 +159,20 @@ static void assert_new_fds_cloexec(const bool before[1024])
 			fail_msg("fd %d is not close-on-exec", fd);
 		n++;
 	}
-	assert_true(n > 0); /* at least curl's socket */
+	assert_true(n > 0); /* at least the child's pipe and pidfd */
+}
+
+/* A shared object whose path contains name is mapped into this process. */
+static bool mapped(const char *name)
+{
+	FILE *m = fopen("/proc/self/maps", "re");
+	char line[4096];
+	bool found = false;
+	assert_non_null(m);
+	while (!found && fgets(line, sizeof(line), m))
+		found = strstr(line, name) != NULL;
+	fclose(m);
+	return found;
 }
 
 /* The captured log so far. */
@@ -218,6 +239,12 @@ static bool cond_logged(struct fixture *f, const void *needle)
 	return logged(f, needle);
 }
 
+/* Exactly *want fds are open: a killed child was reaped and its pipe and pidfd closed. */
+static bool cond_fds(struct fixture *f, const void *want)
+{
+	return count_fds() == *(const int *)want;
+}
+
 /* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
 static int closed_port(void)
 {
@@ -249,7 +276,8 @@ static int silent_listener(int *port)
 
 static int setup(void **state)
 {
-	static const char *vars[] = { "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT" };
+	static const char *vars[] = { "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+				      CHILD_ENV, "LD_LIBRARY_PATH" };
 	struct fixture *f = calloc(1, sizeof(*f));
 	assert_non_null(f);
 	snprintf(f->root, sizeof(f->root), "/tmp/test_labels-XXXXXX");
@@ -299,7 +327,7 @@ static void expect_disabled(struct fixture *f, const char *level, const char *re
 {
 	hl_labels *l = (hl_labels *)0x1;
 	int before = count_lines(f, "node labelling disabled");
-	assert_int_equal(hl_labels_start(f->loop, "kvm", &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_null(l);
 	assert_int_equal(count_lines(f, "node labelling disabled"), before + 1);
 	assert_true(logged_line(f, "msg=\"node labelling disabled\"", level, reason, NULL));
@@ -349,7 +377,7 @@ static void test_invalid_node_name(void **state)
 	for (size_t i = 0; i < DP_ELEMENTSOF(good); i++) {
 		hl_labels *l = NULL;
 		setenv("NODE_NAME", good[i], 1);
-		assert_int_equal(hl_labels_start(f->loop, "kvm", &l), 0);
+		assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 		assert_non_null(l);
 		assert_false(hl_labels_done(l));
 		hl_labels_free(l);
@@ -387,12 +415,13 @@ static void test_invalid_arguments(void **state)
 	struct fixture *f = *state;
 	hl_labels *l = (hl_labels *)0x1;
 	cluster_env(f, "127.0.0.1", 6443);
-	assert_int_equal(hl_labels_start(NULL, "kvm", &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, NULL, &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "", &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "k v", &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "kvm\"", &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL), -EINVAL);
+	assert_int_equal(hl_labels_start(NULL, "kvm", NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, NULL, NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "", NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "k v", NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "kvm\"", NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, NULL), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", &(hl_labels_params){ .exe = "" }, &l), -EINVAL);
 	assert_ptr_equal(l, (hl_labels *)0x1); /* untouched on error */
 	assert_null(hl_labels_free(NULL));
 	assert_false(hl_labels_done(NULL));
@@ -406,7 +435,7 @@ static void test_url(void **state)
 	struct fixture *f = *state;
 	hl_labels *l = NULL;
 	cluster_env(f, "fd00:10:96::1", 443);
-	assert_int_equal(hl_labels_start(f->loop, "mshv", &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "mshv", NULL, &l), 0);
 	assert_non_null(l);
 	assert_true(logged_line(f, "level=info", "node labelling enabled", "node=node-1",
 				"api=https://[fd00:10:96::1]:443/api/v1/nodes/node-1", "hyperlight.dev/hypervisor=mshv",
@@ -417,7 +446,7 @@ static void test_url(void **state)
 
 	setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
 	setenv("NODE_NAME", "worker.example.com", 1);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_true(logged_line(f, "node labelling enabled",
 				"api=https://10.96.0.1:443/api/v1/nodes/worker.example.com", NULL));
 	hl_labels_free(l);
@@ -436,7 +465,7 @@ static void test_refused_retry(void **state)
 
 	cluster_env(f, "127.0.0.1", closed_port());
 	fds = count_fds();
-	assert_int_equal(hl_labels_start(f->loop, "kvm", &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	assert_false(logged(f, "attempt started")); /* no I/O inside start */
 	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);
@@ -451,11 +480,14 @@ static void test_refused_retry(void **state)
 	assert_true(ticks > ticks_at_failure); /* the loop ran timers while waiting for the retry */
 	assert_false(hl_labels_done(l));
 
+	/* libcurl ran in the children: this process (the daemon's side) never mapped it. */
+	assert_true(logged_line(f, "node labelling failed", "attempt=1", "connect to 127.0.0.1", NULL));
+	assert_false(mapped("libcurl"));
+	assert_false(mapped("libssl"));
+
 	hl_labels_free(l);
 	dp_source_free(tick);
-	for (int i = 0; i < 3; i++)
-		dp_loop_run_once(f->loop, 0);
-	assert_int_equal(count_fds(), fds);
+	assert_true(run_until(f, cond_fds, &fds));
 	assert_false(logged(f, "node labelled"));
 }
 
@@ -485,8 +517,9 @@ static bool cond_ticks(struct fixture *f, const void *arg)
 	return *(const unsigned *)arg >= 50;
 }
 
-/* A server that accepts and never answers: the transfer stays pending while the loop keeps
- * dispatching timers; hl_labels_free mid-transfer closes the connection and every fd. */
+/* A server that accepts and never answers: the child's transfer stays pending while the loop
+ * keeps dispatching timers; hl_labels_free mid-transfer kills the child (its connection closes)
+ * and every fd of the attempt is released once the loop reaped it. */
 static void test_hang_free_mid_transfer(void **state)
 {
 	struct fixture *f = *state;
@@ -501,7 +534,7 @@ static void test_hang_free_mid_transfer(void **state)
 	cluster_env(f, "127.0.0.1", port);
 	fds = count_fds();
 	fd_set_of_process(fds_before);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	assert_true(run_until(f, cond_hello, &h));
 	assert_int_equal(h.hello[0], 0x16); /* TLS handshake record: https only */
@@ -517,9 +550,7 @@ static void test_hang_free_mid_transfer(void **state)
 
 	hl_labels_free(l);
 	dp_source_free(tick);
-	for (int i = 0; i < 3; i++)
-		dp_loop_run_once(f->loop, 0);
-	/* The client side is closed: the server reads EOF (or a reset) after the ClientHello. */
+	/* The child is killed: the server reads EOF (or a reset) after the ClientHello. */
 	char buf[4096];
 	ssize_t n;
 	uint64_t end = dp_now_usec() + BOUND_USEC;
@@ -529,7 +560,8 @@ static void test_hang_free_mid_transfer(void **state)
 	assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
 	close(h.conn);
 	close(h.listener);
-	assert_int_equal(count_fds(), fds - 1); /* the listener was counted */
+	fds--; /* the listener was counted */
+	assert_true(run_until(f, cond_fds, &fds));
 }
 
 /* The token is read at each attempt: one that vanished or is empty fails that attempt with a
@@ -540,7 +572,7 @@ static void test_token_reread(void **state)
 	hl_labels *l = NULL;
 
 	cluster_env(f, "127.0.0.1", closed_port());
-	assert_int_equal(hl_labels_start(f->loop, "kvm", &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	remove_file(f->root, SA_DIR "/token");
 	assert_true(run_until(f, cond_logged, "attempt=1 error="));
@@ -555,8 +587,84 @@ static void test_token_reread(void **state)
 	hl_labels_free(l);
 }
 
-int main(void)
+/* ---------------------------------------------------------------- the child fails */
+
+/* Start with a child that the test entry makes misbehave (CHILD_ENV=how) and the deadline
+ * given (0: the default); two attempts fail, each logged with reason and back-off, while a
+ * timer keeps firing; freed, every fd is released. */
+static void expect_retried(struct fixture *f, const char *how, uint64_t deadline_usec, const char *reason)
 {
+	hl_labels_params p = { .deadline_usec = deadline_usec };
+	hl_labels *l = NULL;
+	dp_source *tick = NULL;
+	unsigned ticks = 0, ticks_at_failure;
+	int fds;
+
+	cluster_env(f, "127.0.0.1", closed_port());
+	if (how)
+		setenv(CHILD_ENV, how, 1);
+	fds = count_fds();
+	assert_int_equal(hl_labels_start(f->loop, "kvm", &p, &l), 0);
+	assert_non_null(l);
+	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);
+	assert_true(run_until(f, cond_logged, "attempt=1 error="));
+	assert_true(logged_line(f, "level=warn", "msg=\"node labelling failed\"", "node=node-1", "attempt=1",
+				reason, "retry_in=1s", NULL));
+	ticks_at_failure = ticks;
+	assert_true(run_until(f, cond_logged, "attempt=2 error="));
+	assert_true(logged_line(f, "node labelling failed", "attempt=2", reason, "retry_in=2s", NULL));
+	assert_true(ticks > ticks_at_failure); /* the loop ran timers while waiting for the retry */
+	assert_false(hl_labels_done(l));
+	assert_false(logged(f, "node labelled"));
+	hl_labels_free(l);
+	dp_source_free(tick);
+	assert_true(run_until(f, cond_fds, &fds));
+}
+
+/* The child dies of a signal: the attempt failed, the next one follows the back-off. */
+static void test_child_killed(void **state)
+{
+	expect_retried(*state, "kill", 0, "error=\"helper killed by signal 9 (SIGKILL)\"");
+}
+
+/* The child hangs: killed at its deadline, logged as a timeout, retried after the back-off. */
+static void test_child_timeout(void **state)
+{
+	expect_retried(*state, "hang", SHORT_DEADLINE_USEC, "error=\"timeout after 200 ms\"");
+}
+
+/* libcurl.so.4 cannot be loaded in the child (here: an empty file found first through
+ * LD_LIBRARY_PATH): the log names the library and why, and the attempt is retried. */
+static void test_libcurl_unloadable(void **state)
+{
+	struct fixture *f = *state;
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/lib", f->root);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	write_file(f->root, "/lib/" HL_CURL_SONAME, "");
+	setenv("LD_LIBRARY_PATH", dir, 1);
+	expect_retried(f, NULL, 0, "error=\"cannot load " HL_CURL_SONAME ": ");
+	assert_true(logged_line(f, "attempt=2", "file too short", NULL));
+}
+
+/* The test binary's helper entries: the real "label-node", unless CHILD_ENV says "kill" (die of
+ * SIGKILL before answering) or "hang" (never answer). */
+static void entry_label_node(int argc, char **argv)
+{
+	const char *how = getenv(CHILD_ENV);
+
+	if (how && strcmp(how, "kill") == 0)
+		raise(SIGKILL);
+	while (how && strcmp(how, "hang") == 0)
+		pause();
+	hl_label_helper.fn(argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+	const dp_helper_entry entries[] = { { HL_LABEL_HELPER, entry_label_node } };
+	dp_helper_main(argc, argv, entries, DP_ELEMENTSOF(entries));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_no_node_name, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_service_account, setup, teardown),
@@ -567,6 +675,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refused_retry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hang_free_mid_transfer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_reread, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_killed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_libcurl_unloadable, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
