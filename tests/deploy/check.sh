@@ -10,6 +10,10 @@
 # 3. The image context (scripts/image-context.sh) made from BUILD/hyperlight-device-plugin:
 #    the binary runs in a chroot of it (root needed), every exec probe command of the
 #    DaemonSets parses there, and the daemon documents every variable the manifests set.
+#    The daemon does not link libcurl or a TLS library (readelf -d); the image holds
+#    libcurl.so.4 and its closure all the same, for the node-label helper child that dlopen()s
+#    it: in the chroot that child sends its PATCH over TLS to a local `openssl s_server` and
+#    reports the answer, and without libcurl.so.4 it says so.
 # 4. Both daemons run as the DaemonSets run them (uid 0, no capabilities, no_new_privs, their
 #    environment and arguments) against the mock kubelet in a temp root, with the hypervisor
 #    shim, until their own readiness probe commands pass; uid 65534 must fail there.
@@ -77,9 +81,24 @@ elif ! "$src/scripts/image-context.sh" "$bin" "$tmp/ctx" >"$tmp/files" 2>"$tmp/c
 else
 	result "image context from $bin" 1
 	root="$tmp/ctx/rootfs"
-	nlibs=$(LC_ALL=C ldd "$bin" | grep -c -e '=> /' -e '^[[:space:]]*/')
+	# The one library the label child dlopen()s, as the source names it, and where the build
+	# host's loader finds it.
+	soname=$(sed -n 's/^#define HL_CURL_SONAME "\(.*\)"$/\1/p' "$src/hyperlight/label_patch.h")
+	result "image-context.sh's DLOPEN_LIBS default is the label child's dlopen soname ($soname)" \
+		"$([ -n "$soname" ] && grep -qF "DLOPEN_LIBS-$soname}" "$src/scripts/image-context.sh" && echo 1)" \
+		"HL_CURL_SONAME '$soname' is not the default of DLOPEN_LIBS in scripts/image-context.sh"
+	needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+	result "the daemon does not link libcurl nor a TLS library (NEEDED: $needed)" \
+		"$(grep -qE 'libcurl|libssl|libcrypto|libgnutls' <<<"$needed" || echo 1)" "NEEDED: $needed"
+	curl_so=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ { print $NF; exit }')
+	# ldd_paths FILE: the paths ldd resolves for FILE, loader included.
+	ldd_paths() { LC_ALL=C ldd "$1" | awk '/=> \// { print $3 } /^[[:space:]]*\// { print $1 }'; }
+	missing=$(for l in "$curl_so" $(ldd_paths "$curl_so"); do [ -f "$root$l" ] || echo "$l"; done | tr '\n' ' ')
+	result "image holds $soname ($curl_so) and every library ldd resolves for it" \
+		"$([ -n "$curl_so" ] && [ -z "$missing" ] && echo 1)" "missing: $missing"
+	nlibs=$({ ldd_paths "$bin"; echo "$curl_so"; ldd_paths "$curl_so"; } | sort -u | wc -l)
 	nfiles=$(find "$root" -type f | wc -l)
-	result "image holds the binary, its $nlibs libraries and loader, the CA bundle, nothing else" \
+	result "image holds the binary, $nlibs libraries with the loader, the CA bundle, nothing else" \
 		"$([ "$nfiles" -eq $((nlibs + 2)) ] && echo 1)" "$nfiles files"
 	want=$("$bin" --version 2>&1)
 	# A sanitizer build (make asan) reads its options and runs its leak scan through /proc,
@@ -115,6 +134,41 @@ for ds in json.load(open(sys.argv[1])).values():
 		result "$ds $probe command parses in the image (${argv[*]})" \
 			"$([ $rc -eq 1 ] && ! grep -qi -e usage -e unknown <<<"$out" && echo 1)" "exit $rc: $out"
 	done <"$tmp/probes"
+	# The label child in the image: one PATCH over TLS to openssl s_server (it answers with
+	# what it reads from its stdin), trusting only the server's own certificate.
+	lt="$tmp/label-tls"
+	mkdir -p "$lt" "$root/label-test"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+		-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+		-keyout "$lt/key.pem" -out "$root/label-test/ca.crt" >"$lt/req.log" 2>&1
+	echo token-in-image >"$root/label-test/token"
+	mkfifo "$lt/answer"
+	timeout 30 openssl s_server -naccept 1 -accept 127.0.0.1:0 -cert "$root/label-test/ca.crt" \
+		-key "$lt/key.pem" <"$lt/answer" >"$lt/server.log" 2>&1 &
+	server=$!
+	(printf 'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}' &&
+		exec sleep 30) >"$lt/answer" &
+	feeder=$!
+	for _ in $(seq 100); do grep -q '^ACCEPT' "$lt/server.log" && break; sleep 0.1; done
+	port=$(sed -n 's/^ACCEPT 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$lt/server.log")
+	label_child() {
+		in_image /hyperlight-device-plugin --dp-helper label-node \
+			"https://127.0.0.1:${port:-1}/api/v1/nodes/node-in-image" /label-test/token /label-test/ca.crt kvm 2>&1
+	}
+	out=$(label_child)
+	result "label child in the image: PATCH over TLS answered 200" \
+		"$([ "$out" = "ok status=200" ] && grep -q '^PATCH /api/v1/nodes/node-in-image HTTP/1.1' "$lt/server.log" &&
+			grep -q '^Authorization: Bearer token-in-image' "$lt/server.log" && echo 1)" \
+		"child: '$out'; server: $(tr '\r\n' '  ' <"$lt/server.log" | head -c 600)"
+	kill "$server" "$feeder" 2>/dev/null
+	wait "$server" "$feeder" 2>/dev/null
+	mv "$root$curl_so" "$lt/"
+	out=$(label_child)
+	mv "$lt/${curl_so##*/}" "$root$curl_so"
+	result "label child in an image without $soname: a clear error" \
+		"$([ "$out" = "fail cannot load $soname: $soname: cannot open shared object file: No such file or directory" ] && echo 1)" \
+		"child: '$out'"
+	rm -rf "$root/label-test"
 	helptext=$("$bin" --help 2>&1)
 	python3 -c '
 import json, sys
