@@ -1,12 +1,15 @@
 package kubelet
 
-// Scenarios: kubelet restarts and stream ends, the device node going away, SIGTERM, --version
-// and the --health-check probe modes.
+// Scenarios: kubelet restarts and stream ends, the device node going away, SIGTERM, --version,
+// the --health-check probe modes, and the first check without a registration.
 
 import (
+	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -202,5 +205,72 @@ func TestHyperlightHealthCheck(t *testing.T) {
 	}
 	if c := probe("--health-check"); c != 1 {
 		t.Errorf("liveness after the daemon stopped: exit %d, want 1", c)
+	}
+}
+
+// The first check (CDI spec written, probe) waits for the first registration attempt only
+// while one is in flight, and only for a bounded time: with no kubelet.sock it runs at once,
+// and with a kubelet.sock that accepts and never answers Register it runs after the bound;
+// either way the spec is on disk and the device found usable while the daemon is unregistered.
+func TestHyperlightFirstCheckWithoutRegistration(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		silent bool // a kubelet.sock listener that never answers
+	}{{"no kubelet.sock", false}, {"kubelet never answers Register", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scenario{t: t, node: newNode(t, true), bin: daemonBinary(t)}
+			if err := os.MkdirAll(s.node.KubeletDir, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if tc.silent {
+				l, err := net.Listen("unix", filepath.Join(s.node.KubeletDir, "kubelet.sock"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Close() })
+				var conns []net.Conn // held open, never read: Register is never answered
+				var mu sync.Mutex
+				t.Cleanup(func() {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, c := range conns {
+						c.Close()
+					}
+				})
+				go func() {
+					for {
+						c, err := l.Accept()
+						if err != nil {
+							return
+						}
+						mu.Lock()
+						conns = append(conns, c)
+						mu.Unlock()
+					}
+				}()
+			}
+			s.startDaemon("DEVICE_COUNT=3", "LOG_LEVEL=debug")
+			if _, ok := s.d.WaitLog(eventBound, func(l string) bool {
+				return strings.Contains(l, `msg="device usable"`)
+			}); !ok {
+				s.fatalf("no \"device usable\" line within %v:\n%s", eventBound, s.d.Log())
+			}
+			b := s.readCDI()
+			spec, err := ParseCDI(b)
+			if err != nil {
+				t.Fatalf("%v:\n%s", err, b)
+			}
+			if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
+				t.Errorf("CDI spec: %v\n%s", err, b)
+			}
+			log := s.d.Log()
+			if strings.Contains(log, "registered with kubelet") {
+				t.Errorf("registered without a kubelet answering:\n%s", log)
+			}
+			held := strings.Contains(log, "first check no longer waits for registration")
+			if held != tc.silent {
+				t.Errorf("first check held for registration: %v, want %v:\n%s", held, tc.silent, log)
+			}
+		})
 	}
 }
