@@ -11,6 +11,7 @@ protoc --go_out=plugins=grpc:"$gp/src/sdp/v1beta1" -I"$src/proto" "$src/proto/ap
 export GOPATH="$gp:/usr/share/gocode" GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" GOPROXY=off
 go build -o "$out/mock-kubelet" sdp/kubelet/cmd/mock-kubelet
 go build -o "$out/sdp-demo" sdp/kubelet/cmd/demo
+go build -o "$out/sdp-startup" sdp/kubelet/cmd/startup
 go test -c -o "$out/scenario.test" sdp/kubelet
 go test -c -o "$out/grpcpeer.test" sdp/kubelet/grpcpeer
 CGO_ENABLED=0 go build -o "$out/live-kvm" sdp/kubelet/cmd/live-kvm
