@@ -33,7 +33,7 @@
 
 struct hl_labels {
 	dp_loop *loop;
-	dp_helper *helper;    /* NULL once labelled */
+	dp_helper *helper;    /* idle once labelled */
 	dp_helper_wait *wait; /* the attempt in flight, or NULL */
 	dp_source *retry;     /* the next attempt */
 	char *node;
@@ -251,8 +251,8 @@ static void on_attempt_done(const dp_helper_result *r, void *userdata)
 	l->done = true;
 	dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=true " HL_LABEL_HYPERVISOR "=%s attempts=%u",
 		l->node, l->hypervisor, l->attempts);
-	/* Nothing more to send: no helper, no timer (allowed from the done callback). */
-	l->helper = dp_helper_free(l->helper);
+	/* Nothing more to send: no timer. The helper stays (idle: no child, no timer armed) so
+	 * that the fd the daemon's seccomp filter lets it exec through is never reused. */
 	l->retry = dp_source_free(l->retry);
 }
 
@@ -332,4 +332,10 @@ hl_labels *hl_labels_free(hl_labels *l)
 bool hl_labels_done(const hl_labels *l)
 {
 	return l && l->done;
+}
+
+int hl_labels_exe_fd(const hl_labels *l)
+{
+	int fd = l ? dp_helper_exe_fd(l->helper) : -1;
+	return fd >= 0 ? fd : -1;
 }

@@ -50,3 +50,6 @@ int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_param
 hl_labels *hl_labels_free(hl_labels *l);
 /* True once the API server accepted the patch (NULL: false). */
 bool hl_labels_done(const hl_labels *l);
+/* The O_PATH fd the label helper execs through (dp_helper_exe_fd), open for l's lifetime, for
+ * the daemon's seccomp exec rule; -1 for NULL (labelling off) or when it could not be opened. */
+int hl_labels_exe_fd(const hl_labels *l);

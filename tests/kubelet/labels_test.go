@@ -167,9 +167,13 @@ func (s *labelScenario) logLine(bound time.Duration, parts ...string) string {
 }
 
 // noTLSInDaemon checks that the daemon process itself never mapped libcurl or a TLS library:
-// the PATCH ran in a helper child (footprint, and no HTTP/TLS parser in the long-lived process).
+// the PATCH ran in a helper child (footprint, and no HTTP/TLS parser in the long-lived process),
+// and that the daemon is confined (the child ran under the daemon's seccomp filter).
 func (s *labelScenario) noTLSInDaemon() {
 	s.t.Helper()
+	if v := procStatus(s.t, s.d.Pid(), "Seccomp"); v != "2" {
+		s.t.Errorf("/proc/%d/status Seccomp: %q, want 2 (confined)", s.d.Pid(), v)
+	}
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", s.d.Pid()))
 	if err != nil {
 		s.fatalf("read the daemon's maps: %v", err)

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "confine.h"
+
+#include <assert.h>
+#include <sched.h>
+#include <sys/socket.h>
+
+#include "dp/macro.h"
+
+#define ALL32 0xffffffffu
+/* pthread_create's clone (libcurl's threaded DNS resolver), nothing else */
+#define THREAD_FLAGS                                                                          \
+	(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |   \
+	 CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID)
+
+/* The label child: HTTPS to the API server (libcurl, OpenSSL), DNS through the resolver thread.
+ * Loading libcurl (openat, mmap, mprotect, ...) is in the core list already. */
+static const dp_seccomp_rule label_rules[] = {
+	DP_SC_ARG("socket", 0, ALL32, AF_INET), DP_SC_ARG("socket", 0, ALL32, AF_INET6),
+	DP_SC("poll"), DP_SC("ppoll"), DP_SC("sendmmsg"), DP_SC("uname"),
+	DP_SC_ARG("clone", 0, ALL32, THREAD_FLAGS), DP_SC("futex"), DP_SC("sched_getaffinity"),
+};
+static_assert(DP_ELEMENTSOF(label_rules) + 1 <= HL_SECCOMP_RULES_MAX, "HL_SECCOMP_RULES_MAX");
+
+size_t hl_seccomp_rules(int label_exe_fd, dp_seccomp_rule *out, size_t cap)
+{
+	size_t n = 0;
+
+	if (label_exe_fd < 0)
+		return 0;
+	for (size_t i = 0; i < DP_ELEMENTSOF(label_rules) && n < cap; i++)
+		out[n++] = label_rules[i];
+	if (n < cap)
+		out[n++] = dp_seccomp_exec_rule(label_exe_fd);
+	return n;
+}
