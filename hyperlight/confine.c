@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include "dp/macro.h"
+#include "probe.h"
 
 #define ALL32 0xffffffffu
 /* pthread_create's clone (libcurl's threaded DNS resolver), nothing else */
@@ -20,14 +21,16 @@ static const dp_seccomp_rule label_rules[] = {
 	DP_SC("poll"), DP_SC("ppoll"), DP_SC("sendmmsg"), DP_SC("uname"),
 	DP_SC_ARG("clone", 0, ALL32, THREAD_FLAGS), DP_SC("futex"), DP_SC("sched_getaffinity"),
 };
-static_assert(DP_ELEMENTSOF(label_rules) + 1 <= HL_SECCOMP_RULES_MAX, "HL_SECCOMP_RULES_MAX");
+static_assert(3 + DP_ELEMENTSOF(label_rules) + 1 <= HL_SECCOMP_RULES_MAX, "HL_SECCOMP_RULES_MAX");
 
-size_t hl_seccomp_rules(int label_exe_fd, dp_seccomp_rule *out, size_t cap)
+size_t hl_seccomp_rules(bool probe, int label_exe_fd, dp_seccomp_rule *out, size_t cap)
 {
 	size_t n = 0;
 
+	for (size_t i = 0; probe && i < hl_probe_n_ioctl_rules && n < cap; i++)
+		out[n++] = hl_probe_ioctl_rules[i];
 	if (label_exe_fd < 0)
-		return 0;
+		return n;
 	for (size_t i = 0; i < DP_ELEMENTSOF(label_rules) && n < cap; i++)
 		out[n++] = label_rules[i];
 	if (n < cap)

@@ -3,13 +3,15 @@
  * confine: what the hyperlight daemon adds to libdp's seccomp allow-list (dp/seccomp.h). The
  * probe helper narrows it further (probe.c). docs/security.md explains each group.
  *
- * The daemon itself needs nothing beyond the core list. Node labelling does: its child
- * (label_patch.c: libcurl, OpenSSL, the threaded DNS resolver) inherits the daemon's filter and
- * a filter can only take rights away, so the daemon's list carries the child's calls, and the
- * exec of the label helper's own fd, only when labelling is on.
+ * The daemon itself needs nothing beyond the core list; its helper children do, and they
+ * inherit the daemon's filter (a filter can only take rights away): the probe helper's three
+ * hypervisor ioctls (probe.c), and, only when labelling is on, the label child's calls
+ * (label_patch.c: libcurl, OpenSSL, the threaded DNS resolver) and the exec of the label
+ * helper's own fd.
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "dp/seccomp.h"
@@ -17,7 +19,7 @@
 /* Enough for hl_seccomp_rules' output. */
 #define HL_SECCOMP_RULES_MAX 16
 
-/* The daemon's rules into out[cap]; returns how many. label_exe_fd < 0: labelling is off, no
- * rule at all; else the label child's calls and execveat through label_exe_fd (the label
- * helper's O_PATH fd, dp_helper_exe_fd). */
-size_t hl_seccomp_rules(int label_exe_fd, dp_seccomp_rule *out, size_t cap);
+/* The daemon's rules into out[cap]; returns how many. probe: the probe helper runs (not in
+ * --device-access mode). label_exe_fd >= 0: labelling is on, the label child's calls and
+ * execveat through label_exe_fd (the label helper's O_PATH fd, dp_helper_exe_fd). */
+size_t hl_seccomp_rules(bool probe, int label_exe_fd, dp_seccomp_rule *out, size_t cap);

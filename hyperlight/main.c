@@ -145,7 +145,7 @@ static int confine(struct daemon *d, const struct options *o)
 {
 	int exe_fd = o->device_access ? -1 : dp_helper_exe_fd(d->plugin.probe);
 	dp_seccomp_rule rules[HL_SECCOMP_RULES_MAX];
-	size_t n = hl_seccomp_rules(hl_labels_exe_fd(d->labels), rules, DP_ELEMENTSOF(rules));
+	size_t n = hl_seccomp_rules(!o->device_access, hl_labels_exe_fd(d->labels), rules, DP_ELEMENTSOF(rules));
 	dp_seccomp_mode mode;
 	char err[256], q[300];
 	int r = dp_seccomp_confine(rules, n, exe_fd, &mode, err, sizeof(err));

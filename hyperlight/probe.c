@@ -181,6 +181,14 @@ static const dp_seccomp_rule probe_rules[] = {
 	DP_SC("clock_nanosleep"), DP_SC("prlimit64"),
 };
 
+/* The daemon's filter must allow these too: the probe helper inherits it (a call must pass
+ * both filters). With the hypervisor shim (tests) no ioctl reaches the kernel; with a real
+ * /dev/kvm (make test-runtime, make test-live-kvm) the daemon's list refused them (EPERM). */
+const dp_seccomp_rule hl_probe_ioctl_rules[] = {
+	IOCTL_CMD(KVM_GET_API_VERSION), IOCTL_CMD(KVM_CREATE_VM), IOCTL_CMD(HL_MSHV_CREATE_PARTITION),
+};
+const size_t hl_probe_n_ioctl_rules = DP_ELEMENTSOF(hl_probe_ioctl_rules);
+
 /* Confine the helper before it touches the device; false (a reply written) on failure. The
  * mode follows SDP_SECCOMP like the daemon's (off: no filter). */
 static bool confine(void)

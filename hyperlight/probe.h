@@ -34,9 +34,15 @@
 #include <stddef.h>
 
 #include "dp/helper.h"
+#include "dp/seccomp.h"
 
 #define HL_PROBE_HELPER "probe"	    /* the combined entry the daemon uses */
 #define HL_KVM_API_VERSION 12
+
+/* The three hypervisor ioctls, as seccomp rules: the daemon's own list must allow them for the
+ * probe helper, which inherits the daemon's filter (hyperlight/confine.c). */
+extern const dp_seccomp_rule hl_probe_ioctl_rules[];
+extern const size_t hl_probe_n_ioctl_rules;
 
 #define HL_PROBE_MAX_HELPERS 8 /* hl_probe_n_helpers is at most this */
 extern const dp_helper_entry hl_probe_helpers[];
