@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 
 #include "dp/grpc.h"
@@ -149,7 +150,13 @@ static void finish_waiters(struct hl_plugin *p)
 
 static void drv_check(dp_endpoint *ep, void *userdata)
 {
-	start_check(userdata, NULL);
+	struct hl_plugin *p = userdata;
+
+	if (p->holding) {
+		p->check_held = true;
+		return;
+	}
+	start_check(p, NULL);
 }
 
 static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
@@ -163,6 +170,52 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 {
 	struct hl_plugin *p = userdata;
 	dp_endpoint_request_check(p->ep);
+}
+
+/* ---------------------------------------------------------------- the first check's hold */
+
+/* The first registration attempt ended (or the hold's bound passed): checks run from now on. */
+static void release_hold(struct hl_plugin *p)
+{
+	if (!p->holding)
+		return;
+	p->holding = false;
+	p->hold = dp_source_free(p->hold);
+	if (p->check_held)
+		dp_endpoint_request_check(p->ep);
+	p->check_held = false;
+}
+
+static int on_hold_timeout(dp_source *s, void *userdata)
+{
+	dp_debug("first check no longer waits for registration", "resource=%s", HL_RESOURCE);
+	release_hold(userdata);
+	return 0;
+}
+
+static void on_registered(dp_endpoint *ep, void *userdata)
+{
+	dp_endpoint_log_events.on_registered(ep, NULL);
+	release_hold(userdata);
+}
+
+static void on_register_failed(dp_endpoint *ep, const char *reason, void *userdata)
+{
+	dp_endpoint_log_events.on_register_failed(ep, reason, NULL);
+	release_hold(userdata);
+}
+
+/* Hold the first check when a Register call is about to go out (kubelet.sock exists). */
+static int start_hold(struct hl_plugin *p, const char *kubelet_dir)
+{
+	char sock[PATH_MAX];
+	struct stat st;
+
+	if ((size_t)snprintf(sock, sizeof(sock), "%s/%s", kubelet_dir, DP_KUBELET_SOCKET) >= sizeof(sock) ||
+	    stat(sock, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return 0;
+	p->holding = true;
+	return dp_timer_add(p->loop, HL_FIRST_CHECK_HOLD_USEC, 0, on_hold_timeout, p, &p->hold);
 }
 
 static int make_devices(const struct hl_config *cfg, dp_device **ret, char **ret_ids)
@@ -260,14 +313,23 @@ int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *
 	r = dp_endpoint_new(loop, kdir, &ec, &p->ep);
 	if (r < 0)
 		return r;
-	dp_endpoint_set_events(p->ep, &dp_endpoint_log_events);
+	p->events = dp_endpoint_log_events;
+	p->events.on_registered = on_registered;
+	p->events.on_register_failed = on_register_failed;
+	p->events.userdata = p;
+	dp_endpoint_set_events(p->ep, &p->events);
 	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dev = &p->dev };
 	hl_node_watch_ensure(&p->watch);
+	r = start_hold(p, kdir);
+	if (r < 0)
+		return r;
 	return dp_endpoint_start(p->ep);
 }
 
 void hl_plugin_stop(struct hl_plugin *p)
 {
+	p->holding = false;
+	p->hold = dp_source_free(p->hold);
 	finish_waiters(p);
 	p->probe = dp_helper_free(p->probe);
 	p->ep = dp_endpoint_free(p->ep);

@@ -7,8 +7,16 @@
  * inotify, every Allocate) join the probe in flight; each finished check updates every stream.
  * inotify on the device's directory and on the CDI directory asks for a check at once; the
  * endpoint adds the 30 s period and the backoff while unhealthy.
+ *
+ * The first check waits for the first registration attempt to end (registered or failed; at
+ * most HL_FIRST_CHECK_HOLD_USEC; not at all when kubelet.sock is absent): kubelet dials back
+ * inside Register, and answering it must not queue behind the CDI write (two fsyncs) and the
+ * probe child's spawn. The devices are Unhealthy until that check, as always, and the first
+ * ListAndWatch response waits for it.
  */
 #pragma once
+
+#include <stdbool.h>
 
 #include "config.h"
 #include "detect.h"
@@ -27,10 +35,16 @@ struct hl_plugin {
 	struct hl_node_watch watch;
 	dp_helper *probe;
 	struct hl_waiter *waiters; /* requesters of the probe in flight */
+	dp_endpoint_events events; /* the shared log lines, plus the release of the first check */
+	dp_source *hold;           /* bounds the first check's wait for registration */
+	bool holding;              /* the first check waits for the first registration attempt */
+	bool check_held;           /* a check was asked for meanwhile */
 	bool last_healthy;
 	bool reported;
 	char last_reason[512];
 };
+
+#define HL_FIRST_CHECK_HOLD_USEC (1 * DP_USEC_PER_SEC)
 
 int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *cfg,
 		    const struct hl_device *dev);

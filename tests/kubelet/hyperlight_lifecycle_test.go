@@ -231,9 +231,10 @@ func TestHyperlightHealthCheck(t *testing.T) {
 	}
 }
 
-// The first check (CDI spec written, probe) does not depend on kubelet: with no kubelet.sock,
-// and with a kubelet.sock that accepts and never answers Register, the spec is on disk and the
-// device found usable while the daemon is unregistered.
+// The first check (CDI spec written, probe) waits for the first registration attempt only
+// while one is in flight, and only for a bounded time: with no kubelet.sock it runs at once,
+// and with a kubelet.sock that accepts and never answers Register it runs after the bound;
+// either way the spec is on disk and the device found usable while the daemon is unregistered.
 func TestHyperlightFirstCheckWithoutRegistration(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -271,7 +272,7 @@ func TestHyperlightFirstCheckWithoutRegistration(t *testing.T) {
 					}
 				}()
 			}
-			s.startDaemon("DEVICE_COUNT=3")
+			s.startDaemon("DEVICE_COUNT=3", "LOG_LEVEL=debug")
 			if _, ok := s.d.WaitLog(eventBound, func(l string) bool {
 				return strings.Contains(l, `msg="device usable"`)
 			}); !ok {
@@ -285,8 +286,13 @@ func TestHyperlightFirstCheckWithoutRegistration(t *testing.T) {
 			if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
 				t.Errorf("CDI spec: %v\n%s", err, b)
 			}
-			if log := s.d.Log(); strings.Contains(log, "registered with kubelet") {
+			log := s.d.Log()
+			if strings.Contains(log, "registered with kubelet") {
 				t.Errorf("registered without a kubelet answering:\n%s", log)
+			}
+			held := strings.Contains(log, "first check no longer waits for registration")
+			if held != tc.silent {
+				t.Errorf("first check held for registration: %v, want %v:\n%s", held, tc.silent, log)
 			}
 		})
 	}
