@@ -217,12 +217,15 @@ func TestHyperlightHealthCheck(t *testing.T) {
 	mknodKVM(t, s.node)
 	s.devices(3, Healthy, periodBound)
 	waitProbe(0, eventBound, "--health-check=readiness")
-	// No kubelet (no registration, no stream): not ready, still live.
+	// No kubelet (no registration, no stream): not ready, still live. Live within the bound,
+	// not at once: the stream's end makes the daemon re-register, which stops the old server
+	// (its socket deleted) before the fresh one serves, and a Register that fails while
+	// kubelet.sock goes away leaves no socket for the 100 ms back-off (docs/architecture.md);
+	// a probe landing there finds no socket. (Seen under valgrind, 1 run in 3, once the daemon
+	// no longer loaded libcurl's 30 libraries and reached this point sooner.)
 	s.k.Stop()
 	waitProbe(1, eventBound, "--health-check=readiness")
-	if c := probe("--health-check"); c != 0 {
-		t.Errorf("liveness without kubelet: exit %d, want 0", c)
-	}
+	waitProbe(0, eventBound, "--health-check")
 	if _, err := s.d.Stop(exitBound); err != nil {
 		t.Error(err)
 	}
