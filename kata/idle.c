@@ -134,7 +134,7 @@ int kata_idle_new(dp_loop *loop, const char *kubelet_dir, kata_idle **ret)
 	if (r < 0)
 		return r;
 	r = dp_timer_add(loop, CHECK_USEC, CHECK_USEC, on_timer, i, &i->timer);
-	if (r < 0)
+	if (r < 0 || (r = dp_timer_set_coarse(i->timer, CHECK_USEC, CHECK_USEC)) < 0)
 		return r;
 	ensure_watch(i);
 	serve(i);

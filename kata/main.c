@@ -198,9 +198,6 @@ static int start(struct daemon *d)
 		r = dp_path(cdir, sizeof(cdir), DP_CDI_DIR);
 	if (r < 0)
 		return r;
-	r = kata_watch_new(d->loop, &d->opts, &d->scan, 0, on_changed, d, &d->watch);
-	if (r < 0)
-		return r;
 	if (d->scan.n_devices == 0) {
 		dp_warn("no VFIO device matches the table; nothing to advertise", "dir=%s", KATA_DEV_DIR);
 		return kata_idle_new(d->loop, kdir, &d->idle);
@@ -241,15 +238,20 @@ static int run(void)
 		dp_error("invalid PCI table", "error=%s", dp_logq(q, sizeof(q), err));
 		return 1;
 	}
+	/* The watch before the scan: no change can fall between them (watch.h). */
+	r = setup_loop(&d);
+	if (r >= 0)
+		r = kata_watch_new(d.loop, &d.opts, &d.scan, 0, on_changed, &d, &d.watch);
+	if (r < 0) {
+		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
+		stop(&d);
+		dp_loop_free(d.loop);
+		return 1;
+	}
 	r = kata_scan_run(&d.opts, &d.scan, err, sizeof(err));
 	if (r < 0) {
 		dp_error("cannot scan VFIO devices", "error=%s", dp_logq(q, sizeof(q), err));
-		return 1;
-	}
-	r = setup_loop(&d);
-	if (r < 0) {
-		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
-		kata_scan_done(&d.scan);
+		stop(&d);
 		dp_loop_free(d.loop);
 		return 1;
 	}

@@ -490,6 +490,23 @@ int dp_timer_set_asap(dp_source *s)
 	return 0;
 }
 
+int dp_timer_set_coarse(dp_source *s, uint64_t usec, uint64_t interval_usec)
+{
+	struct itimerspec its = {0};
+	uint64_t at;
+
+	if (!s || s->dead || s->type != SOURCE_TIMER)
+		return -EINVAL;
+	if (usec < DP_TIMER_GRID_USEC)
+		return timer_arm(s->fd, usec, interval_usec);
+	at = (dp_now_usec() + usec + DP_TIMER_GRID_USEC - 1) / DP_TIMER_GRID_USEC * DP_TIMER_GRID_USEC;
+	usec_to_timespec(at, &its.it_value);
+	usec_to_timespec(interval_usec, &its.it_interval);
+	if (timerfd_settime(s->fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+		return -errno;
+	return 0;
+}
+
 int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret)
 {
 	sigset_t mask;
