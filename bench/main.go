@@ -33,6 +33,7 @@ var (
 	prof     = flag.String("profile", "", "profiling mode: run only this daemon (kata, kata-static, hyperlight, reference) and hold it (profile.go)")
 	profWait = flag.Int("profile-wait", 0, "profiling mode: seconds to wait before the Allocates")
 	profHold = flag.Int("profile-hold", 0, "profiling mode: seconds to hold the daemon after the Allocates")
+	cdiTmpfs = flag.Bool("cdi-tmpfs", true, "mount a tmpfs on each simulated node's /var/run/cdi, as /var/run is on a node (false: the CDI specs go to "+os.TempDir()+")")
 )
 
 const refResource = "reference.dev/device"
@@ -126,8 +127,10 @@ func newNode(kind daemonKind) *node {
 	nd := &node{n: n, kind: kind, notify: make(chan struct{}, 1)}
 	// /var/run is a tmpfs on every node, and the CDI specs live there: an fsync of the spec
 	// on this machine's ext4 /tmp costs milliseconds that no node pays.
-	if err := syscall.Mount("tmpfs", n.CDIDir, "tmpfs", 0, "size=1m,mode=0755"); err != nil {
-		fatal("mount tmpfs on %s: %v ", n.CDIDir, err)
+	if *cdiTmpfs {
+		if err := syscall.Mount("tmpfs", n.CDIDir, "tmpfs", 0, "size=1m,mode=0755"); err != nil {
+			fatal("mount tmpfs on %s: %v", n.CDIDir, err)
+		}
 	}
 	if kind.isKata() {
 		if nd.kt, err = k.NewKataTree(n.Root); err != nil {
@@ -169,8 +172,10 @@ func (nd *node) close() {
 		nd.d.Stop(10 * time.Second)
 	}
 	nd.kub.Stop()
-	if err := syscall.Unmount(nd.n.CDIDir, syscall.MNT_DETACH); err != nil {
-		fatal("unmount %s: %v", nd.n.CDIDir, err)
+	if *cdiTmpfs {
+		if err := syscall.Unmount(nd.n.CDIDir, syscall.MNT_DETACH); err != nil {
+			fatal("unmount %s: %v", nd.n.CDIDir, err)
+		}
 	}
 	nd.n.Remove()
 }
