@@ -8,8 +8,11 @@
 
 #include "access.h"
 #include "config.h"
+#include "confine.h"
 #include "detect.h"
 #include "dp/health.h"
+#include "dp/helper.h"
+#include "dp/seccomp.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 #include "dp_version.h"
@@ -134,6 +137,25 @@ static int start(struct daemon *d, const struct options *o, const struct hl_conf
 	return 0;
 }
 
+/* After start-up: the seccomp allow-list (dp/seccomp.h, confine.c); exec only of our own
+ * binary, through the probe helper's fd (device-access mode has no helper: no exec at all). */
+static int confine(struct daemon *d, const struct options *o)
+{
+	int exe_fd = o->device_access ? -1 : dp_helper_exe_fd(d->plugin.probe);
+	dp_seccomp_mode mode;
+	char err[256], q[300];
+	int r = dp_seccomp_confine(hl_seccomp_rules, hl_n_seccomp_rules, exe_fd, &mode, err, sizeof(err));
+
+	if (r < 0) {
+		dp_error("cannot confine the daemon", "error=%s", dp_logq(q, sizeof(q), err));
+		return r;
+	}
+	if (err[0])
+		dp_warn("invalid SDP_SECCOMP ignored", "error=%s", dp_logq(q, sizeof(q), err));
+	dp_info("confined", "seccomp=%s", dp_seccomp_mode_name(mode));
+	return 0;
+}
+
 static void stop(struct daemon *d)
 {
 	d->labels = hl_labels_free(d->labels);
@@ -164,8 +186,11 @@ static int run(const struct options *o)
 		return 1;
 	}
 	r = start(&d, o, &cfg, &dev);
-	if (r < 0) {
+	if (r < 0)
 		dp_error("cannot start", "error=%s", strerror(-r));
+	else
+		r = confine(&d, o);
+	if (r < 0) {
 		stop(&d);
 		dp_loop_free(d.loop);
 		return 1;

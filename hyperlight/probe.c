@@ -16,6 +16,7 @@
 
 #include "dp/env.h"
 #include "dp/macro.h"
+#include "dp/seccomp.h"
 
 static_assert(KVM_GET_API_VERSION == 0xAE00, "KVM_GET_API_VERSION is _IO(0xAE, 0x00)");
 static_assert(KVM_CREATE_VM == 0xAE01, "KVM_CREATE_VM is _IO(0xAE, 0x01)");
@@ -158,6 +159,46 @@ int hl_probe_host_node(const char *path, unsigned maj, unsigned min, char *reaso
 	return 0;
 }
 
+/* ---------------------------------------------------------------- confinement */
+
+#define IOCTL_CMD(cmd) DP_SC_ARG("ioctl", 1, 0xffffffffu, (cmd))
+
+/* The probe helper's own filter, on top of the daemon's: open the device, stat the host node,
+ * the three hypervisor ioctls, close, write the result line, exit. */
+static const dp_seccomp_rule probe_rules[] = {
+	DP_SC("openat"), DP_SC("newfstatat"), DP_SC("fstat"), DP_SC("close"),
+	IOCTL_CMD(KVM_GET_API_VERSION), IOCTL_CMD(KVM_CREATE_VM), IOCTL_CMD(HL_MSHV_CREATE_PARTITION),
+	DP_SC("write"), DP_SC("exit_group"), DP_SC("exit"),
+	/* the C library's memory and a failing assertion's abort(), so a bug still ends as a
+	 * crash the daemon reports ("helper killed by signal 6") */
+	DP_SC("brk"), DP_SC("mmap"), DP_SC("munmap"), DP_SC("rt_sigprocmask"), DP_SC("rt_sigaction"),
+	DP_SC("getpid"), DP_SC("gettid"), DP_SC("tgkill"),
+	/* tests/fakes/hvshim.c stands in for the kernel in the tests (open's permission check, a
+	 * hang, a slow ioctl, its state file, its fake device fds). Allowed in every build so the
+	 * tests run the filter that ships; none reaches anything the helper does not hold already.
+	 * The daemon's own filter allows them too (a call must pass both). */
+	DP_SC("faccessat2"), DP_SC("read"), DP_SC("pipe2"), DP_SC("nanosleep"),
+	DP_SC("clock_nanosleep"), DP_SC("prlimit64"),
+};
+
+/* Confine the helper before it touches the device; false (a reply written) on failure. The
+ * mode follows SDP_SECCOMP like the daemon's (off: no filter). */
+static bool confine(void)
+{
+	const dp_seccomp_rule *lists[] = { probe_rules };
+	size_t counts[] = { DP_ELEMENTSOF(probe_rules) };
+	dp_seccomp_mode mode;
+	int r;
+
+	(void)dp_seccomp_mode_from_env(&mode, NULL, 0);
+	r = dp_seccomp_install(lists, counts, 1, mode, NULL);
+	if (r < 0) {
+		dp_helper_reply_fail("cannot confine the probe helper: %s", errname(-r));
+		return false;
+	}
+	return true;
+}
+
 /* ---------------------------------------------------------------- helper entries */
 
 typedef int (*probe_fn)(const char *path, char *reason, size_t size);
@@ -188,6 +229,8 @@ static void run_probe(probe_fn fn, int argc, char **argv)
 {
 	char reason[DP_HELPER_REASON_MAX];
 
+	if (!confine())
+		return;
 	if (argc != 2) {
 		dp_helper_reply_fail("invalid probe arguments: %s takes <device path>", argv[0]);
 		return;
@@ -222,6 +265,8 @@ static bool host_check(char **argv)
 
 static void entry_check_host(int argc, char **argv)
 {
+	if (!confine())
+		return;
 	if (argc != 4) {
 		dp_helper_reply_fail("invalid probe arguments: check-host takes <path> <major> <minor>");
 		return;
@@ -235,6 +280,8 @@ static void entry_probe(int argc, char **argv)
 	char reason[DP_HELPER_REASON_MAX];
 	probe_fn fn = NULL;
 
+	if (!confine())
+		return;
 	if (argc == 3 || argc == 6) {
 		if (strcmp(argv[1], "kvm") == 0)
 			fn = hl_probe_kvm;

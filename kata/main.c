@@ -18,6 +18,7 @@
 #include "dp/health.h"
 #include "dp/log.h"
 #include "dp/paths.h"
+#include "dp/seccomp.h"
 #include "dp_version.h"
 #include "idle.h"
 #include "plugin.h"
@@ -205,6 +206,24 @@ static int start(struct daemon *d)
 	return start_plugins(d, kdir, cdir);
 }
 
+/* After start-up: libdp's seccomp allow-list as it is (dp/seccomp.h); the kata daemon adds
+ * nothing and execs nothing. */
+static int confine(void)
+{
+	dp_seccomp_mode mode;
+	char err[256], q[300];
+	int r = dp_seccomp_confine(NULL, 0, -1, &mode, err, sizeof(err));
+
+	if (r < 0) {
+		dp_error("cannot confine the daemon", "error=%s", dp_logq(q, sizeof(q), err));
+		return r;
+	}
+	if (err[0])
+		dp_warn("invalid SDP_SECCOMP ignored", "error=%s", dp_logq(q, sizeof(q), err));
+	dp_info("confined", "seccomp=%s", dp_seccomp_mode_name(mode));
+	return 0;
+}
+
 static void stop(struct daemon *d)
 {
 	d->watch = kata_watch_free(d->watch);
@@ -256,8 +275,11 @@ static int run(void)
 		return 1;
 	}
 	r = start(&d);
-	if (r < 0) {
+	if (r < 0)
 		dp_error("cannot start", "error=%s", strerror(-r));
+	else
+		r = confine();
+	if (r < 0) {
 		stop(&d);
 		dp_loop_free(d.loop);
 		return 1;

@@ -11,7 +11,7 @@
 # the static kata binary).
 set -eu
 PKGS="gcc clang libclang-rt-14-dev make git meson ninja-build pkg-config \
-libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev \
+libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev libseccomp-dev \
 golang-go golang-google-grpc-dev golang-goprotobuf-dev golang-github-fsnotify-fsnotify-dev protobuf-compiler python3-yaml valgrind"
 case "${1:-}" in
 "") ;;

@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,11 +27,10 @@
 #include <unistd.h>
 
 #include "dp/log.h"
+#include "helper_internal.h"
 
 #define OUTPUT_MAX 4096
 #define SHOWN_MAX 64
-
-extern char **environ;
 
 typedef struct wait_list {
 	dp_helper_wait *head, *tail;
@@ -50,6 +48,7 @@ struct dp_helper_wait {
 struct dp_helper {
 	dp_loop *loop;
 	char **argv; /* {exe, DP_HELPER_ARG, name, args..., NULL} */
+	int exe_fd;  /* O_PATH fd of argv[0], or -1 */
 	uint64_t deadline_usec, kill_grace_usec;
 
 	dp_source *deadline, *grace, *kick; /* timers */
@@ -401,44 +400,23 @@ static void finish_run(dp_helper *h, const dp_helper_result *r)
 
 static int on_child(dp_source *s, const siginfo_t *si, void *userdata);
 
+/* The binary to run, opened once (O_PATH): a daemon's seccomp filter allows exec through
+ * this fd only. Reopened at the next run when it could not be opened before. */
+static int open_exe(dp_helper *h)
+{
+	if (h->exe_fd >= 0)
+		return 0;
+	h->exe_fd = open(h->argv[0], O_PATH | O_CLOEXEC);
+	return h->exe_fd < 0 ? -errno : 0;
+}
+
 static int spawn_child(dp_helper *h, int out_w, pid_t *ret_pid)
 {
-	_cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t none, all;
-	int r;
+	int r = open_exe(h);
 
-	if (devnull < 0)
-		return -errno;
-	sigemptyset(&none);
-	sigfillset(&all);
-	sigdelset(&all, SIGKILL);
-	sigdelset(&all, SIGSTOP);
-	if ((r = posix_spawn_file_actions_init(&fa)) != 0)
-		return -r;
-	if ((r = posix_spawnattr_init(&attr)) != 0) {
-		posix_spawn_file_actions_destroy(&fa);
-		return -r;
-	}
-	/* stdin /dev/null, stdout the pipe, stderr inherited, every other fd closed (a library fd
-	 * without close-on-exec never reaches the child); default signals, none blocked. */
-	r = posix_spawn_file_actions_adddup2(&fa, devnull, STDIN_FILENO);
-	if (!r)
-		r = posix_spawn_file_actions_adddup2(&fa, out_w, STDOUT_FILENO);
-	if (!r)
-		r = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
-	if (!r)
-		r = posix_spawnattr_setsigmask(&attr, &none);
-	if (!r)
-		r = posix_spawnattr_setsigdefault(&attr, &all);
-	if (!r)
-		r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	if (!r)
-		r = posix_spawn(ret_pid, h->argv[0], &fa, &attr, h->argv, environ);
-	posix_spawnattr_destroy(&attr);
-	posix_spawn_file_actions_destroy(&fa);
-	return -r;
+	if (r < 0)
+		return r;
+	return dp_helper_spawn(h->exe_fd, h->argv[0], h->argv, out_w, ret_pid);
 }
 
 /* Start a child. On failure nothing is left behind and the negative errno is returned. */
@@ -457,7 +435,7 @@ static int start_run(dp_helper *h)
 	r = spawn_child(h, wr, &pid);
 	if (r < 0)
 		return r;
-	if (pid <= 0) /* posix_spawn sets it on success; never kill(0 or -1) below */
+	if (pid <= 0) /* set on success; never kill(0 or -1) below */
 		return -ECHILD;
 	h->runs++;
 	r = dp_child_add(h->loop, pid, on_child, h, &h->child);
@@ -639,6 +617,7 @@ int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t d
 		return -ENOMEM;
 	h->loop = loop;
 	h->out_fd = -1;
+	h->exe_fd = -1;
 	h->deadline_usec = deadline_usec;
 	h->kill_grace_usec = kill_grace_usec;
 	h->argv = copy_argv(exe ? exe : "/proc/self/exe", argv);
@@ -646,6 +625,7 @@ int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t d
 		free(h);
 		return -ENOMEM;
 	}
+	(void)open_exe(h); /* a failure is reported by the first run */
 	r = dp_timer_add(loop, 0, 0, on_deadline, h, &h->deadline);
 	if (r >= 0)
 		r = dp_timer_add(loop, 0, 0, on_grace, h, &h->grace);
@@ -692,10 +672,19 @@ dp_helper *dp_helper_free(dp_helper *h)
 	list_free_all(&h->ready);
 	free_argv(h->argv);
 	h->argv = NULL;
+	if (h->exe_fd >= 0)
+		close(TAKE_FD(h->exe_fd));
 	h->freed = true;
 	if (h->busy == 0)
 		free(h);
 	return NULL;
+}
+
+int dp_helper_exe_fd(const dp_helper *h)
+{
+	if (!h || h->freed)
+		return -EINVAL;
+	return h->exe_fd >= 0 ? h->exe_fd : -EBADF;
 }
 
 bool dp_helper_blocked(const dp_helper *h)

@@ -23,6 +23,8 @@
 #include "dp/log.h"
 
 #define DP_LOOP_BATCH 64
+/* Child exit polling where pidfd_open is missing (kernels before 5.3, valgrind 3.19). */
+#define CHILD_POLL_USEC (10 * 1000)
 
 enum source_type { SOURCE_IO, SOURCE_TIMER, SOURCE_SIGNAL, SOURCE_CHILD, SOURCE_INOTIFY };
 
@@ -43,6 +45,7 @@ struct dp_source {
 	} fn;
 	pid_t pid;     /* SOURCE_CHILD */
 	bool reaped;   /* SOURCE_CHILD */
+	bool polled;   /* SOURCE_CHILD without pidfd: fd is a CHILD_POLL_USEC interval timerfd */
 	bool ignored;  /* SOURCE_INOTIFY: IN_IGNORED seen, fn is not called again */
 	dp_source *prev, *next; /* live list, or dead list (next only) */
 };
@@ -173,6 +176,10 @@ static void dispatch_child(dp_source *s)
 
 	if (s->reaped)
 		return;
+	if (s->polled) {
+		uint64_t expirations;
+		(void)!read(s->fd, &expirations, sizeof(expirations));
+	}
 	memset(&si, 0, sizeof(si));
 	if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG) < 0) {
 		if (errno == EINTR)
@@ -531,6 +538,22 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 	return 0;
 }
 
+/* The fallback for a missing pidfd_open: a timerfd every CHILD_POLL_USEC (-1 with errno). */
+static int poll_timer_new(void)
+{
+	struct itimerspec its = { .it_interval = { 0, CHILD_POLL_USEC * 1000 },
+				  .it_value = { 0, CHILD_POLL_USEC * 1000 } };
+	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+
+	if (fd >= 0 && timerfd_settime(fd, 0, &its, NULL) < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
 int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_source **ret)
 {
 	dp_source *s = NULL;
@@ -538,7 +561,15 @@ int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_sourc
 
 	if (!l || !fn || !ret || pid <= 0)
 		return -EINVAL;
+	bool polled = false;
+
 	fd = (int)syscall(SYS_pidfd_open, pid, 0); /* pidfds are always O_CLOEXEC */
+	if (fd < 0 && errno == ENOSYS) {
+		if (kill(pid, 0) < 0)
+			return -errno;
+		fd = poll_timer_new();
+		polled = true;
+	}
 	if (fd < 0)
 		return -errno;
 	s = source_new(l, SOURCE_CHILD, fd, true, EPOLLIN, userdata, &r);
@@ -546,6 +577,7 @@ int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_sourc
 		return r;
 	s->fn.child = fn;
 	s->pid = pid;
+	s->polled = polled;
 	*ret = s;
 	return 0;
 }
@@ -556,6 +588,8 @@ int dp_child_kill(dp_source *s, int sig)
 		return -EINVAL;
 	if (s->reaped)
 		return -ESRCH;
+	if (s->polled) /* not reaped, so the pid cannot have been recycled */
+		return kill(s->pid, sig) < 0 ? -errno : 0;
 	if (syscall(SYS_pidfd_send_signal, s->fd, sig, NULL, 0) < 0)
 		return -errno;
 	return 0;

@@ -10,13 +10,16 @@
  *   HVSHIM_API_VERSION=12         what KVM_GET_API_VERSION returns (default 12)
  *   HVSHIM_CREATE_VM_ERRNO=ENOMEM KVM_CREATE_VM fails with this errno
  *   HVSHIM_CREATE_ERRNO=EINVAL    MSHV_CREATE_PARTITION fails with this errno
- *   HVSHIM_HANG=1                 every ioctl on a fake fd sleeps forever (pause() loop)
+ *   HVSHIM_HANG=1                 every ioctl on a fake fd sleeps forever (nanosleep loop)
  *   HVSHIM_DELAY_MS=300           KVM_CREATE_VM sleeps that long before it answers (a slow but
  *                                 successful probe; 0..60000, anything else: no delay)
  *   HVSHIM_CRASH=SIGSEGV          every ioctl on a fake fd kills the process with this signal
  *                                 (name or number; default disposition restored, no core file)
  *   HVSHIM_EXIT=3                 every ioctl on a fake fd ends the process at once with
  *                                 _exit(3) (0..255), printing nothing
+ *   HVSHIM_TRY_SOCKET=1           every ioctl on a fake fd first tries socket(AF_UNIX): when
+ *                                 that is not refused with EPERM (the probe helper's seccomp
+ *                                 filter refuses it), the ioctl fails with EXDEV
  *   HVSHIM_GARBAGE=1              every ioctl on a fake fd writes bytes that are not a helper
  *                                 result line to stdout, then _exit(0)
  *   HVSHIM_STATE_FILE=<path>      when set and readable, every open and every ioctl on a fake fd
@@ -26,8 +29,10 @@
  *
  * Opening the device path still has the real node's semantics for existence and permission
  * (faccessat with the effective ids: a deleted node gives ENOENT, a denied user EACCES), but
- * nothing is opened: the fd is a memfd the shim remembers (by fd number and inode, so a reused
- * number is not mistaken for it). On the device fd: KVM_GET_API_VERSION (arg must be 0),
+ * nothing is opened: the fd is the read end of a pipe the shim remembers (by fd number and
+ * inode, so a reused number is not mistaken for it). The shim makes only calls the probe
+ * helper's seccomp filter allows (hyperlight/probe.c): pipe2 rather than memfd_create,
+ * nanosleep rather than pause. On the device fd: KVM_GET_API_VERSION (arg must be 0),
  * KVM_CREATE_VM (machine type must be 0) and MSHV_CREATE_PARTITION (16-byte arguments: flags
  * only in bits 0..2, so bit 3 clear; isolation 0; else EINVAL) answer like the kernel, and the
  * VM/partition fd returned is another fake fd; any other ioctl on a fake fd fails with ENOTTY.
@@ -55,6 +60,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +95,7 @@ static struct knobs {
 	char crash[VALUE_MAX];
 	char exit_status[VALUE_MAX];
 	char garbage[VALUE_MAX];
+	char try_socket[VALUE_MAX];
 } knobs;
 
 static const struct {
@@ -106,6 +113,7 @@ static const struct {
 	KNOB("HVSHIM_CRASH", crash),
 	KNOB("HVSHIM_EXIT", exit_status),
 	KNOB("HVSHIM_GARBAGE", garbage),
+	KNOB("HVSHIM_TRY_SOCKET", try_socket),
 #undef KNOB
 };
 #define N_KNOBS (sizeof(knob_table) / sizeof(knob_table[0]))
@@ -216,11 +224,12 @@ static int knob_errno(const char *v)
 static int fake_new(enum fake_kind kind, bool cloexec)
 {
 	struct stat st;
-	int fd = memfd_create(kind == FAKE_DEVICE ? "hvshim-device" : "hvshim-vm",
-			      cloexec ? MFD_CLOEXEC : 0);
+	int p[2], fd;
 
-	if (fd < 0)
+	if (pipe2(p, cloexec ? O_CLOEXEC : 0) < 0)
 		return -1;
+	REAL(close)(p[1]);
+	fd = p[0];
 	if (fd >= MAX_FAKE_FD || fstat(fd, &st) < 0) {
 		REAL(close)(fd);
 		errno = EMFILE;
@@ -417,6 +426,18 @@ static void delay(void)
 		;
 }
 
+/* HVSHIM_TRY_SOCKET: a confined probe helper must not get a socket. */
+static bool socket_refused(void)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd >= 0) {
+		REAL(close)(fd);
+		return false;
+	}
+	return errno == EPERM;
+}
+
 /* "SIGSEGV" or "11" -> 11; "" -> 0; an unknown name -> SIGABRT, with a warning. */
 static int knob_signal(const char *v)
 {
@@ -506,7 +527,9 @@ int ioctl(int fd, unsigned long req, ...)
 	load_knobs();
 	if (knobs.hang[0] && strcmp(knobs.hang, "0") != 0)
 		for (;;)
-			pause();
+			(void)nanosleep(&(struct timespec){ .tv_sec = 3600 }, NULL);
 	end_faults();
+	if (knobs.try_socket[0] && strcmp(knobs.try_socket, "0") != 0 && !socket_refused())
+		return fail(EXDEV);
 	return kind == FAKE_DEVICE ? device_ioctl(req, arg) : fail(ENOTTY);
 }

@@ -15,7 +15,10 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <seccomp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dp/loop.h"
@@ -534,6 +537,62 @@ static void test_child_kill(void **state)
 	assert_int_equal(dp_child_add(l, 0, on_child, &c, &s), -EINVAL);
 }
 
+/* Where pidfd_open is missing (valgrind 3.19, kernels before 5.3): children are polled. Runs in
+ * a forked child whose seccomp filter makes both pidfd calls fail with ENOSYS; returns 0, or
+ * the number of the first check that failed. */
+static int child_checks_without_pidfd(void)
+{
+	struct child_state c = {0}, k = {0};
+	dp_loop *l = NULL;
+	dp_source *s = NULL;
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	pid_t pid;
+
+	if (!ctx || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(pidfd_open), 0) < 0 ||
+	    seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(pidfd_send_signal), 0) < 0 ||
+	    seccomp_load(ctx) < 0)
+		return 1;
+	seccomp_release(ctx);
+	if (syscall(SYS_pidfd_open, getpid(), 0) >= 0 || errno != ENOSYS || dp_loop_new(&l) < 0)
+		return 2;
+	if ((pid = fork()) == 0)
+		_exit(7);
+	if (pid < 0 || dp_child_add(l, pid, on_child, &c, &s) < 0 || !run_until(l, &c.done))
+		return 3;
+	if (c.calls != 1 || c.si.si_pid != pid || c.si.si_code != CLD_EXITED || c.si.si_status != 7)
+		return 4;
+	if (dp_child_kill(s, SIGKILL) != -ESRCH)
+		return 5;
+	s = dp_source_free(s);
+	if ((pid = fork()) == 0)
+		for (;;)
+			pause();
+	if (pid < 0 || dp_child_add(l, pid, on_child, &k, &s) < 0 || dp_child_kill(s, SIGKILL) < 0 ||
+	    !run_until(l, &k.done))
+		return 6;
+	if (k.si.si_code != CLD_KILLED || k.si.si_status != SIGKILL)
+		return 7;
+	s = dp_source_free(s);
+	/* reaped above: the pid is gone, as with a pidfd */
+	if (dp_child_add(l, pid, on_child, &k, &s) != -ESRCH)
+		return 8;
+	dp_loop_free(l);
+	return 0;
+}
+
+static void test_child_without_pidfd(void **state)
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(child_checks_without_pidfd());
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0); /* else: the number of the failed check */
+}
+
 /* ---- inotify ---- */
 
 #define MAX_EVENTS 16
@@ -723,6 +782,7 @@ int main(void)
 		cmocka_unit_test(test_signal),
 		cmocka_unit_test(test_child_exit),
 		cmocka_unit_test(test_child_kill),
+		cmocka_unit_test(test_child_without_pidfd),
 		cmocka_unit_test(test_inotify),
 		cmocka_unit_test(test_defer_order),
 		cmocka_unit_test(test_run_exit),

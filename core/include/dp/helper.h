@@ -7,8 +7,9 @@
  * SIGKILL (through its pidfd); a child that is still not reaped after a grace period keeps the
  * helper "blocked": every request fails at once with that reason until the child is reaped.
  *
- * Child protocol: the binary is started (posix_spawn: vfork + exec, default signal dispositions,
- * empty signal mask) as  <exe> --dp-helper <name> [args...]  with stdin /dev/null, stdout a
+ * Child protocol: the binary is started (fork + execveat of the fd dp_helper_new opened, default
+ * signal dispositions, empty signal mask; helper_spawn.c) as
+ * <exe> --dp-helper <name> [args...]  with stdin /dev/null, stdout a
  * pipe and stderr inherited; it writes exactly one line: "ok[ detail]\n" or "fail <reason>\n"
  * and exits 0. Anything else is a failure with a precise reason:
  *   "<reason>"                                   exit 0 and "fail <reason>"
@@ -93,5 +94,9 @@ bool dp_helper_blocked(const dp_helper *h);
 /* Result of the last finished run, or of the last failure to start one (NULL before the first).
  * A "probes blocked" failure is not a run and does not replace it. */
 const dp_helper_result *dp_helper_last(const dp_helper *h);
+/* The O_PATH fd of the helper binary, opened by dp_helper_new and kept open (a daemon's seccomp
+ * filter allows exec through this fd only: dp_seccomp_exec_rule). -EBADF when it could not be
+ * opened (every run then reports why), -EINVAL for NULL. */
+int dp_helper_exe_fd(const dp_helper *h);
 /* Number of children started so far (for tests and metrics). */
 unsigned dp_helper_runs(const dp_helper *h);

@@ -84,7 +84,9 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 /* Track child pid through a pidfd (pidfd_open); fn runs once after the loop reaped it with
  * waitid(WEXITED). The source must still be freed by its owner. If the child was reaped by
  * someone else (waitid ECHILD), fn gets si_code 0 and si_pid = pid. A child whose source is
- * freed before it was reaped is not reaped by the loop. -ESRCH when pid does not exist. */
+ * freed before it was reaped is not reaped by the loop. -ESRCH when pid does not exist.
+ * Where pidfd_open does not exist (ENOSYS: kernels before 5.3, valgrind 3.19) the child is
+ * polled with waitid(WNOHANG) every 10 ms instead, and dp_child_kill uses kill(2). */
 int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_source **ret);
 /* Send a signal through the pidfd (pidfd_send_signal): never hits a recycled pid.
  * -ESRCH once reaped. */

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * seccomp: self-confinement with an allow-list (libseccomp). After start-up a daemon sets
+ * PR_SET_NO_NEW_PRIVS and loads a filter that allows exactly the system calls named in its
+ * rules; every other call fails with EPERM (clone3 with ENOSYS, so that libc falls back to
+ * clone, which the rules can inspect). The filter is inherited by children and cannot be
+ * loosened; a child may add a narrower one (the probe helper does).
+ *
+ * SDP_SECCOMP selects the mode: "enforce" (default), "log" (nothing is refused; the kernel logs
+ * what would have been, for building a list), "off" (no filter, no no_new_privs). Any other
+ * value keeps "enforce" and is reported (a typo never turns confinement off).
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DP_SECCOMP_ENV "SDP_SECCOMP"
+#define DP_SECCOMP_MAX_ARGS 3
+
+typedef enum dp_seccomp_mode {
+	DP_SECCOMP_ENFORCE,
+	DP_SECCOMP_LOG,
+	DP_SECCOMP_OFF,
+} dp_seccomp_mode;
+
+/* The call matches when (argument[index] & mask) == value. */
+typedef struct dp_seccomp_arg {
+	unsigned index;
+	uint64_t mask;
+	uint64_t value;
+} dp_seccomp_arg;
+
+/* Allow the system call `name` (libseccomp's name, e.g. "openat"), with every argument
+ * condition holding. Several rules for one name are alternatives. */
+typedef struct dp_seccomp_rule {
+	const char *name;
+	unsigned n_args;
+	dp_seccomp_arg args[DP_SECCOMP_MAX_ARGS];
+} dp_seccomp_rule;
+
+#define DP_SC(n) { .name = (n) }
+#define DP_SC_ARG(n, i, m, v) { .name = (n), .n_args = 1, .args = { { (i), (m), (v) } } }
+
+/* The mode from $SDP_SECCOMP (unset: enforce). An invalid value: -EINVAL, *ret = enforce, and
+ * err (may be NULL) holds e.g.  SDP_SECCOMP="of" is not one of enforce, log, off. */
+int dp_seccomp_mode_from_env(dp_seccomp_mode *ret, char *err, size_t errlen);
+const char *dp_seccomp_mode_name(dp_seccomp_mode mode);
+
+/* Set no_new_privs and load the filter made of every list (lists[i] has counts[i] rules).
+ * Nothing is confined on failure: -EINVAL (NULL, a name libseccomp does not know, an argument
+ * index above 5: *bad_name names it when bad_name is not NULL), -ENOMEM, or the error of
+ * prctl/seccomp (-EACCES, -ENOSYS: kernel without seccomp filters). Mode off: returns 0 and
+ * installs nothing. */
+int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
+		       dp_seccomp_mode mode, const char **bad_name);
+
+/* Confine the calling daemon: mode from $SDP_SECCOMP, then core rules + rules + the exec of
+ * exe_fd (none when exe_fd < 0). 0 with *ret_mode set; err then holds a warning when
+ * SDP_SECCOMP was invalid (enforced anyway), else "". On failure err says why (an invalid entry,
+ * or the kernel refused the filter) and nothing is confined. */
+int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,
+		       dp_seccomp_mode *ret_mode, char *err, size_t errlen);
+
+/* The calls libdp itself makes after start-up (loop, gRPC server and client on unix sockets,
+ * CDI writer, helper runner, log), plus what the C library and, in instrumented builds, the
+ * sanitizer runtime need. A daemon adds its own rules and dp_seccomp_exec_rule(). */
+extern const dp_seccomp_rule dp_seccomp_core_rules[];
+extern const size_t dp_seccomp_n_core_rules;
+
+/* The only exec allowed: execveat(exe_fd, "", argv, envp, AT_EMPTY_PATH), i.e. the helper
+ * runner re-executing the daemon's own binary through the fd it opened at start-up. */
+dp_seccomp_rule dp_seccomp_exec_rule(int exe_fd);
