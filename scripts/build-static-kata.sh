@@ -4,8 +4,9 @@
 #   scripts/build-static-kata.sh [BUILD_DIR]        (default: build-static)
 #
 # A separate meson build directory compiled with musl-gcc (Debian's musl-tools, installed by
-# scripts/install-deps.sh static) against musl's libc.a and Debian's libnghttp2.a and
-# libprotobuf-c.a (built for glibc; the few glibc entry points they call are in core/compat/),
+# scripts/install-deps.sh static) against musl's libc.a and Debian's libnghttp2.a,
+# libprotobuf-c.a and libseccomp.a (built for glibc; the few glibc entry points they call are in
+# core/compat/),
 # optimised for size (-Os, link-time optimisation of our code, unused sections dropped),
 # assertions off, stripped. glibc's static libc alone was 750 KiB of the 1.1 MiB binary; musl's
 # is about 50 KiB (docs/benchmarks.md). Only the kata target is built: hyperlight needs libcurl,
@@ -16,17 +17,22 @@ set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$src/build-static}
 "$src/scripts/install-deps.sh" static
-# Debian's nghttp2 and protobuf-c headers live in /usr/include, next to glibc's: musl-gcc must
-# see only those two directories of it.
+# Debian's nghttp2, protobuf-c and libseccomp headers live in /usr/include, next to glibc's:
+# musl-gcc sees only those of them, and the kernel's UAPI headers (linux/, asm/, which
+# seccomp.h includes) after musl's own.
 inc=$out/musl-include
-config="musl-gcc -Os lto gc-sections v1"
+kinc=$out/kernel-include
+config="musl-gcc -Os lto gc-sections seccomp v2"
 if [ ! -f "$out/build.ninja" ] || [ "$(cat "$out/.static-config" 2>/dev/null)" != "$config" ]; then
 	rm -rf "$out"
-	mkdir -p "$inc"
-	ln -s /usr/include/nghttp2 /usr/include/protobuf-c "$inc/"
+	mkdir -p "$inc" "$kinc"
+	ln -s /usr/include/nghttp2 /usr/include/protobuf-c /usr/include/seccomp.h \
+		/usr/include/seccomp-syscalls.h "$inc/"
+	ln -s /usr/include/linux /usr/include/asm-generic "$kinc/"
+	ln -s "/usr/include/$(gcc -print-multiarch)/asm" "$kinc/asm"
 	CC=musl-gcc meson setup "$out" "$src" -Ddefault_library=static -Dprefer_static=true \
 		-Doptimization=s -Db_lto=true -Dtests=false -Db_ndebug=true -Dstrip=true \
-		"-Dc_args=-I$inc -ffunction-sections -fdata-sections" \
+		"-Dc_args=-I$inc -idirafter $kinc -ffunction-sections -fdata-sections" \
 		"-Dc_link_args=-static -Wl,--gc-sections" >/dev/null
 	echo "$config" >"$out/.static-config"
 fi
