@@ -2,11 +2,12 @@
 /*
  * compat/musl.c: built only against musl (meson.build). What glibc has and musl lacks, of what
  * the static kata daemon links: sigabbrev_np() (the daemon logs signal names), and the two
- * _FORTIFY_SOURCE entry points Debian's libnghttp2.a calls (it is built against glibc with
- * -D_FORTIFY_SOURCE=2): __fprintf_chk and __vsnprintf_chk, with glibc's buffer check kept.
+ * _FORTIFY_SOURCE entry points Debian's libnghttp2.a and libseccomp.a call (built against glibc
+ * with -D_FORTIFY_SOURCE=2): __fprintf_chk and __vsnprintf_chk, with glibc's buffer check kept.
  */
 #include "compat/musl.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
