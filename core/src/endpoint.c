@@ -204,7 +204,10 @@ static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
 	ep_stream_remove(ep, st);
 	if (ep->health)
 		dp_health_changed(ep->health);
-	/* kubelet never re-dials: its stream ending means register again. */
+	/* kubelet never re-dials: its stream ending means register again (once Register has
+	 * returned, when it ends before). */
+	if (ep->n_streams == 0 && ep->state == EP_REGISTERING)
+		ep->stream_ended_registering = true;
 	if (ep->n_streams == 0 && ep->state == EP_REGISTERED && !ep->stopping)
 		dp_endpoint_restart(ep, "ListAndWatch stream ended");
 }
@@ -312,6 +315,9 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 		dp_health_changed(ep->health);
 	if (ep->events.on_registered)
 		ep->events.on_registered(ep, ep->events.userdata);
+	if (ep->stream_ended_registering && ep->n_streams == 0 && ep->state == EP_REGISTERED &&
+	    !ep->stopping)
+		dp_endpoint_restart(ep, "ListAndWatch stream ended");
 }
 
 static int ep_send_register(dp_endpoint *ep)
@@ -352,6 +358,7 @@ static void ep_register_now(dp_endpoint *ep)
 			ep_stop_server(ep, "plugin re-registering");
 		return;
 	}
+	ep->stream_ended_registering = false;
 	r = ep_start_server(ep);
 	if (r >= 0)
 		r = ep_send_register(ep);

@@ -48,6 +48,7 @@ struct dp_endpoint {
 	/* serving and registration */
 	enum ep_state state;
 	bool stopping;
+	bool stream_ended_registering; /* a stream ended before Register returned */
 	dp_grpc_server *server;
 	dp_health *health;
 	char socket_name[128];

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -603,9 +604,23 @@ static void free_argv(char **v)
 	free(v);
 }
 
+/* The path of our own binary: what /proc/self/exe links to (valgrind answers the program's
+ * path there, while exec of /proc/self/exe itself would start valgrind's tool), else the link
+ * itself. Only the fallback exec where execveat is missing uses the path. */
+static const char *self_exe(char *buf, size_t size)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, size - 1);
+
+	if (n <= 0 || (size_t)n >= size - 1 || buf[0] != '/')
+		return "/proc/self/exe";
+	buf[n] = '\0';
+	return buf;
+}
+
 int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t deadline_usec,
 		  uint64_t kill_grace_usec, dp_helper **ret)
 {
+	char self[PATH_MAX];
 	dp_helper *h;
 	int r;
 
@@ -620,7 +635,7 @@ int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t d
 	h->exe_fd = -1;
 	h->deadline_usec = deadline_usec;
 	h->kill_grace_usec = kill_grace_usec;
-	h->argv = copy_argv(exe ? exe : "/proc/self/exe", argv);
+	h->argv = copy_argv(exe ? exe : self_exe(self, sizeof(self)), argv);
 	if (!h->argv) {
 		free(h);
 		return -ENOMEM;

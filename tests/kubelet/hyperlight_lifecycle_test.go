@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,6 +72,29 @@ func TestHyperlightStreamEndedByKubelet(t *testing.T) {
 			t.Logf("re-registered as %s (was %s)", cur.Endpoint, p.Endpoint)
 		})
 	}
+}
+
+// kubelet ends the stream (and closes the connection) before its Register answer reaches the
+// plugin: once Register returns, the plugin has no stream and must register again.
+func TestHyperlightStreamEndedBeforeRegisterReturns(t *testing.T) {
+	node := newNode(t, true)
+	s := &scenario{t: t, node: node, bin: daemonBinary(t)}
+	var once sync.Once
+	ended := make(chan bool, 1)
+	s.k = newMock(t, Config{Dir: node.KubeletDir, BeforeRegisterReturns: func(p *Plugin) {
+		once.Do(func() {
+			Poll(eventBound, func() bool { _, ok := p.Latest(); return ok })
+			p.EndStream(false)
+			_, ok := p.WaitEnded(eventBound)
+			ended <- ok
+		})
+	}})
+	s.startDaemon("DEVICE_COUNT=3")
+	if !<-ended {
+		s.fatalf("kubelet's first stream did not end")
+	}
+	cur := s.settled(1, "", 3, eventBound)
+	t.Logf("registered again as %s after the first stream ended during Register", cur.Endpoint)
 }
 
 func TestHyperlightConnectionClosedByKubelet(t *testing.T) {

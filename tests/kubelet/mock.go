@@ -58,9 +58,10 @@ type Snapshot struct {
 
 // MockKubelet is the kubelet side of the device plugin protocol. Create it with New.
 type MockKubelet struct {
-	Dir         string
-	dialTimeout time.Duration
-	onEvent     func(Event)
+	Dir          string
+	dialTimeout  time.Duration
+	onEvent      func(Event)
+	beforeReturn func(*Plugin)
 
 	evMu sync.Mutex // serialises OnEvent calls
 
@@ -83,6 +84,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// OnEvent, when set, is called for every event in order (never concurrently).
 	OnEvent func(Event)
+	// BeforeRegisterReturns, when set, runs inside Register after the plugin is registered
+	// and its ListAndWatch started, before the answer goes back (to end the stream while the
+	// plugin still waits for Register).
+	BeforeRegisterReturns func(*Plugin)
 }
 
 // New starts a mock kubelet with kubelet's defaults on dir.
@@ -91,11 +96,12 @@ func New(dir string) (*MockKubelet, error) { return Start(Config{Dir: dir}) }
 // Start creates the directory (0750), removes a stale kubelet.sock and serves Registration on it.
 func Start(c Config) (*MockKubelet, error) {
 	k := &MockKubelet{
-		Dir:         c.Dir,
-		dialTimeout: c.DialTimeout,
-		onEvent:     c.OnEvent,
-		current:     map[string]*Plugin{},
-		all:         map[string][]*Plugin{},
+		Dir:          c.Dir,
+		dialTimeout:  c.DialTimeout,
+		onEvent:      c.OnEvent,
+		beforeReturn: c.BeforeRegisterReturns,
+		current:      map[string]*Plugin{},
+		all:          map[string][]*Plugin{},
 	}
 	if k.dialTimeout <= 0 {
 		k.dialTimeout = DefaultDialTimeout
@@ -367,6 +373,9 @@ func (k *MockKubelet) register(r *api.RegisterRequest) (*api.Empty, error) {
 		Text: fmt.Sprintf("version=%s seq=%d pre_start_required=%v get_preferred_allocation_available=%v",
 			r.Version, p.Seq, opts.PreStartRequired, opts.GetPreferredAllocationAvailable)})
 	go p.run()
+	if k.beforeReturn != nil {
+		k.beforeReturn(p)
+	}
 	return &api.Empty{}, nil
 }
 

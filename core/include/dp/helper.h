@@ -64,7 +64,7 @@ void dp_helper_reply_fail(const char *fmt, ...) _printf_(1, 2);
 
 /* ---- parent side ---- */
 
-/* exe: path to execute (NULL: /proc/self/exe); argv: name and arguments after DP_HELPER_ARG
+/* exe: path to execute (NULL: our own binary, where /proc/self/exe links); argv: name and arguments after DP_HELPER_ARG
  * (copied, NULL-terminated); deadline_usec: from the start of each run; kill_grace_usec: time
  * after SIGKILL before the helper counts as blocked (it stays blocked until reaped).
  * -EINVAL (NULL loop/argv/ret, empty name or exe, deadline 0), -ENOMEM, timerfd errors. */
