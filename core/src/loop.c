@@ -24,7 +24,7 @@
 
 #define DP_LOOP_BATCH 64
 /* Child exit polling where pidfd_open is missing (kernels before 5.3, valgrind 3.19). */
-#define CHILD_POLL_USEC (10 * 1000)
+#define CHILD_POLL_USEC 10000L
 
 enum source_type { SOURCE_IO, SOURCE_TIMER, SOURCE_SIGNAL, SOURCE_CHILD, SOURCE_INOTIFY };
 
@@ -524,8 +524,8 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 /* The fallback for a missing pidfd_open: a timerfd every CHILD_POLL_USEC (-1 with errno). */
 static int poll_timer_new(void)
 {
-	struct itimerspec its = { .it_interval = { 0, CHILD_POLL_USEC * 1000 },
-				  .it_value = { 0, CHILD_POLL_USEC * 1000 } };
+	struct itimerspec its = { .it_interval = { 0, CHILD_POLL_USEC * 1000L },
+				  .it_value = { 0, CHILD_POLL_USEC * 1000L } };
 	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 
 	if (fd >= 0 && timerfd_settime(fd, 0, &its, NULL) < 0) {
