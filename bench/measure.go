@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/golang/protobuf/proto"
@@ -20,8 +21,10 @@ import (
 type startup struct {
 	reg, law float64 // ms
 	memReg   mem
+	smaps    rssParts // when registered
 	memAlloc mem
 	allocs   []float64 // µs
+	allocCPU float64   // the daemon's utime+stime over the Allocates, µs per call
 	prefs    []float64 // µs
 	prefNA   bool
 }
@@ -59,6 +62,7 @@ func runStartup(kind daemonKind, keep bool) (startup, *node) {
 	var s startup
 	s.reg, s.law = ms(reg.Sub(nd.start)), ms(law.Sub(nd.start))
 	s.memReg = readMem(nd.d.Pid())
+	s.smaps = readSmaps(nd.d.Pid())
 	snap, _ := p.Latest()
 	id := snap.Devices[0].ID
 	var all []string
@@ -68,6 +72,7 @@ func runStartup(kind daemonKind, keep bool) (startup, *node) {
 	c := p.Client()
 	ctx := context.Background()
 	areq := &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{id}}}}
+	t0 := cpuTicks(nd.d.Pid())
 	for i := 0; i < *allocs; i++ {
 		t := time.Now()
 		r, err := c.Allocate(ctx, areq)
@@ -77,6 +82,7 @@ func runStartup(kind daemonKind, keep bool) (startup, *node) {
 		}
 		s.allocs = append(s.allocs, us(el))
 	}
+	s.allocCPU = float64(cpuTicks(nd.d.Pid())-t0) * 1e4 / float64(*allocs)
 	s.memAlloc = readMem(nd.d.Pid())
 	if p.Options.GetGetPreferredAllocationAvailable() {
 		preq := &api.PreferredAllocationRequest{ContainerRequests: []*api.ContainerPreferredAllocationRequest{{
@@ -179,6 +185,7 @@ type scalePoint struct {
 	rss, hwm   int64
 	rssAfter   int64
 	notStarted string
+	goDecode   float64 // ms: grpc-go's protobuf decode of the full response (golang/protobuf), median
 }
 
 func measureScale(kind daemonKind, count, flips int) scalePoint {
@@ -192,7 +199,22 @@ func measureScale(kind daemonKind, count, flips int) scalePoint {
 	if len(snap.Devices) != count {
 		fatal("%s: %d devices advertised, want %d", kind.name, len(snap.Devices), count)
 	}
-	sp.bytes = proto.Size(&api.ListAndWatchResponse{Devices: snap.Devices})
+	resp := &api.ListAndWatchResponse{Devices: snap.Devices}
+	sp.bytes = proto.Size(resp)
+	wire, err := proto.Marshal(resp)
+	if err != nil {
+		fatal("%v", err)
+	}
+	var dec []float64
+	for i := 0; i < flips; i++ {
+		var back api.ListAndWatchResponse
+		t := time.Now()
+		if err := proto.Unmarshal(wire, &back); err != nil {
+			fatal("%v", err)
+		}
+		dec = append(dec, ms(time.Since(t)))
+	}
+	sp.goDecode = summarize(dec).med
 	m := readMem(nd.d.Pid())
 	sp.rss, sp.hwm = m.rss, m.hwm
 	for i := 0; i < flips; i++ {
@@ -283,7 +305,8 @@ func fileSize(p string) int64 {
 	return fi.Size()
 }
 
-// staticKata builds the static kata binary (bounded) and returns its size, or -1.
+// staticKata builds the static kata binary (bounded) and returns the size of what the image
+// ships (stripped), or -1 and why not.
 func staticKata(src string) (int64, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
@@ -292,23 +315,89 @@ func staticKata(src string) (int64, string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return -1, fmt.Sprintf("did not build: %v %s", err, tail(string(out), 200))
 	}
-	return fileSize(filepath.Join(src, "build-static/kata-device-plugin")), ""
+	return fileSize(filepath.Join(src, staticKataPath)), ""
 }
 
-// imageSize is the podman image size of repo, or -1 when not built.
-func imageSize(repo string) int64 {
-	out, err := exec.Command("podman", "images", "--format", "{{.Repository}} {{.Size}}").Output()
-	_ = out
+// podmanArgs address the image store images/build.sh writes (BUILD/podman).
+func podmanArgs(build string, args ...string) []string {
+	return append([]string{"--root", filepath.Join(build, "podman/root"), "--runroot", filepath.Join(build, "podman/runroot"),
+		"--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "file"}, args...)
+}
+
+// buildImages runs images/build.sh (bounded) when podman is installed; "" on success, else why
+// the images are not measured.
+func buildImages(src, build string) string {
+	if _, err := exec.LookPath("podman"); err != nil {
+		return "podman is not installed (scripts/install-deps.sh runtime)"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(src, "images/build.sh"), build)
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Sprintf("images/build.sh failed: %v %s", err, tail(string(out), 200))
+	}
+	return ""
+}
+
+var versionRe = regexp.MustCompile(`(?m)^  version: '([^']+)',$`)
+
+// imageSize is the size podman reports for localhost/name:VERSION in images/build.sh's store,
+// or -1.
+func imageSize(src, build, name string) int64 {
+	b, err := os.ReadFile(filepath.Join(src, "meson.build"))
+	m := versionRe.FindSubmatch(b)
+	if err != nil || m == nil {
+		return -1
+	}
+	out, err := exec.Command("podman", podmanArgs(build, "image", "inspect", "--format", "{{.Size}}",
+		"localhost/"+name+":"+string(m[1]))...).Output()
 	if err != nil {
 		return -1
 	}
-	out, err = exec.Command("podman", "image", "inspect", "--format", "{{.Size}}", repo).Output()
-	if err != nil {
-		return -1
-	}
-	v, err := strconv.ParseInt(string(regexp.MustCompile(`\s`).ReplaceAll(out, nil)), 10, 64)
+	v, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	if err != nil {
 		return -1
 	}
 	return v
 }
+
+// encodePoint is one line of sdp-encode-bench.
+type encodePoint struct {
+	count, bytes  int
+	med, min, max float64 // ms
+	reps          int
+}
+
+var encodeRe = regexp.MustCompile(`count=(\d+) bytes=(\d+) reps=(\d+) median_ms=([0-9.]+) min_ms=([0-9.]+) max_ms=([0-9.]+)`)
+
+// encodeBench runs bench/encode_bench.c for the counts.
+func encodeBench(build string, counts []int) []encodePoint {
+	args := []string{}
+	for _, c := range counts {
+		args = append(args, strconv.Itoa(c))
+	}
+	out, err := exec.Command(filepath.Join(build, "bench/encode/sdp-encode-bench"), args...).Output()
+	if err != nil {
+		fatal("sdp-encode-bench: %v", err)
+	}
+	var pts []encodePoint
+	for _, m := range encodeRe.FindAllStringSubmatch(string(out), -1) {
+		var p encodePoint
+		p.count, _ = strconv.Atoi(m[1])
+		p.bytes, _ = strconv.Atoi(m[2])
+		p.reps, _ = strconv.Atoi(m[3])
+		p.med, _ = strconv.ParseFloat(m[4], 64)
+		p.min, _ = strconv.ParseFloat(m[5], 64)
+		p.max, _ = strconv.ParseFloat(m[6], 64)
+		pts = append(pts, p)
+	}
+	if len(pts) != len(counts) {
+		fatal("sdp-encode-bench: %d results for %d counts: %s", len(pts), len(counts), out)
+	}
+	return pts
+}
+
+// staticKataPath is the static kata binary as the image ships it (stripped), relative to the
+// source tree (scripts/build-static-kata.sh).
+const staticKataPath = "build-static/image-context/kata-device-plugin"

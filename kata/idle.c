@@ -14,7 +14,8 @@
 #include "dp/log.h"
 #include "table.h"
 
-#define CHECK_USEC (5 * DP_USEC_PER_SEC)
+#define CHECK_USEC (5 * DP_USEC_PER_SEC)          /* without a watch, or while not serving */
+#define CHECK_WATCHED_USEC (30 * DP_USEC_PER_SEC) /* serving, with an inotify watch */
 #define DIR_MASK (IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 
 struct kata_idle {
@@ -28,6 +29,7 @@ struct kata_idle {
 	unsigned generation;
 	dp_source *watch;
 	dp_source *timer;
+	uint64_t period; /* the timer's current interval */
 	int last_error; /* logged once per distinct failure */
 };
 
@@ -92,6 +94,7 @@ static bool ours_present(const kata_idle *i)
 }
 
 static int on_dir_event(dp_source *s, const struct inotify_event *ev, void *userdata);
+static void arm_timer(kata_idle *i);
 
 static void ensure_watch(kata_idle *i)
 {
@@ -109,7 +112,17 @@ static int on_dir_event(dp_source *s, const struct inotify_event *ev, void *user
 	} else if (ev->len && i->name[0] && strcmp(ev->name, i->name) == 0) {
 		serve(i);
 	}
+	arm_timer(i);
 	return 0;
+}
+
+/* The backstop for a lost watch and the retry of a failed serve(): 5 s while one of them is
+ * needed, 30 s (coarse, with the other backstops) while inotify watches a served socket. */
+static void arm_timer(kata_idle *i)
+{
+	uint64_t p = i->watch && i->name[0] ? CHECK_WATCHED_USEC : CHECK_USEC;
+	if (p != i->period && dp_timer_set_coarse(i->timer, p, p) == 0)
+		i->period = p;
 }
 
 static int on_timer(dp_source *s, void *userdata)
@@ -118,6 +131,7 @@ static int on_timer(dp_source *s, void *userdata)
 	ensure_watch(i);
 	if (!ours_present(i))
 		serve(i);
+	arm_timer(i);
 	return 0;
 }
 
@@ -138,6 +152,7 @@ int kata_idle_new(dp_loop *loop, const char *kubelet_dir, kata_idle **ret)
 		return r;
 	ensure_watch(i);
 	serve(i);
+	arm_timer(i);
 	*ret = TAKE_PTR(i);
 	return 0;
 }

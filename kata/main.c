@@ -199,9 +199,6 @@ static int start(struct daemon *d)
 		r = dp_path(cdir, sizeof(cdir), DP_CDI_DIR);
 	if (r < 0)
 		return r;
-	r = kata_watch_new(d->loop, &d->opts, &d->scan, 0, on_changed, d, &d->watch);
-	if (r < 0)
-		return r;
 	if (d->scan.n_devices == 0) {
 		dp_warn("no VFIO device matches the table; nothing to advertise", "dir=%s", KATA_DEV_DIR);
 		return kata_idle_new(d->loop, kdir, &d->idle);
@@ -209,13 +206,24 @@ static int start(struct daemon *d)
 	return start_plugins(d, kdir, cdir);
 }
 
-/* After start-up: libdp's seccomp allow-list as it is (dp/seccomp.h); the kata daemon adds
- * nothing and execs nothing. */
+/*
+ * The image's binary is built against musl (scripts/build-static-kata.sh), whose stat(),
+ * lstat() and open() (also inside opendir() and realpath()) make the legacy x86_64 system calls
+ * where glibc makes newfstatat and openat; they reach nothing those do not.
+ */
+static const dp_seccomp_rule kata_rules[] = {
+	DP_SC("stat"),
+	DP_SC("lstat"),
+	DP_SC("open"),
+};
+
+/* After start-up: libdp's seccomp allow-list (dp/seccomp.h) and kata_rules; the kata daemon
+ * execs nothing. */
 static int confine(void)
 {
 	dp_seccomp_mode mode;
 	char err[256], q[300];
-	int r = dp_seccomp_confine(NULL, 0, -1, &mode, err, sizeof(err));
+	int r = dp_seccomp_confine(kata_rules, DP_ELEMENTSOF(kata_rules), -1, &mode, err, sizeof(err));
 
 	if (r < 0) {
 		dp_error("cannot confine the daemon", "error=%s", dp_logq(q, sizeof(q), err));
@@ -260,15 +268,20 @@ static int run(void)
 		dp_error("invalid PCI table", "error=%s", dp_logq(q, sizeof(q), err));
 		return 1;
 	}
+	/* The watch before the scan: no change can fall between them (watch.h). */
+	r = setup_loop(&d);
+	if (r >= 0)
+		r = kata_watch_new(d.loop, &d.opts, &d.scan, 0, on_changed, &d, &d.watch);
+	if (r < 0) {
+		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
+		stop(&d);
+		dp_loop_free(d.loop);
+		return 1;
+	}
 	r = kata_scan_run(&d.opts, &d.scan, err, sizeof(err));
 	if (r < 0) {
 		dp_error("cannot scan VFIO devices", "error=%s", dp_logq(q, sizeof(q), err));
-		return 1;
-	}
-	r = setup_loop(&d);
-	if (r < 0) {
-		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
-		kata_scan_done(&d.scan);
+		stop(&d);
 		dp_loop_free(d.loop);
 		return 1;
 	}

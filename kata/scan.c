@@ -576,6 +576,10 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 	walk_sysfs(&c);
 	drop_duplicates(&c);
 	qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
+	/* Keep only what was found: the array was sized for KATA_MAX_ENTRIES (512 KiB). */
+	struct kata_device *fit = realloc(c.devs, (c.n ? c.n : 1) * sizeof(*c.devs));
+	if (fit)
+		c.devs = fit;
 	*ret = (struct kata_scan){ .devices = c.devs, .n_devices = c.n };
 	return 0;
 }

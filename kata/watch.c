@@ -117,12 +117,12 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 	w->userdata = userdata;
 	uint64_t p = period_usec ? period_usec : KATA_RESCAN_USEC;
 	int r = dp_timer_add(loop, p, p, on_timer, w, &w->period);
-	if (r < 0)
+	if (r < 0 || (r = dp_timer_set_coarse(w->period, p, p)) < 0) /* shares the backstops' wake-ups */
 		return r;
-	/* The first rescan runs at once: it closes the gap between the initial scan and the watch. */
+	/* No rescan at start: the caller scans after this (watch.h), so there is no gap to close. */
 	arm(w);
 	r = dp_timer_add(loop, 0, 0, on_timer, w, &w->kick);
-	if (r < 0)
+	if (r < 0 || (r = dp_timer_set(w->kick, 0, 0)) < 0)
 		return r;
 	*ret = TAKE_PTR(w);
 	return 0;

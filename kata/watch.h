@@ -23,6 +23,9 @@ typedef void (*kata_changed_fn)(const char *removed, const char *added, const ch
 #define KATA_RESCAN_USEC (30 * DP_USEC_PER_SEC)
 
 /* opts is copied (the table must outlive the watch); initial is borrowed and must outlive it.
+ * Create the watch before the initial scan fills initial (kata/main.c does): a change after the
+ * watch is armed asks for a rescan (which runs from the loop, after the scan), one before it is
+ * in the initial scan, so no rescan is needed at start (it would delay registration).
  * period_usec 0: KATA_RESCAN_USEC. -EINVAL, -ENOMEM, timer errors. */
 int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struct kata_scan *initial,
 		   uint64_t period_usec, kata_changed_fn changed, void *userdata, kata_watch **ret);

@@ -7,6 +7,8 @@
 # Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
 # Profile runtime: what `make images` and `make test-runtime` add (podman 4.3, runc, conmon,
 # uidmap, busybox-static for the workload image).
+# Profile static: what scripts/build-static-kata.sh adds (musl-tools: musl libc and musl-gcc, for
+# the static kata binary).
 set -eu
 PKGS="gcc clang libclang-rt-14-dev make git meson ninja-build pkg-config \
 libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev libseccomp-dev \
@@ -16,8 +18,9 @@ case "${1:-}" in
 live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio" ;;
 lint) PKGS="clang-tidy cppcheck" ;;
 runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
+static) PKGS="musl-tools" ;;
 *)
-	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, lint, runtime)" >&2
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, lint, runtime, static)" >&2
 	exit 2
 	;;
 esac

@@ -93,10 +93,11 @@ static int check_type(const struct stat *st)
 	return 0;
 }
 
-/* Read fd to its end (at most len + 1 bytes) comparing with data: 0 equal, 1 different. */
+/* Read fd to its end (at most len + 1 bytes) comparing with data: 0 equal, 1 different. One page
+ * at a time: a spec is a few hundred bytes, and a stack page once touched stays resident. */
 static int compare_content(int fd, const unsigned char *data, size_t len)
 {
-	unsigned char buf[16384];
+	unsigned char buf[4096];
 	size_t off = 0;
 
 	while (off <= len) {

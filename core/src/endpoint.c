@@ -137,7 +137,8 @@ static void ep_arm_check_timer(dp_endpoint *ep, bool changed)
 	} else {
 		ep->recheck_backoff = 0;
 	}
-	if (ep->check_timer && dp_timer_set(ep->check_timer, usec, 0) == 0)
+	/* Coarse: the periodic check shares the stat backstop's wake-up (loop.h). */
+	if (ep->check_timer && dp_timer_set_coarse(ep->check_timer, usec, 0) == 0)
 		ep->check_timer_armed = true;
 }
 

@@ -65,6 +65,7 @@ struct dp_endpoint {
 	/* kubelet directory watch */
 	dp_source *dir_watch;
 	dp_source *stat_timer;
+	uint64_t stat_period; /* the stat backstop's current interval (endpoint_watch.c) */
 	ino_t kubelet_ino;
 	dev_t kubelet_dev;
 };

@@ -85,34 +85,50 @@ static size_t utf8_cut(const char *s, size_t max)
 #define NV(n, v, vlen) \
 	{ (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vlen), NGHTTP2_NV_FLAG_NONE }
 
+/* A status or HTTP code (0..999) in decimal, without the printf machinery (every call ends here). */
+static void put_code(char buf[static 4], int v)
+{
+	char *p = buf;
+	v = v < 0 ? 0 : v > 999 ? 999 : v;
+	if (v >= 100)
+		*p++ = (char)('0' + v / 100);
+	if (v >= 10)
+		*p++ = (char)('0' + v / 10 % 10);
+	*p++ = (char)('0' + v % 10);
+	*p = '\0';
+}
+
 /* Submit grpc-status/grpc-message, as trailers or (first) Trailers-Only with http_status.
  * -ENOMEM, -EPROTO. */
 static int call_submit_status(dp_grpc_call *c, bool trailers_only, int http_status)
 {
-	char st[16], hs[8];
+	char st[4], hs[4];
 	_cleanup_free_ char *cut = NULL, *enc = NULL;
 	const char *msg = c->message ? c->message : "";
 	int r;
 
-	cut = strndup(msg, utf8_cut(msg, GRPC_MESSAGE_MAX));
-	/* cut is freed by its _cleanup_ attribute, which the analyzer does not model */
-	enc = cut ? dp_grpc_percent_encode(cut) : NULL; // NOLINT(clang-analyzer-unix.Malloc)
-	if (!enc)
-		return -ENOMEM;
-	snprintf(st, sizeof(st), "%d", c->status);
-	snprintf(hs, sizeof(hs), "%d", http_status);
+	if (*msg) { /* an OK answer has no message: nothing to cut or encode */
+		cut = strndup(msg, utf8_cut(msg, GRPC_MESSAGE_MAX));
+		/* cut is freed by its _cleanup_ attribute, which the analyzer does not model */
+		enc = cut ? dp_grpc_percent_encode(cut) : NULL; // NOLINT(clang-analyzer-unix.Malloc)
+		if (!enc)
+			return -ENOMEM;
+		msg = enc;
+	}
+	put_code(st, c->status);
+	put_code(hs, http_status);
 	if (trailers_only) {
 		const nghttp2_nv nva[] = {
 			NV(":status", hs, strlen(hs)),
 			NV("content-type", "application/grpc", 16),
 			NV("grpc-status", st, strlen(st)),
-			NV("grpc-message", enc, strlen(enc)),
+			NV("grpc-message", msg, strlen(msg)),
 		};
 		r = nghttp2_submit_response(call_session(c), c->stream_id, nva, DP_ELEMENTSOF(nva), NULL);
 	} else {
 		const nghttp2_nv nva[] = {
 			NV("grpc-status", st, strlen(st)),
-			NV("grpc-message", enc, strlen(enc)),
+			NV("grpc-message", msg, strlen(msg)),
 		};
 		r = nghttp2_submit_trailer(call_session(c), c->stream_id, nva, DP_ELEMENTSOF(nva));
 	}

@@ -305,8 +305,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
 static void conn_handshaken(sconn *conn)
 {
 	conn->handshaken = true;
-	if (conn->server)
-		dp_timer_set(conn->timer, conn->server->limits.idle_usec, 0);
+	if (conn->server) /* coarse: shares the backstops' wake-ups (loop.h) */
+		dp_timer_set_coarse(conn->timer, conn->server->limits.idle_usec, 0);
 }
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
@@ -438,7 +438,7 @@ static int conn_timer(dp_source *src, void *userdata)
 	}
 	if (conn_busy(conn) || now - conn->last_active < s->limits.idle_usec) {
 		uint64_t since = conn_busy(conn) ? 0 : now - conn->last_active;
-		dp_timer_set(src, s->limits.idle_usec - since, 0);
+		dp_timer_set_coarse(src, s->limits.idle_usec - since, 0);
 		return 0;
 	}
 	dp_debug("grpc: idle connection, closing", "limit_usec=%llu",

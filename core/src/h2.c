@@ -13,6 +13,7 @@
 
 #define H2_READ_CHUNK (64u * 1024u)
 #define H2_READS_PER_WAKE 4
+#define H2_GATHER_BYTES 4096u /* small frames gathered into one send */
 
 struct dp_h2 {
 	dp_loop *loop;
@@ -89,20 +90,71 @@ static void h2_update_events(dp_h2 *h)
 		h->events = ev;
 }
 
-/* Keep the unsent tail of a chunk. -ENOMEM. */
-static int h2_keep(dp_h2 *h, const uint8_t *data, size_t len)
+/* Make room for len more bytes after out_len. -ENOMEM. */
+static int h2_reserve(dp_h2 *h, size_t len)
 {
-	if (len > h->out_cap) {
-		uint8_t *p = realloc(h->out, len);
+	if (h->out_len + len > h->out_cap) {
+		uint8_t *p = realloc(h->out, h->out_len + len);
 		if (!p)
 			return -ENOMEM;
 		h->out = p;
-		h->out_cap = len;
+		h->out_cap = h->out_len + len;
 	}
-	memcpy(h->out, data, len);
-	h->out_off = 0;
-	h->out_len = len;
 	return 0;
+}
+
+/* Append bytes to what is waiting to be sent. -ENOMEM. */
+static int h2_append(dp_h2 *h, const uint8_t *data, size_t len)
+{
+	int r = h2_reserve(h, len);
+	if (r < 0)
+		return r;
+	memcpy(h->out + h->out_len, data, len);
+	h->out_len += len;
+	return 0;
+}
+
+/* One non-blocking send: bytes taken (0 when the socket is full), or -errno. */
+static ssize_t h2_send(dp_h2 *h, const uint8_t *data, size_t len)
+{
+	ssize_t w;
+	do
+		w = send(h->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (w < 0 && errno == EINTR);
+	if (w < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	return w;
+}
+
+/*
+ * Pull what nghttp2 has to send into one write: nghttp2 hands out one frame per mem_send call,
+ * and an Allocate answer is four (SETTINGS or PING ACK, HEADERS, DATA, trailers); writing each
+ * on its own woke the peer four times per call. Small frames are gathered up to
+ * H2_GATHER_BYTES; a large first chunk (a full DATA frame) is returned without a copy.
+ * Returns the bytes to send at *ret (in h->out unless it was that large chunk), 0 when
+ * nghttp2 has nothing, or a negative errno.
+ */
+static ssize_t h2_gather(dp_h2 *h, const uint8_t **ret)
+{
+	h->out_off = h->out_len = 0;
+	while (h->out_len < H2_GATHER_BYTES) {
+		const uint8_t *data;
+		ssize_t n = nghttp2_session_mem_send(h->session, &data);
+		if (n < 0) {
+			dp_debug("h2: mem_send failed", "error=%s", nghttp2_strerror((int)n));
+			return -EPROTO;
+		}
+		if (n == 0)
+			break;
+		if (h->out_len == 0 && (size_t)n >= H2_GATHER_BYTES) {
+			*ret = data;
+			return n;
+		}
+		if (h2_append(h, data, (size_t)n) < 0)
+			return -ENOMEM;
+	}
+	*ret = h->out;
+	return (ssize_t)h->out_len;
 }
 
 /* Write what we hold, then pull from nghttp2 until it has nothing or the socket is full.
@@ -118,37 +170,30 @@ static void h2_flush(dp_h2 *h)
 		ssize_t n, w;
 
 		if (h->out_off < h->out_len) {
-			w = send(h->fd, h->out + h->out_off, h->out_len - h->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0 && errno == EAGAIN)
+			w = h2_send(h, h->out + h->out_off, h->out_len - h->out_off);
+			if (w < 0)
+				h2_fail(h, (int)w);
+			if (w <= 0)
 				break;
-			if (w < 0) {
-				h2_fail(h, -errno);
-				break;
-			}
 			h->out_off += (size_t)w;
 			continue;
 		}
-		h->out_off = h->out_len = 0;
-		n = nghttp2_session_mem_send(h->session, &data);
-		if (n < 0) {
-			dp_debug("h2: mem_send failed", "error=%s", nghttp2_strerror((int)n));
-			h2_fail(h, -EPROTO);
+		n = h2_gather(h, &data);
+		if (n < 0)
+			h2_fail(h, (int)n);
+		if (n <= 0)
+			break;
+		w = h2_send(h, data, (size_t)n);
+		if (w < 0) {
+			h2_fail(h, (int)w);
 			break;
 		}
-		if (n == 0)
-			break;
-		do
-			w = send(h->fd, data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-		while (w < 0 && errno == EINTR);
-		if (w < 0 && errno != EAGAIN) {
-			h2_fail(h, -errno);
-			break;
+		if (data == h->out) {
+			h->out_off = (size_t)w;
+			continue;
 		}
-		if (w < 0)
-			w = 0;
-		if (w < n && h2_keep(h, data + w, (size_t)(n - w)) < 0) {
+		/* The large chunk lives in nghttp2's buffer until the next mem_send: keep its tail. */
+		if (w < n && h2_append(h, data + w, (size_t)(n - w)) < 0) {
 			h2_fail(h, -ENOMEM);
 			break;
 		}

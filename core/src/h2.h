@@ -3,8 +3,9 @@
  * h2 (internal): one HTTP/2 connection = one socket fd + one nghttp2 session, driven by the loop.
  *
  * Input is read and fed to nghttp2_session_mem_recv(); output is pulled with
- * nghttp2_session_mem_send() and written without blocking; what the socket does not take is kept
- * (one chunk at a time) and sent when it becomes writable. The owner accounts the bytes it queued
+ * nghttp2_session_mem_send() and written without blocking, small frames gathered into one write
+ * (one wake-up of the peer per answer, not one per frame); what the socket does not take is kept
+ * and sent when it becomes writable. The owner accounts the bytes it queued
  * for streams (dp_h2_account); when the socket is blocked and the total exceeds max_outbuf,
  * reading from the peer pauses until the socket drains.
  *

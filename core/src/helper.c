@@ -407,6 +407,8 @@ static int open_exe(dp_helper *h)
 {
 	if (h->exe_fd >= 0)
 		return 0;
+	if (!h->argv || !h->argv[0]) /* copy_argv never leaves it so; for the analyzer */
+		return -EINVAL;
 	h->exe_fd = open(h->argv[0], O_PATH | O_CLOEXEC);
 	return h->exe_fd < 0 ? -errno : 0;
 }

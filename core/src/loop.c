@@ -24,7 +24,7 @@
 
 #define DP_LOOP_BATCH 64
 /* Child exit polling where pidfd_open is missing (kernels before 5.3, valgrind 3.19). */
-#define CHILD_POLL_USEC (10 * 1000)
+#define CHILD_POLL_USEC 10000L
 
 enum source_type { SOURCE_IO, SOURCE_TIMER, SOURCE_SIGNAL, SOURCE_CHILD, SOURCE_INOTIFY };
 
@@ -497,6 +497,23 @@ int dp_timer_set_asap(dp_source *s)
 	return 0;
 }
 
+int dp_timer_set_coarse(dp_source *s, uint64_t usec, uint64_t interval_usec)
+{
+	struct itimerspec its = {0};
+	uint64_t at;
+
+	if (!s || s->dead || s->type != SOURCE_TIMER)
+		return -EINVAL;
+	if (usec < DP_TIMER_GRID_USEC)
+		return timer_arm(s->fd, usec, interval_usec);
+	at = (dp_now_usec() + usec + DP_TIMER_GRID_USEC - 1) / DP_TIMER_GRID_USEC * DP_TIMER_GRID_USEC;
+	usec_to_timespec(at, &its.it_value);
+	usec_to_timespec(interval_usec, &its.it_interval);
+	if (timerfd_settime(s->fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+		return -errno;
+	return 0;
+}
+
 int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret)
 {
 	sigset_t mask;
@@ -524,8 +541,8 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 /* The fallback for a missing pidfd_open: a timerfd every CHILD_POLL_USEC (-1 with errno). */
 static int poll_timer_new(void)
 {
-	struct itimerspec its = { .it_interval = { 0, CHILD_POLL_USEC * 1000 },
-				  .it_value = { 0, CHILD_POLL_USEC * 1000 } };
+	struct itimerspec its = { .it_interval = { 0, CHILD_POLL_USEC * 1000L },
+				  .it_value = { 0, CHILD_POLL_USEC * 1000L } };
 	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 
 	if (fd >= 0 && timerfd_settime(fd, 0, &its, NULL) < 0) {

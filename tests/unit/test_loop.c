@@ -274,6 +274,38 @@ static void test_timer_periodic(void **state)
 	dp_source_free(s);
 }
 
+/* Two coarse timers armed at different moments (a periodic backstop and a one-shot check)
+ * expire together: the process wakes once for both. Below the grid, coarse is exact. */
+static void test_timer_coarse_shared_wakeup(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct timer_state a = {.stop_at = 1}, b = {0}, c = {0};
+	dp_source *sa, *sb, *sc;
+	uint64_t end;
+	int n = 0;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add(l, DP_TIMER_GRID_USEC, DP_TIMER_GRID_USEC, on_timer, &a, &sa), 0);
+	assert_int_equal(dp_timer_set_coarse(sa, DP_TIMER_GRID_USEC, DP_TIMER_GRID_USEC), 0);
+	/* Below the grid: armed as asked, fires long before the coarse ones. */
+	assert_int_equal(dp_timer_add(l, 0, 0, on_timer, &c, &sc), 0);
+	assert_int_equal(dp_timer_set_coarse(sc, 1000, 0), 0);
+	assert_true(run_until(l, &c.done));
+	assert_int_equal(a.count, 0);
+	assert_int_equal(dp_timer_add(l, 0, 0, on_timer, &b, &sb), 0);
+	assert_int_equal(dp_timer_set_coarse(sb, DP_TIMER_GRID_USEC, 0), 0);
+	end = dp_now_usec() + 3 * DP_TIMER_GRID_USEC;
+	while (!a.done && !b.done && dp_now_usec() < end)
+		n = dp_loop_run_once(l, 100);
+	assert_int_equal(n, 2); /* one batch, both timers */
+	assert_int_equal(a.count, 1);
+	assert_int_equal(b.count, 1);
+	assert_int_equal(dp_timer_set_coarse(NULL, DP_TIMER_GRID_USEC, 0), -EINVAL);
+	dp_source_free(sa);
+	dp_source_free(sb);
+	dp_source_free(sc);
+}
+
 /* Wait (bounded) until the given delay has passed, so that timers are expired in the kernel. */
 static void spin_until(uint64_t t)
 {
@@ -743,6 +775,7 @@ int main(void)
 		cmocka_unit_test(test_many_sources),
 		cmocka_unit_test(test_timer_oneshot_rearm),
 		cmocka_unit_test(test_timer_periodic),
+		cmocka_unit_test(test_timer_coarse_shared_wakeup),
 		cmocka_unit_test(test_timer_stale_in_batch),
 		cmocka_unit_test(test_free_other_in_batch),
 		cmocka_unit_test(test_free_owned_in_batch),

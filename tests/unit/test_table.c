@@ -356,10 +356,11 @@ static void third_row_end_to_end(void **state)
 	assert_int_equal(r.status, DP_GRPC_INVALID_ARGUMENT);
 	assert_non_null(strstr(r.message, "example.com/nic"));
 
-	/* A cdev gone: the resource is unusable, and says why. */
+	/* A requested device's cdev gone: the resource is unusable, and says why. (Allocate
+	 * stats the nodes it hands out; another device's node gone is the VFIO watch's to see.) */
 	run("rm %s/dev/vfio/devices/vfio7", root);
-	char *zero[] = { (char *)"0" };
-	allocate(loop, sock, zero, 1, &r);
+	char *one[] = { (char *)"1" };
+	allocate(loop, sock, one, 1, &r);
 	assert_int_equal(r.status, DP_GRPC_UNAVAILABLE);
 	assert_non_null(strstr(r.message, "/dev/vfio/devices/vfio7"));
 	assert_false(dp_endpoint_healthy(kata_plugin_endpoint(plugins[2])));

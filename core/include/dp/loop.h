@@ -68,6 +68,15 @@ int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn 
 int dp_timer_set(dp_source *s, uint64_t usec, uint64_t interval_usec);
 int dp_timer_set_asap(dp_source *s);
 
+/* Backstop and periodic timers share wake-ups: with usec >= DP_TIMER_GRID_USEC the timer fires
+ * first at the earliest multiple of DP_TIMER_GRID_USEC on CLOCK_MONOTONIC at or after usec from
+ * now (so up to one grid step late), then every interval_usec (0: one-shot; a multiple of the
+ * grid stays on it). Every coarse timer of the process (and of other processes using the same
+ * grid) expires at the same instants, so a 5 s backstop and a 30 s check wake the process once,
+ * not twice. Below the grid it is dp_timer_set. */
+#define DP_TIMER_GRID_USEC (5 * DP_USEC_PER_SEC)
+int dp_timer_set_coarse(dp_source *s, uint64_t usec, uint64_t interval_usec);
+
 /* Block sig in this thread and receive it through a signalfd. The signal stays blocked after
  * the source is freed. -EINVAL for SIGKILL, SIGSTOP or an invalid number. */
 int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret);
