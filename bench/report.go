@@ -375,6 +375,16 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	writeScale(&d, probe, ceil, scale, enc)
 	writeIdle(&d, kata, hl, ref)
 	writeSizes(&d, res, staticSize, img, imgNote)
+	hp := func(f func(rssParts) int64) int64 {
+		return int64(medianOf(hl.runs, func(s startup) float64 { return float64(f(s.smaps)) }))
+	}
+	writeMissed(&d, missedInput{
+		kataAlloc: prS, kataAllocCPU: cS, refAlloc: prR, hlRSS: rH, refRSS: rR,
+		hlParts: rssParts{exe: hp(func(p rssParts) int64 { return p.exe }), libs: hp(func(p rssParts) int64 { return p.libs }),
+			heap: hp(func(p rssParts) int64 { return p.heap }), stack: hp(func(p rssParts) int64 { return p.stack }),
+			anon: hp(func(p rssParts) int64 { return p.anon })},
+		kataStaticRSS: rS.med, hlStartReg: regH, hlImage: img["hyperlight-device-plugin"], build: *buildDir,
+	})
 	if err := os.WriteFile(*outPath, d.b.Bytes(), 0o644); err != nil {
 		fatal("%v", err)
 	}
