@@ -715,9 +715,10 @@ func TestHyperlightReadinessFollowsStream(t *testing.T) {
 		t.Fatal("kubelet's stream did not end")
 	}
 	waitProbe(1, eventBound, "--health-check=readiness")
-	if r := probe("--health-check"); r.Code != 0 {
-		t.Errorf("liveness without kubelet's stream: exit %d (%s), want 0", r.Code, r.Stderr)
-	}
+	// Live within the bound, not at every instant: each failed Register stops that server and
+	// removes its socket for the back-off (docs/architecture.md, "Failure"); a single probe can
+	// land in that gap (under valgrind it did).
+	waitProbe(0, eventBound, "--health-check")
 	// kubelet serves again: the plugin registers, the stream reopens, ready again.
 	if err := s.k.serve(); err != nil {
 		t.Fatal(err)
