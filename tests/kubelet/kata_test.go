@@ -1125,12 +1125,12 @@ func TestKataHealthCheck(t *testing.T) {
 	s.kataReady(kataExpect(kataMain))
 	s.waitProbe(0, eventBound, "--health-check")
 	s.waitProbe(0, eventBound, "--health-check=readiness")
-	// No kubelet: not ready, still live.
+	// No kubelet: not ready, still live. Live within the bound, not at once: the stream's end
+	// makes the daemon re-register, and between the old server's socket going and the fresh
+	// one serving a single probe finds no socket (as in TestHyperlightHealthCheck).
 	s.k.Stop()
 	s.waitProbe(1, eventBound, "--health-check=readiness")
-	if r := s.probe("--health-check"); r.Code != 0 {
-		t.Errorf("liveness without kubelet: exit %d, want 0 (%s)", r.Code, r.Stderr)
-	}
+	s.waitProbe(0, eventBound, "--health-check")
 	if _, err := s.d.Stop(exitBound); err != nil {
 		t.Error(err)
 	}
