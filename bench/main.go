@@ -290,6 +290,24 @@ func cpuTicks(pid int) int64 {
 	return u + st
 }
 
+// cpuNanos is the time on CPU of every thread of pid in ns (/proc/<pid>/task/*/schedstat,
+// first field: the scheduler's own accounting, not tick-sampled).
+func cpuNanos(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			n += v
+		}
+	}
+	return n
+}
+
 // ctxSwitches sums voluntary+nonvoluntary context switches of every thread (a wake-up proxy).
 func ctxSwitches(pid int) int64 {
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))

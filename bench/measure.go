@@ -24,7 +24,7 @@ type startup struct {
 	smaps    rssParts // when registered
 	memAlloc mem
 	allocs   []float64 // µs
-	allocCPU float64   // the daemon's utime+stime over the Allocates, µs per call
+	allocCPU float64   // the daemon's CPU time (schedstat) over the Allocates, µs per call
 	prefs    []float64 // µs
 	prefNA   bool
 }
@@ -37,7 +37,7 @@ type results struct {
 	cdiNote     string
 	unhealthy   []float64 // ms
 	healthNote  string
-	idleTicks   int64
+	idleNanos   int64 // CPU over the idle period, ns
 	idleCtx     int64
 	idleThreads int
 	size        int64
@@ -72,7 +72,7 @@ func runStartup(kind daemonKind, keep bool) (startup, *node) {
 	c := p.Client()
 	ctx := context.Background()
 	areq := &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{id}}}}
-	t0 := cpuTicks(nd.d.Pid())
+	t0 := cpuNanos(nd.d.Pid())
 	for i := 0; i < *allocs; i++ {
 		t := time.Now()
 		r, err := c.Allocate(ctx, areq)
@@ -82,7 +82,7 @@ func runStartup(kind daemonKind, keep bool) (startup, *node) {
 		}
 		s.allocs = append(s.allocs, us(el))
 	}
-	s.allocCPU = float64(cpuTicks(nd.d.Pid())-t0) * 1e4 / float64(*allocs)
+	s.allocCPU = float64(cpuNanos(nd.d.Pid())-t0) / 1e3 / float64(*allocs)
 	s.memAlloc = readMem(nd.d.Pid())
 	if p.Options.GetGetPreferredAllocationAvailable() {
 		preq := &api.PreferredAllocationRequest{ContainerRequests: []*api.ContainerPreferredAllocationRequest{{
@@ -285,12 +285,12 @@ func measureIdle(kinds []daemonKind, res map[string]*results, secs int) {
 	t0 := make([]int64, len(nodes))
 	c0 := make([]int64, len(nodes))
 	for i, nd := range nodes {
-		t0[i], c0[i] = cpuTicks(nd.d.Pid()), ctxSwitches(nd.d.Pid())
+		t0[i], c0[i] = cpuNanos(nd.d.Pid()), ctxSwitches(nd.d.Pid())
 	}
 	time.Sleep(time.Duration(secs) * time.Second)
 	for i, nd := range nodes {
 		r := res[nd.kind.name]
-		r.idleTicks = cpuTicks(nd.d.Pid()) - t0[i]
+		r.idleNanos = cpuNanos(nd.d.Pid()) - t0[i]
 		r.idleCtx = ctxSwitches(nd.d.Pid()) - c0[i]
 		r.idleThreads = threads(nd.d.Pid())
 		nd.close()
