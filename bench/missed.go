@@ -92,10 +92,13 @@ func writeMissed(d *doc, in missedInput) {
 				"%.2f ms over %.0f): the wake-ups are only the documented timers (table above), but each 30 s tick does "+
 				"real work: the kubelet-restart stat backstop, the health check (stat of each device node, the CDI spec "+
 				"read and compared byte for byte) and, for kata, the VFIO rescan of sysfs; hyperlight's check also forks "+
-				"its probe helper. Earlier runs of this benchmark measured utime+stime in 10 ms ticks and showed 0 here; "+
-				"schedstat's nanoseconds show the real cost. Not yet profiled to the bottom: the next step is `perf "+
-				"record` over a few ticks of `build/sdp-bench -profile kata -profile-hold 120`, then making the rescan "+
-				"and the spec compare incremental (inotify already reports every change between ticks).", km, kw, hm, hw))
+				"its probe helper. Found so far: the seccomp filter was a linear chain of ~120 comparisons run on every "+
+				"system call; as a binary tree (core/src/seccomp.c) the kata daemon alone, held by `build/sdp-bench "+
+				"-build build -profile kata -profile-hold 100` and measured with `perf stat -e task-clock -p <pid> -- "+
+				"sleep 62`, went from 2.47 to 0.99 ms a minute (1.10 with the filter off); about half of a tick's ~195 "+
+				"system calls are the readlink()s of realpath() in the rescan. The side-by-side idle run here, with "+
+				"three daemons and the mock kubelet in one process, charges the daemons more than that single-daemon "+
+				"measurement (and earlier runs, with 10 ms ticks, showed 0); that gap is not explained yet", km, kw, hm, hw))
 		}
 	}
 	if in.hlImage > 8<<20 {
