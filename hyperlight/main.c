@@ -146,18 +146,7 @@ static int confine(struct daemon *d, const struct options *o)
 	int exe_fd = o->device_access ? -1 : dp_helper_exe_fd(d->plugin.probe);
 	dp_seccomp_rule rules[HL_SECCOMP_RULES_MAX];
 	size_t n = hl_seccomp_rules(!o->device_access, hl_labels_exe_fd(d->labels), rules, DP_ELEMENTSOF(rules));
-	dp_seccomp_mode mode;
-	char err[256], q[300];
-	int r = dp_seccomp_confine(rules, n, exe_fd, &mode, err, sizeof(err));
-
-	if (r < 0) {
-		dp_error("cannot confine the daemon", "error=%s", dp_logq(q, sizeof(q), err));
-		return r;
-	}
-	if (err[0])
-		dp_warn("invalid SDP_SECCOMP ignored", "error=%s", dp_logq(q, sizeof(q), err));
-	dp_info("confined", "seccomp=%s", dp_seccomp_mode_name(mode));
-	return 0;
+	return dp_seccomp_confine_daemon(rules, n, exe_fd);
 }
 
 static void stop(struct daemon *d)

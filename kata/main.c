@@ -217,24 +217,6 @@ static const dp_seccomp_rule kata_rules[] = {
 	DP_SC("open"),
 };
 
-/* After start-up: libdp's seccomp allow-list (dp/seccomp.h) and kata_rules; the kata daemon
- * execs nothing. */
-static int confine(void)
-{
-	dp_seccomp_mode mode;
-	char err[256], q[300];
-	int r = dp_seccomp_confine(kata_rules, DP_ELEMENTSOF(kata_rules), -1, &mode, err, sizeof(err));
-
-	if (r < 0) {
-		dp_error("cannot confine the daemon", "error=%s", dp_logq(q, sizeof(q), err));
-		return r;
-	}
-	if (err[0])
-		dp_warn("invalid SDP_SECCOMP ignored", "error=%s", dp_logq(q, sizeof(q), err));
-	dp_info("confined", "seccomp=%s", dp_seccomp_mode_name(mode));
-	return 0;
-}
-
 static void stop(struct daemon *d)
 {
 	d->watch = kata_watch_free(d->watch);
@@ -289,7 +271,7 @@ static int run(void)
 	if (r < 0)
 		dp_error("cannot start", "error=%s", strerror(-r));
 	else
-		r = confine();
+		r = dp_seccomp_confine_daemon(kata_rules, DP_ELEMENTSOF(kata_rules), -1); /* no exec */
 	if (r < 0) {
 		stop(&d);
 		dp_loop_free(d.loop);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 
+#include "dp/log.h"
 #include "dp/macro.h"
 
 #if __has_include(<valgrind/valgrind.h>)
@@ -210,5 +211,23 @@ int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,
 		return r;
 	}
 	*ret_mode = mode;
+	return 0;
+}
+
+/* The daemons' main-path log lines for confinement (both daemons call this once, after
+ * start-up, as they opt into dp_endpoint_log_events): error, warning, info. */
+int dp_seccomp_confine_daemon(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd)
+{
+	dp_seccomp_mode mode;
+	char err[256], q[300];
+	int r = dp_seccomp_confine(rules, n_rules, exe_fd, &mode, err, sizeof(err));
+
+	if (r < 0) {
+		dp_error("cannot confine the daemon", "error=%s", dp_logq(q, sizeof(q), err));
+		return r;
+	}
+	if (err[0])
+		dp_warn("invalid SDP_SECCOMP ignored", "error=%s", dp_logq(q, sizeof(q), err));
+	dp_info("confined", "seccomp=%s", dp_seccomp_mode_name(mode));
 	return 0;
 }

@@ -343,6 +343,8 @@ def daemon_messages():
              if n.endswith(".c")]
     # the life-cycle lines both daemons opt into (dp_endpoint_log_events)
     files.append(os.path.join(src, "core/src/endpoint_log.c"))
+    # and the confinement lines (dp_seccomp_confine_daemon)
+    files.append(os.path.join(src, "core/src/seccomp.c"))
     for path in files:
         with open(path) as f:
             code = f.read()

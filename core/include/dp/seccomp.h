@@ -62,6 +62,11 @@ int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts
 int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,
 		       dp_seccomp_mode *ret_mode, char *err, size_t errlen);
 
+/* dp_seccomp_confine for a daemon's main path, with its log lines: msg="cannot confine the
+ * daemon" (error; the caller exits 1), msg="invalid SDP_SECCOMP ignored" (warn), msg=confined
+ * seccomp=<mode> (info). Returns dp_seccomp_confine's result. */
+int dp_seccomp_confine_daemon(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd);
+
 /* The calls libdp itself makes after start-up (loop, gRPC server and client on unix sockets,
  * CDI writer, helper runner, log), plus what the C library and, in instrumented builds, the
  * sanitizer runtime need. A daemon adds its own rules and dp_seccomp_exec_rule(). */
