@@ -310,7 +310,7 @@ func fileSize(p string) int64 {
 func staticKata(src string) (int64, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(src, "scripts/build-static-kata.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(src, "scripts/build-static.sh"))
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return -1, fmt.Sprintf("did not build: %v %s", err, tail(string(out), 200))
@@ -399,5 +399,5 @@ func encodeBench(build string, counts []int) []encodePoint {
 }
 
 // staticKataPath is the static kata binary as the image ships it (stripped), relative to the
-// source tree (scripts/build-static-kata.sh).
-const staticKataPath = "build-static/image-context/kata-device-plugin"
+// source tree (scripts/build-static.sh).
+const staticKataPath = "build-static/image-context-kata/kata-device-plugin"

@@ -2,17 +2,12 @@
 #include "confine.h"
 
 #include <assert.h>
-#include <sched.h>
 #include <sys/socket.h>
 
 #include "dp/macro.h"
 #include "probe.h"
 
 #define ALL32 0xffffffffu
-/* pthread_create's clone (libcurl's threaded DNS resolver), nothing else */
-#define THREAD_FLAGS                                                                          \
-	(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |   \
-	 CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID)
 
 /* Always: futex, for the C library's locks (and valgrind's, in the forked helper child before
  * its exec: "The futex facility returned an unexpected error code" under make valgrind). */
@@ -20,12 +15,13 @@ static const dp_seccomp_rule base_rules[] = {
 	DP_SC("futex"),
 };
 
-/* The label child: HTTPS to the API server (libcurl, OpenSSL), DNS through the resolver thread.
- * Loading libcurl (openat, mmap, mprotect, ...) is in the core list already. */
+/* The label child (label_patch.c, https.c): TCP to the API server and waiting on it, and the C
+ * library's resolver when the host is a name (glibc sends its A and AAAA queries with
+ * sendmmsg; musl with sendto). Reading the CA file and the token is in the core list;
+ * musl's open() is added below. */
 static const dp_seccomp_rule label_rules[] = {
 	DP_SC_ARG("socket", 0, ALL32, AF_INET), DP_SC_ARG("socket", 0, ALL32, AF_INET6),
 	DP_SC("poll"), DP_SC("ppoll"), DP_SC("sendmmsg"), DP_SC("uname"),
-	DP_SC_ARG("clone", 0, ALL32, THREAD_FLAGS), DP_SC("sched_getaffinity"),
 };
 static_assert(DP_ELEMENTSOF(base_rules) + 3 + DP_ELEMENTSOF(label_rules) + 1 <= HL_SECCOMP_RULES_MAX,
 	      "HL_SECCOMP_RULES_MAX");

@@ -166,7 +166,7 @@ int hl_probe_host_node(const char *path, unsigned maj, unsigned min, char *reaso
 /* The probe helper's own filter, on top of the daemon's: open the device, stat the host node,
  * the three hypervisor ioctls, close, write the result line, exit. */
 static const dp_seccomp_rule probe_rules[] = {
-	DP_SC("openat"), DP_SC("newfstatat"), DP_SC("fstat"), DP_SC("close"),
+	DP_SC("openat"), DP_SC("newfstatat"), DP_SC("fstat"), DP_SC("close"), DP_SC_MUSL_LEGACY
 	IOCTL_CMD(KVM_GET_API_VERSION), IOCTL_CMD(KVM_CREATE_VM), IOCTL_CMD(HL_MSHV_CREATE_PARTITION),
 	DP_SC("write"), DP_SC("exit_group"), DP_SC("exit"),
 	/* the C library's memory and a failing assertion's abort(), so a bug still ends as a
@@ -179,6 +179,11 @@ static const dp_seccomp_rule probe_rules[] = {
 	 * The daemon's own filter allows them too (a call must pass both). */
 	DP_SC("faccessat2"), DP_SC("read"), DP_SC("pipe2"), DP_SC("nanosleep"),
 	DP_SC("clock_nanosleep"), DP_SC("prlimit64"),
+#ifndef __GLIBC__
+	/* musl's open(O_CLOEXEC) sets FD_CLOEXEC again with fcntl; its raise() and abort() signal
+	 * with tkill */
+	DP_SC("fcntl"), DP_SC("tkill"),
+#endif
 };
 
 /* The daemon's filter must allow these too: the probe helper inherits it (a call must pass

@@ -6,10 +6,10 @@
 #
 # Image store: BUILD_DIR/podman/{root,runroot} (IMAGE_ROOT overrides the parent directory);
 # `make test-runtime` runs the images from the same store. Tags:
-#   localhost/hyperlight-device-plugin:VERSION   FROM scratch: binary, its ldd-resolved
-#                                                libraries, CA bundle (scripts/image-context.sh)
+#   localhost/hyperlight-device-plugin:VERSION   FROM scratch: the musl binary and musl's
+#                                                loader/libc (scripts/build-static.sh)
 #   localhost/kata-device-plugin:VERSION         FROM scratch: the static binary
-#                                                (scripts/build-static-kata.sh)
+#                                                (scripts/build-static.sh)
 # OCI labels org.opencontainers.image.{version,revision,source}: VERSION from meson.build,
 # the commit (git rev-parse HEAD, "-dirty" appended for a modified tree) and IMAGE_SOURCE
 # (default: the git remote "origin", else the local repository path).
@@ -29,14 +29,10 @@ source=${IMAGE_SOURCE:-$(git -C "$src" remote get-url origin 2>/dev/null || echo
 SOURCE_DATE_EPOCH=$(git -C "$src" log -1 --format=%ct)
 export SOURCE_DATE_EPOCH
 
-[ -x "$build/hyperlight-device-plugin" ] || { echo "images: $build/hyperlight-device-plugin not built (make build)" >&2; exit 1; }
-hctx=$build/image-context-hyperlight
-rm -rf "$hctx"
-echo "== hyperlight build context (scripts/image-context.sh)"
-"$src/scripts/image-context.sh" "$build/hyperlight-device-plugin" "$hctx"
-echo "== kata static binary (scripts/build-static-kata.sh)"
-"$src/scripts/build-static-kata.sh" "$src/build-static"
-kctx=$src/build-static/image-context
+echo "== musl builds (scripts/build-static.sh)"
+"$src/scripts/build-static.sh" "$src/build-static"
+hctx=$src/build-static/image-context-hyperlight
+kctx=$src/build-static/image-context-kata
 
 build_one() { # NAME CONTEXT
 	echo "== podman build localhost/$1:$version"

@@ -7,11 +7,11 @@
 # Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
 # Profile runtime: what `make images` and `make test-runtime` add (podman 4.3, runc, conmon,
 # uidmap, busybox-static for the workload image).
-# Profile static: what scripts/build-static-kata.sh adds (musl-tools: musl libc and musl-gcc, for
+# Profile static: what scripts/build-static.sh adds (musl-tools: musl libc and musl-gcc, for
 # the static kata binary).
 set -eu
 PKGS="gcc clang libclang-rt-14-dev make git meson ninja-build pkg-config \
-libnghttp2-dev libprotobuf-c-dev libcurl4-openssl-dev protobuf-c-compiler libcmocka-dev libseccomp-dev \
+libnghttp2-dev libprotobuf-c-dev libmbedtls-dev protobuf-c-compiler libcmocka-dev libseccomp-dev \
 golang-go golang-google-grpc-dev golang-goprotobuf-dev golang-github-fsnotify-fsnotify-dev protobuf-compiler python3-yaml valgrind openssl"
 case "${1:-}" in
 "") ;;

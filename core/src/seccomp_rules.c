@@ -40,13 +40,18 @@ const dp_seccomp_rule dp_seccomp_core_rules[] = {
 	DP_SC("readlink"), DP_SC("readlinkat"), DP_SC("fsync"), DP_SC("fdatasync"),
 	DP_SC("rename"), DP_SC("renameat"), DP_SC("renameat2"), DP_SC("unlink"), DP_SC("unlinkat"),
 	DP_SC("chmod"), DP_SC("fchmod"), DP_SC("fchmodat"), DP_SC("mkdir"), DP_SC("mkdirat"),
-	DP_SC("access"), DP_SC("faccessat"), DP_SC("faccessat2"),
+	DP_SC("access"), DP_SC("faccessat"), DP_SC("faccessat2"), DP_SC_MUSL_LEGACY
 	/* memory */
 	DP_SC("brk"), DP_SC("mmap"), DP_SC("munmap"), DP_SC("mremap"), DP_SC("mprotect"),
 	DP_SC("madvise"),
 	/* the helper runner: fork, then in the child dup2/close_range/sigaction and the exec of
 	 * the daemon's own binary (dp_seccomp_exec_rule); then the dynamic loader and the C
 	 * library's start-up in the new image, until the helper installs its own filter */
+#ifndef __GLIBC__
+	/* musl's fork() makes the fork system call, not clone(SIGCHLD); its raise() and abort()
+	 * send the signal with tkill, not tgkill */
+	DP_SC("fork"), DP_SC("tkill"),
+#endif
 	DP_SC_ARG("clone", 0, ALL32, FORK_FLAGS), DP_SC("dup2"), DP_SC("dup3"), DP_SC("close_range"),
 	DP_SC("rt_sigaction"), DP_SC("arch_prctl"), DP_SC("set_tid_address"),
 	DP_SC("set_robust_list"), DP_SC("rseq"), DP_SC("prlimit64"), DP_SC("getrandom"),

@@ -7,13 +7,12 @@
 #    docs/operations.md (check_manifests.py: python3-yaml).
 # 2. (The admission policies' CEL is checked for structure only: no CEL evaluator is packaged
 #    in Debian 12, and tests download nothing beyond Debian packages.)
-# 3. The image context (scripts/image-context.sh) made from BUILD/hyperlight-device-plugin:
-#    the binary runs in a chroot of it (root needed), every exec probe command of the
-#    DaemonSets parses there, and the daemon documents every variable the manifests set.
-#    The daemon does not link libcurl or a TLS library (readelf -d); the image holds
-#    libcurl.so.4 and its closure all the same, for the node-label helper child that dlopen()s
-#    it: in the chroot that child sends its PATCH over TLS to a local `openssl s_server` and
-#    reports the answer, and without libcurl.so.4 it says so.
+# 3. The image context (scripts/build-static.sh: the musl binary and musl's loader, nothing
+#    else): the binary runs in a chroot of it (root needed), every exec probe command of the
+#    DaemonSets parses there, and the daemon documents every variable the manifests set. In
+#    the chroot the node-label helper child sends its PATCH over TLS (Mbed TLS, linked in) to
+#    a local `openssl s_server` and reports the answer; a server certificate for another
+#    address is refused.
 # 4. Both daemons run as the DaemonSets run them (uid 0, no capabilities, no_new_privs, their
 #    environment and arguments) against the mock kubelet in a temp root, with the hypervisor
 #    shim, until their own readiness probe commands pass; uid 65534 must fail there.
@@ -73,33 +72,22 @@ else
 fi
 
 # ---- 3. image context ----
-bin="$build/hyperlight-device-plugin"
+"$src/scripts/build-static.sh" "$src/build-static" >"$tmp/static.log" 2>&1 ||
+	result "musl builds (scripts/build-static.sh)" 0 "$(tail -5 "$tmp/static.log")"
+ctx="$src/build-static/image-context-hyperlight"
+bin="$ctx/rootfs/hyperlight-device-plugin"
 if [ ! -x "$bin" ]; then
-	result "image context from $bin" 0 "no binary: build first (make build)"
-elif ! "$src/scripts/image-context.sh" "$bin" "$tmp/ctx" >"$tmp/files" 2>"$tmp/ctx.err"; then
-	result "image context from $bin" 0 "$(cat "$tmp/ctx.err")"
+	result "image context $ctx" 0 "no binary: scripts/build-static.sh failed"
 else
-	result "image context from $bin" 1
+	rm -rf "$tmp/ctx"
+	cp -a "$ctx" "$tmp/ctx"
 	root="$tmp/ctx/rootfs"
-	# The one library the label child dlopen()s, as the source names it, and where the build
-	# host's loader finds it.
-	soname=$(sed -n 's/^#define HL_CURL_SONAME "\(.*\)"$/\1/p' "$src/hyperlight/label_patch.h")
-	result "image-context.sh's DLOPEN_LIBS default is the label child's dlopen soname ($soname)" \
-		"$([ -n "$soname" ] && grep -qF "DLOPEN_LIBS-$soname}" "$src/scripts/image-context.sh" && echo 1)" \
-		"HL_CURL_SONAME '$soname' is not the default of DLOPEN_LIBS in scripts/image-context.sh"
+	files=$(cd "$root" && find . -type f | sort | tr '\n' ' ')
+	result "image holds the binary and musl's loader, nothing else ($files)" \
+		"$([ "$files" = "./hyperlight-device-plugin ./lib/ld-musl-x86_64.so.1 " ] && echo 1)" "$files"
 	needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
-	result "the daemon does not link libcurl nor a TLS library (NEEDED: $needed)" \
-		"$(grep -qE 'libcurl|libssl|libcrypto|libgnutls' <<<"$needed" || echo 1)" "NEEDED: $needed"
-	curl_so=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ { print $NF; exit }')
-	# ldd_paths FILE: the paths ldd resolves for FILE, loader included.
-	ldd_paths() { LC_ALL=C ldd "$1" | awk '/=> \// { print $3 } /^[[:space:]]*\// { print $1 }'; }
-	missing=$(for l in "$curl_so" $(ldd_paths "$curl_so"); do [ -f "$root$l" ] || echo "$l"; done | tr '\n' ' ')
-	result "image holds $soname ($curl_so) and every library ldd resolves for it" \
-		"$([ -n "$curl_so" ] && [ -z "$missing" ] && echo 1)" "missing: $missing"
-	nlibs=$({ ldd_paths "$bin"; echo "$curl_so"; ldd_paths "$curl_so"; } | sort -u | wc -l)
-	nfiles=$(find "$root" -type f | wc -l)
-	result "image holds the binary, $nlibs libraries with the loader, the CA bundle, nothing else" \
-		"$([ "$nfiles" -eq $((nlibs + 2)) ] && echo 1)" "$nfiles files"
+	result "the binary needs musl's libc.so only (NEEDED: $needed)" "$([ "$needed" = "libc.so " ] && echo 1)" \
+		"NEEDED: $needed"
 	want=$("$bin" --version 2>&1)
 	# A sanitizer build (make asan) reads its options and runs its leak scan through /proc,
 	# which the image does not have: give it a private /proc inside the chroot.
@@ -162,14 +150,23 @@ for ds in json.load(open(sys.argv[1])).values():
 		"child: '$out'; server: $(tr '\r\n' '  ' <"$lt/server.log" | head -c 600)"
 	kill "$server" "$feeder" 2>/dev/null
 	wait "$server" "$feeder" 2>/dev/null
-	mv "$root$curl_so" "$lt/"
+	# A certificate signed by the trusted CA but for 127.0.0.2: refused before any request.
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+		-subj /CN=127.0.0.2 -addext subjectAltName=IP:127.0.0.2 \
+		-keyout "$lt/key2.pem" -out "$root/label-test/ca.crt" >>"$lt/req.log" 2>&1
+	sleep 30 | timeout 30 openssl s_server -naccept 1 -accept 127.0.0.1:0 -cert "$root/label-test/ca.crt" \
+		-key "$lt/key2.pem" >"$lt/server2.log" 2>&1 &
+	server=$!
+	for _ in $(seq 100); do grep -q '^ACCEPT' "$lt/server2.log" && break; sleep 0.1; done
+	port=$(sed -n 's/^ACCEPT 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$lt/server2.log")
 	out=$(label_child)
-	mv "$lt/${curl_so##*/}" "$root$curl_so"
-	result "label child in an image without $soname: a clear error" \
-		"$([ "$out" = "fail cannot load $soname: $soname: cannot open shared object file: No such file or directory" ] && echo 1)" \
-		"child: '$out'"
+	kill "$server" 2>/dev/null
+	wait "$server" 2>/dev/null
+	result "label child in the image: a certificate for another address is refused" \
+		"$([ "$out" = "fail TLS handshake with 127.0.0.1 port $port: certificate rejected: no subjectAltName IP address 127.0.0.1 in it" ] &&
+			! grep -q '^PATCH' "$lt/server2.log" && echo 1)" "child: '$out'"
 	rm -rf "$root/label-test"
-	helptext=$("$bin" --help 2>&1)
+	helptext=$(in_image /hyperlight-device-plugin --help 2>&1)
 	python3 -c '
 import json, sys
 for ds in json.load(open(sys.argv[1])).values():
@@ -190,7 +187,8 @@ fi
 # the mock, the hypervisor the LD_PRELOAD shim. Each must become ready by its own readiness
 # probe command. And uid 65534 must fail: uid 0 is needed, not just convenient.
 mock="$build/mock-kubelet"
-shim="$build/tests/fakes/libhvshim.so"
+# The image's binary ($bin, musl) with the hypervisor stand-in built against musl.
+shim="$src/build-static/musl-dynamic/libhvshim.so"
 pids=()
 stop_all() {
 	local p
@@ -253,10 +251,12 @@ for ds in json.load(open(sys.argv[1])).values():
             print("\n".join(d["spec"]["template"]["spec"]["containers"][0].get("args", [])))
 ' "$tmp/docs.json" "$ds" | grep .)
 		mapfile -t ready < <(probe_of "$ds" readinessProbe)
-		base=(env -i PATH=/usr/bin:/bin SDP_TEST_ROOT="$r" LD_PRELOAD="$shim" HVSHIM_DEVICE="$r/dev/kvm")
-		"${base[@]}" "${envs[@]}" "${nocaps[@]}" "$bin" "${args[@]}" >"$tmp/$ds.log" 2>&1 &
+		base=(env -i PATH=/usr/bin:/bin SDP_TEST_ROOT="$r" HVSHIM_DEVICE="$r/dev/kvm")
+		# the musl shim is preloaded into the daemon only, not into setpriv (glibc)
+		daemon=(env LD_PRELOAD="$shim" "$bin")
+		"${base[@]}" "${envs[@]}" "${nocaps[@]}" "${daemon[@]}" "${args[@]}" >"$tmp/$ds.log" 2>&1 &
 		pids+=($!)
-		if wait_for 15 "${base[@]}" "${nocaps[@]}" "$bin" "${ready[@]}"; then
+		if wait_for 15 "${base[@]}" "${nocaps[@]}" "${daemon[@]}" "${ready[@]}"; then
 			result "$ds ready as uid 0 without capabilities (its own readiness probe)" 1
 		else
 			result "$ds ready as uid 0 without capabilities (its own readiness probe)" 0 \
@@ -273,7 +273,7 @@ for ds in json.load(open(sys.argv[1])).values():
 	mapfile -t envs < <(env_of hyperlight-device-plugin)
 	"${base[@]}" "${envs[@]}" setpriv --reuid 65534 --regid 65534 --clear-groups \
 		--inh-caps=-all --ambient-caps=-all --bounding-set=-all --no-new-privs -- \
-		"$bin" >"$tmp/nobody.log" 2>&1 &
+		"${daemon[@]}" >"$tmp/nobody.log" 2>&1 &
 	pids+=($!)
 	if wait_for 10 grep -q 'Permission denied' "$tmp/nobody.log"; then
 		result "uid 65534 without capabilities cannot serve in the kubelet directory" 1

@@ -322,9 +322,9 @@ def check_containerfile(src):
               re.search(r"org\.opencontainers\.image\.%s=\"\$\{[A-Z]+\}\"" % label, text) is not None,
               "label org.opencontainers.image.%s missing" % label)
     check("Containerfile has no RUN (scratch has no shell)", re.search(r"^\s*RUN\b", text, re.M) is None, "RUN found")
-    script = open(os.path.join(src, "scripts", "image-context.sh")).read()
-    check("image-context.sh installs the binary where ENTRYPOINT expects it", (" " + BINARY + " ") in script,
-          "image-context.sh does not name %s" % BINARY)
+    script = open(os.path.join(src, "scripts", "build-static.sh")).read()
+    check("build-static.sh installs the binary where ENTRYPOINT expects it",
+          ('"$ctx/rootfs' + BINARY + '"') in script, "build-static.sh does not install $ctx/rootfs%s" % BINARY)
 
 
 def check_docs(src):

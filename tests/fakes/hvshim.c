@@ -71,11 +71,19 @@
 #define VALUE_MAX 64
 #define DELAY_MAX_MS 60000
 
+#ifdef __GLIBC__
 /* glibc's fortified entry points (declared by bits/fcntl2.h only under _FORTIFY_SOURCE). */
 int __open_2(const char *path, int flags);
 int __open64_2(const char *path, int flags);
 int __openat_2(int dirfd, const char *path, int flags);
 int __openat64_2(int dirfd, const char *path, int flags);
+#define IOCTL_REQ unsigned long
+#else
+/* Built against musl for the musl hyperlight (scripts/build-static.sh): its ioctl() takes an
+ * int request, and the glibc extensions come from core/compat/musl.c. */
+#include "compat/musl.h"
+#define IOCTL_REQ int
+#endif
 
 enum fake_kind { FAKE_NONE, FAKE_DEVICE, FAKE_VM };
 
@@ -296,6 +304,7 @@ int open(const char *path, int flags, ...)
 	return REAL(open)(path, flags, mode);
 }
 
+#ifdef __GLIBC__ /* musl has no separate 64-bit names (and defines open64 as open) */
 int open64(const char *path, int flags, ...)
 {
 	va_list ap;
@@ -309,6 +318,8 @@ int open64(const char *path, int flags, ...)
 		return fd;
 	return REAL(open64)(path, flags, mode);
 }
+
+#endif
 
 int openat(int dirfd, const char *path, int flags, ...)
 {
@@ -324,6 +335,7 @@ int openat(int dirfd, const char *path, int flags, ...)
 	return REAL(openat)(dirfd, path, flags, mode);
 }
 
+#ifdef __GLIBC__ /* glibc's 64-bit and _FORTIFY_SOURCE names; musl has neither */
 int openat64(int dirfd, const char *path, int flags, ...)
 {
 	va_list ap;
@@ -373,6 +385,7 @@ int __openat64_2(int dirfd, const char *path, int flags)
 		return fd;
 	return REAL(__openat64_2)(dirfd, path, flags);
 }
+#endif
 
 int close(int fd)
 {
@@ -513,7 +526,7 @@ static int device_ioctl(unsigned long req, unsigned long arg)
 	}
 }
 
-int ioctl(int fd, unsigned long req, ...)
+int ioctl(int fd, IOCTL_REQ req, ...)
 {
 	enum fake_kind kind = fake_kind(fd);
 	unsigned long arg;

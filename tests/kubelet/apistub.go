@@ -5,9 +5,11 @@ package kubelet
 // by the test (a status and body, or no answer at all until the client gives up).
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -44,17 +46,28 @@ type APIRequest struct {
 }
 
 // APIAnswer is the stub's answer to one request. Hang: no answer until the client goes away
-// (or the stub closes); Hold: wait for the channel to close first, then answer.
+// (or the stub closes); Hold: wait for the channel to close first, then answer; Chunked: the
+// body in two chunks (Transfer-Encoding: chunked) instead of with a Content-Length.
 type APIAnswer struct {
-	Status int
-	Body   string
-	Hang   bool
-	Hold   <-chan struct{}
+	Status  int
+	Body    string
+	Hang    bool
+	Hold    <-chan struct{}
+	Chunked bool
+}
+
+// StubCert is what the stub's server certificate names and its keys. Host is the address or
+// name clients are told to connect to (127.0.0.1 when empty); the stub listens on 127.0.0.1.
+type StubCert struct {
+	IPs  []net.IP
+	DNS  []string
+	RSA  bool // RSA 2048 keys (kubeadm's default) instead of ECDSA P-256
+	Host string
 }
 
 // APIStub is a running stub API server on 127.0.0.1.
 type APIStub struct {
-	Host  string // "127.0.0.1"
+	Host  string // what clients connect to: "127.0.0.1" unless StubCert.Host says otherwise
 	Port  int
 	CAPEM []byte // the CA that signed the server certificate
 
@@ -66,18 +79,27 @@ type APIStub struct {
 	reqs    []APIRequest
 }
 
-// StartAPIStub serves HTTPS on a random port of 127.0.0.1. answer is called for the n-th
-// request (from 1), after the request was recorded.
+// StartAPIStub serves HTTPS on a random port of 127.0.0.1 with a certificate for 127.0.0.1.
+// answer is called for the n-th request (from 1), after the request was recorded.
 func StartAPIStub(answer func(n int, r *APIRequest) APIAnswer) (*APIStub, error) {
-	caPEM, cert, err := newServerCert(net.ParseIP("127.0.0.1"))
+	return StartAPIStubWith(StubCert{IPs: []net.IP{net.ParseIP("127.0.0.1")}}, answer)
+}
+
+// StartAPIStubWith is StartAPIStub with the certificate c describes.
+func StartAPIStubWith(c StubCert, answer func(n int, r *APIRequest) APIAnswer) (*APIStub, error) {
+	caPEM, cert, err := newServerCert(c)
 	if err != nil {
 		return nil, err
+	}
+	host := c.Host
+	if host == "" {
+		host = "127.0.0.1"
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &APIStub{Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port, CAPEM: caPEM, answer: answer,
+	s := &APIStub{Host: host, Port: ln.Addr().(*net.TCPAddr).Port, CAPEM: caPEM, answer: answer,
 		closing: make(chan struct{}), served: make(chan struct{})}
 	s.srv = &http.Server{
 		Handler:   http.HandlerFunc(s.handle),
@@ -146,6 +168,12 @@ func (s *APIStub) handle(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(a.Status)
+	if a.Chunked && len(a.Body) > 1 {
+		io.WriteString(w, a.Body[:len(a.Body)/2]) //nolint:errcheck
+		w.(http.Flusher).Flush()
+		io.WriteString(w, a.Body[len(a.Body)/2:]) //nolint:errcheck
+		return
+	}
 	io.WriteString(w, a.Body) //nolint:errcheck
 }
 
@@ -174,14 +202,22 @@ func WriteToken(root, token string) error {
 
 // NewTestCA returns a fresh self-signed CA certificate (PEM) that signed nothing the stub uses.
 func NewTestCA() ([]byte, error) {
-	caPEM, _, err := newServerCert(net.ParseIP("127.0.0.1"))
+	caPEM, _, err := newServerCert(StubCert{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	return caPEM, err
 }
 
-// newServerCert makes a CA and a server certificate for ip signed by it (ECDSA P-256).
-func newServerCert(ip net.IP) ([]byte, tls.Certificate, error) {
+// newKey is an ECDSA P-256 key, or RSA 2048 with rsa set.
+func newKey(rsaKey bool) (crypto.Signer, error) {
+	if rsaKey {
+		return rsa.GenerateKey(rand.Reader, 2048)
+	}
+	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+}
+
+// newServerCert makes a CA and a server certificate for c's names signed by it.
+func newServerCert(c StubCert) ([]byte, tls.Certificate, error) {
 	var none tls.Certificate
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caKey, err := newKey(c.RSA)
 	if err != nil {
 		return nil, none, err
 	}
@@ -195,7 +231,7 @@ func newServerCert(ip net.IP) ([]byte, tls.Certificate, error) {
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
 	if err != nil {
 		return nil, none, err
 	}
@@ -203,7 +239,7 @@ func newServerCert(ip net.IP) ([]byte, tls.Certificate, error) {
 	if err != nil {
 		return nil, none, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := newKey(c.RSA)
 	if err != nil {
 		return nil, none, err
 	}
@@ -214,9 +250,10 @@ func newServerCert(ip net.IP) ([]byte, tls.Certificate, error) {
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{ip},
+		IPAddresses:  c.IPs,
+		DNSNames:     c.DNS,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
 	if err != nil {
 		return nil, none, err
 	}

@@ -185,9 +185,10 @@ HL_ARGS=(--name sdp-rt-hyperlight --device /dev/kvm -v "$HOSTDEV:/host-dev:ro"
 	-e NODE_NAME=sdp-runtime-node -e HOST_DEVICE_DIR=/host-dev -e DEVICE_COUNT=2000
 	-e DEVICE_UID=65534 -e DEVICE_GID=65534 -e LOG_LEVEL=info)
 if [ "$hv" = shim ]; then
-	# No working KVM here: the fake hypervisor (tests/fakes/hvshim.c) bind-mounted read-only
-	# and preloaded; its only dependency, libc.so.6, is in the image.
-	HL_ARGS+=(-v "$build/tests/fakes/libhvshim.so:/sdp-test/libhvshim.so:ro"
+	# No working KVM here: the fake hypervisor (tests/fakes/hvshim.c, built against musl by
+	# scripts/build-static.sh, as the image's binary is) bind-mounted read-only and preloaded;
+	# its only dependency, musl's libc, is in the image.
+	HL_ARGS+=(-v "$src/build-static/musl-dynamic/libhvshim.so:/sdp-test/libhvshim.so:ro"
 		-e LD_PRELOAD=/sdp-test/libhvshim.so -e HVSHIM_DEVICE=/dev/kvm)
 fi
 "${P[@]}" "${PLUGIN_RUN[@]}" "${HL_ARGS[@]}" "$HL_IMAGE" >/dev/null 2>"$T/err" ||

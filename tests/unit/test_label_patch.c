@@ -2,10 +2,11 @@
 /*
  * The "label-node" helper entry (the child side of node labels), run the way the daemon runs
  * it: through dp_helper, this binary being the helper executable. What the child answers when
- * its arguments are wrong, the token is unreadable, libcurl cannot be loaded or lacks a
- * function, the server refuses the connection, and that it sends nothing but HTTPS. The
- * answers of a real API server (200, 500 with a body, a hang, an untrusted certificate) are
- * tested in tests/kubelet/labels_test.go.
+ * its arguments are wrong, the token or the CA file is unusable, the URL is malformed or not
+ * https (nothing is sent), the server refuses the connection, or the peer does not speak TLS.
+ * The answers of a real API server (grpc-go's stub in tests/kubelet/labels_test.go: 200, 500
+ * with a body, chunked, a hang, an untrusted certificate, a certificate for another address, a
+ * host name) are tested there; the HTTP answer parser in test_http_response.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,7 +15,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dp/helper.h"
@@ -40,8 +41,10 @@ struct fixture {
 	char dir[64];
 	char token[128];
 	char ca[128];
-	char lib[128]; /* a directory for LD_LIBRARY_PATH */
 };
+
+/* A CA certificate made once (openssl req) for the tests that must get past loading it. */
+static char valid_ca[] = "/tmp/test_label_patch-ca-XXXXXX";
 
 static void write_file(const char *path, const char *content, size_t len)
 {
@@ -59,11 +62,8 @@ static int setup(void **state)
 	assert_non_null(mkdtemp(f->dir));
 	snprintf(f->token, sizeof(f->token), "%s/token", f->dir);
 	snprintf(f->ca, sizeof(f->ca), "%s/ca.crt", f->dir);
-	snprintf(f->lib, sizeof(f->lib), "%s/lib", f->dir);
 	write_file(f->token, "test-token\n", 11);
-	write_file(f->ca, "", 0);
-	assert_int_equal(mkdir(f->lib, 0755), 0);
-	unsetenv("LD_LIBRARY_PATH");
+	assert_int_equal(symlink(valid_ca, f->ca), 0);
 	assert_int_equal(dp_loop_new(&f->loop), 0);
 	*state = f;
 	return 0;
@@ -77,7 +77,6 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	unsetenv("LD_LIBRARY_PATH");
 	dp_loop_free(f->loop);
 	nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	free(f);
@@ -148,6 +147,25 @@ static int closed_port(void)
 	return ntohs(a.sin_port);
 }
 
+static int make_ca(void **state)
+{
+	char cmd[512];
+	int fd = mkstemp(valid_ca);
+
+	if (fd < 0)
+		return -1;
+	close(fd);
+	snprintf(cmd, sizeof(cmd),
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null "
+		 "-subj /CN=test_label_patch -days 1 -out %s 2>/dev/null", valid_ca);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int remove_ca(void **state)
+{
+	return unlink(valid_ca);
+}
+
 /* ---------------------------------------------------------------- tests */
 
 static void test_invalid_arguments(void **state)
@@ -183,32 +201,24 @@ static void test_token_unreadable(void **state)
 	expect_fail(&r, "cannot read the service account token ", "File too large", NULL);
 }
 
-/* libcurl.so.4 not loadable (an empty file found first through LD_LIBRARY_PATH) or not libcurl
- * (another library under that name): the child says which and why. (Missing altogether, in an
- * image without it: tests/deploy/check.sh.) */
-static void test_libcurl_unloadable(void **state)
+/* The CA file missing, or holding no certificate: said before any connection is made. */
+static void test_ca_unusable(void **state)
 {
 	struct fixture *f = *state;
-	char path[PATH_MAX];
 	dp_helper_result r;
 
-	snprintf(path, sizeof(path), "%s/" HL_CURL_SONAME, f->lib);
-	write_file(path, "", 0);
-	setenv("LD_LIBRARY_PATH", f->lib, 1);
+	assert_int_equal(unlink(f->ca), 0);
 	r = run_url(f, "https://127.0.0.1:1/api/v1/nodes/n");
-	expect_fail(&r, "cannot load " HL_CURL_SONAME ": ", "file too short", NULL);
-
-	/* A real shared object without libcurl's functions: the cmocka library this test uses. */
-	Dl_info info;
-	assert_true(dladdr((void *)_cmocka_run_group_tests, &info) != 0 && info.dli_fname);
-	assert_non_null(strstr(info.dli_fname, "cmocka"));
-	assert_int_equal(unlink(path), 0);
-	assert_int_equal(symlink(info.dli_fname, path), 0);
+	expect_fail(&r, "cannot read the CA certificates ", f->ca, ": No such file or directory", NULL);
+	write_file(f->ca, "", 0);
 	r = run_url(f, "https://127.0.0.1:1/api/v1/nodes/n");
-	expect_fail(&r, HL_CURL_SONAME " lacks curl_global_init: ", "undefined symbol", NULL);
+	expect_fail(&r, "no CA certificate in ", f->ca, NULL);
+	write_file(f->ca, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", 60);
+	r = run_url(f, "https://127.0.0.1:1/api/v1/nodes/n");
+	expect_fail(&r, "no CA certificate in ", f->ca, NULL);
 }
 
-/* Refused connection: libcurl's own words, naming host and port. */
+/* Refused connection: host, port and the system's reason. */
 static void test_refused(void **state)
 {
 	struct fixture *f = *state;
@@ -216,9 +226,69 @@ static void test_refused(void **state)
 	int port = closed_port();
 
 	snprintf(url, sizeof(url), "https://127.0.0.1:%d/api/v1/nodes/node-1", port);
-	snprintf(where, sizeof(where), "127.0.0.1 port %d", port);
+	snprintf(where, sizeof(where), "cannot connect to 127.0.0.1 port %d: Connection refused", port);
 	dp_helper_result r = run_url(f, url);
-	expect_fail(&r, "Failed to connect to ", where, NULL);
+	expect_fail(&r, where, NULL);
+	snprintf(url, sizeof(url), "https://[::1]:%d/api/v1/nodes/node-1", port);
+	r = run_url(f, url);
+	expect_fail(&r, "cannot connect to ::1 port ", NULL);
+}
+
+/* Malformed URLs: said, nothing sent. */
+static void test_malformed_url(void **state)
+{
+	struct fixture *f = *state;
+	const char *bad[] = { "https://", "https:///api", "https://127.0.0.1:0/x", "https://127.0.0.1:65536/x",
+			      "https://127.0.0.1:44a/x", "https://[::1/x", "https://[not-v6]/x", "https://a_b/x",
+			      "https://127.0.0.1:1/a b", "https://127.0.0.1:1x" };
+
+	for (size_t i = 0; i < DP_ELEMENTSOF(bad); i++) {
+		dp_helper_result r = run_url(f, bad[i]);
+		expect_fail(&r, "malformed URL ", bad[i], NULL);
+	}
+}
+
+/* A listening socket on 127.0.0.1 (blocking, backlog 4) and its port. */
+static int listener(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 4), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* A peer that answers plain HTTP to the ClientHello: the handshake fails, the answer says
+ * where; the peer (a forked process) saw a TLS record (0x16, handshake), not HTTP. */
+static void test_not_tls(void **state)
+{
+	struct fixture *f = *state;
+	int port, lfd = listener(&port), status;
+	char url[128];
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		unsigned char first = 0;
+		int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		static const char answer[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+		if (c < 0 || read(c, &first, 1) != 1 || write(c, answer, sizeof(answer) - 1) < 0)
+			_exit(2);
+		_exit(first == 0x16 ? 0 : 1);
+	}
+	close(lfd);
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/api/v1/nodes/node-1", port);
+	dp_helper_result r = run_url(f, url);
+	char where[64];
+	snprintf(where, sizeof(where), "TLS handshake with 127.0.0.1 port %d failed: ", port);
+	expect_fail(&r, where, NULL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* Plain HTTP is refused before any connection is made: https only. */
@@ -236,7 +306,7 @@ static void test_https_only(void **state)
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/nodes/node-1", ntohs(a.sin_port));
 	dp_helper_result r = run_url(f, url);
-	expect_fail(&r, "http", "not supported", NULL);
+	expect_fail(&r, "scheme http not supported: https only", NULL);
 	assert_true(accept4(fd, NULL, NULL, SOCK_CLOEXEC) < 0 && errno == EAGAIN); /* nobody connected */
 	close(fd);
 }
@@ -247,9 +317,11 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_invalid_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_unreadable, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_libcurl_unloadable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ca_unusable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_malformed_url, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_not_tls, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_https_only, setup, teardown),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, make_ca, remove_ca);
 }

@@ -41,6 +41,14 @@ typedef struct dp_seccomp_rule {
 
 #define DP_SC(n) { .name = (n) }
 #define DP_SC_ARG(n, i, m, v) { .name = (n), .n_args = 1, .args = { { (i), (m), (v) } } }
+/* Against musl (the static image builds, scripts/build-static.sh), stat(), lstat() and open()
+ * (also inside fopen(), opendir() and realpath()) make the legacy x86_64 system calls where
+ * glibc makes newfstatat and openat; they reach nothing those do not. Empty against glibc. */
+#ifdef __GLIBC__
+#define DP_SC_MUSL_LEGACY
+#else
+#define DP_SC_MUSL_LEGACY DP_SC("stat"), DP_SC("lstat"), DP_SC("open"),
+#endif
 
 /* The mode from $SDP_SECCOMP (unset: enforce). An invalid value: -EINVAL, *ret = enforce, and
  * err (may be NULL) holds e.g.  SDP_SECCOMP="of" is not one of enforce, log, off. */

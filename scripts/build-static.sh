@@ -1,0 +1,97 @@
+#!/bin/sh
+# Build the two daemons for their images (FROM scratch) against musl instead of glibc:
+#
+#   scripts/build-static.sh [BUILD_DIR]        (default: build-static)
+#
+#   BUILD_DIR/image-context-kata/kata-device-plugin
+#       statically linked: the image holds this file and nothing else.
+#   BUILD_DIR/image-context-hyperlight/rootfs/{hyperlight-device-plugin,lib/ld-musl-x86_64.so.1}
+#       linked against musl's libc.so only (every other library static), with musl's dynamic
+#       loader and C library (one 690 KiB file) beside it. Dynamic, not static, for one reason:
+#       the tests' hypervisor stand-in (tests/fakes/hvshim.c) is an LD_PRELOAD library, and a
+#       static binary cannot preload it; with a musl-built shim
+#       (BUILD_DIR/musl-dynamic/libhvshim.so) the image runs the real probe code path on a
+#       machine without KVM (make test-runtime, make bench), as the glibc build does.
+#
+# Separate meson build directories compiled with musl-gcc (Debian's musl-tools, installed by
+# scripts/install-deps.sh static) against musl's libc and Debian's libnghttp2.a,
+# libprotobuf-c.a, libseccomp.a and (hyperlight's node-label child) libmbedtls.a,
+# libmbedx509.a, libmbedcrypto.a (built for glibc; the few glibc entry points they call are in
+# core/compat/), optimised for size (-Os, link-time optimisation of our code, unused sections
+# and the unwind tables dropped), assertions off, stripped. glibc's static libc alone was
+# 750 KiB of kata's 1.1 MiB binary; musl's is about 50 KiB (docs/benchmarks.md). The daemons
+# use no NSS (the label child resolves a host name with musl's own resolver: /etc/hosts,
+# /etc/resolv.conf), no locale, no threads. Fails unless kata has no program interpreter and no
+# shared library dependency, and hyperlight none but musl's.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$src/build-static}
+dyn=$out/musl-dynamic
+"$src/scripts/install-deps.sh" static
+musl_loader=/lib/ld-musl-x86_64.so.1
+# Debian's nghttp2, protobuf-c, libseccomp and mbedtls headers live in /usr/include, next to
+# glibc's: musl-gcc sees only those of them, and the kernel's UAPI headers (linux/, asm/, which
+# seccomp.h includes) after musl's own.
+inc=$out/musl-include
+kinc=$out/kernel-include
+config="musl-gcc -Os lto gc-sections seccomp mbedtls no-eh-frame musl-dynamic-hyperlight v5"
+cflags="-I$inc -idirafter $kinc -ffunction-sections -fdata-sections"
+ldflags="-Wl,--gc-sections -Wl,-T,$src/scripts/static-no-unwind.ld"
+setup() { # DIR LINK_ARGS
+	CC=musl-gcc meson setup "$1" "$src" -Ddefault_library=static -Dprefer_static=true \
+		-Doptimization=s -Db_lto=true -Dtests=false -Db_ndebug=true -Dstrip=true \
+		"-Dc_args=$cflags" "-Dc_link_args=$2 $ldflags" >/dev/null
+}
+if [ ! -f "$out/build.ninja" ] || [ ! -f "$dyn/build.ninja" ] ||
+	[ "$(cat "$out/.static-config" 2>/dev/null)" != "$config" ]; then
+	rm -rf "$out"
+	mkdir -p "$inc" "$kinc"
+	ln -s /usr/include/nghttp2 /usr/include/protobuf-c /usr/include/seccomp.h \
+		/usr/include/seccomp-syscalls.h /usr/include/mbedtls /usr/include/psa "$inc/"
+	ln -s /usr/include/linux /usr/include/asm-generic "$kinc/"
+	ln -s "/usr/include/$(gcc -print-multiarch)/asm" "$kinc/asm"
+	setup "$out" -static
+	# Debian's static libraries are not position-independent: a fixed-address executable.
+	setup "$dyn" -no-pie
+	echo "$config" >"$out/.static-config"
+fi
+ninja -C "$out" kata-device-plugin >/dev/null
+ninja -C "$dyn" hyperlight-device-plugin >/dev/null
+# The hypervisor stand-in for the tests, built against musl (it must be loaded by musl's loader).
+musl-gcc -O2 -shared -fPIC -Wall -Wextra -Werror -idirafter "$kinc" -D_GNU_SOURCE \
+	-I"$src/core" -o "$dyn/libhvshim.so" "$src/tests/fakes/hvshim.c" "$src/core/compat/musl.c"
+
+die() {
+	echo "build-static: $*" >&2
+	exit 1
+}
+# The unwind tables are dropped (scripts/static-no-unwind.ld): nothing may need them.
+check_unwind() { ! nm "$1" | grep -q '_Unwind_' || die "$1 links an unwinder, but its .eh_frame is discarded"; }
+interp() { LC_ALL=C readelf -lW "$1" | sed -n 's/.*Requesting program interpreter: \(.*\)]$/\1/p'; }
+needed() { LC_ALL=C readelf -dW "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | tr '\n' ' '; }
+report() { # FILE
+	version=$("$1" --version) || die "$1 --version failed"
+	echo "$1: $2, stripped, $(stat -c %s "$1") bytes ($version)"
+}
+
+bin=$out/kata-device-plugin
+[ -z "$(interp "$bin")" ] && [ -z "$(needed "$bin")" ] || die "$bin is not statically linked: $(needed "$bin")"
+check_unwind "$bin"
+ctx=$out/image-context-kata
+rm -rf "$ctx"
+mkdir -p "$ctx"
+strip -o "$ctx/kata-device-plugin" "$bin"
+chmod 0755 "$ctx/kata-device-plugin"
+report "$ctx/kata-device-plugin" static
+
+bin=$dyn/hyperlight-device-plugin
+[ "$(interp "$bin")" = "$musl_loader" ] && [ "$(needed "$bin")" = "libc.so " ] ||
+	die "$bin: interpreter '$(interp "$bin")', NEEDED '$(needed "$bin")'; want $musl_loader and musl's libc.so only"
+check_unwind "$bin"
+ctx=$out/image-context-hyperlight
+rm -rf "$ctx"
+mkdir -p "$ctx/rootfs/lib"
+strip -o "$ctx/rootfs/hyperlight-device-plugin" "$bin"
+chmod 0755 "$ctx/rootfs/hyperlight-device-plugin"
+install -m 0755 "$(readlink -f "$musl_loader")" "$ctx/rootfs$musl_loader"
+report "$ctx/rootfs/hyperlight-device-plugin" "dynamic (musl's libc.so only)"
