@@ -246,8 +246,10 @@ func ceiling(kind daemonKind) int {
 	return c
 }
 
-// probeAlone runs the probe helper by itself n times, as the daemon does, with the shim.
-func probeAlone(bin string, n int) []float64 {
+// probeAlone runs the probe helper of kind by itself n times, as the daemon does, with the
+// shim (kind.env's).
+func probeAlone(kind daemonKind, n int) []float64 {
+	bin := kind.bin
 	nd, err := k.NewNode()
 	if err != nil {
 		fatal("%v", err)
@@ -256,7 +258,7 @@ func probeAlone(bin string, n int) []float64 {
 	if err := nd.MknodKVM(); err != nil {
 		fatal("%v", err)
 	}
-	env := k.DaemonEnv(nd.Root)
+	env := k.DaemonEnv(nd.Root, kind.env...)
 	var out []float64
 	for i := 0; i < n; i++ {
 		cmd := exec.Command(bin, "--dp-helper", "probe", "kvm", nd.KVMPath())
@@ -401,3 +403,10 @@ func encodeBench(build string, counts []int) []encodePoint {
 // staticKataPath is the static kata binary as the image ships it (stripped), relative to the
 // source tree (scripts/build-static.sh).
 const staticKataPath = "build-static/image-context-kata/kata-device-plugin"
+
+// muslHyperlightPath is the hyperlight binary as its image ships it (musl, stripped), and
+// muslShimPath the hypervisor shim built against musl (scripts/build-static.sh).
+const (
+	muslHyperlightPath = "build-static/image-context-hyperlight/rootfs/hyperlight-device-plugin"
+	muslShimPath       = "build-static/musl-dynamic/libhvshim.so"
+)

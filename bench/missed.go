@@ -6,10 +6,6 @@ package main
 
 import (
 	"fmt"
-	"io/fs"
-	"os/exec"
-	"path/filepath"
-	"strings"
 )
 
 // missedInput holds the figures the explanations quote.
@@ -22,38 +18,6 @@ type missedInput struct {
 	hlImage                           int64
 	kataIdle, hlIdle                  *results
 	build                             string
-}
-
-// imageSplit sums the hyperlight image context: the daemon with the libraries ldd names for
-// it, and the rest (libcurl's closure, which the label child dlopen()s, and the CA bundle).
-func imageSplit(build string) (own, rest int64, ok bool) {
-	root := filepath.Join(build, "image-context-hyperlight", "rootfs")
-	out, err := exec.Command("ldd", filepath.Join(build, "hyperlight-device-plugin")).Output()
-	if err != nil {
-		return 0, 0, false
-	}
-	linked := map[string]bool{"hyperlight-device-plugin": true}
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) > 0 {
-			linked[filepath.Base(f[0])] = true
-		}
-	}
-	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() {
-			return err
-		}
-		fi, err := e.Info()
-		if err != nil {
-			return err
-		}
-		if linked[e.Name()] {
-			own += fi.Size()
-		} else {
-			rest += fi.Size()
-		}
-		return nil
-	})
-	return own, rest, err == nil
 }
 
 func writeMissed(d *doc, in missedInput) {
@@ -70,17 +34,14 @@ func writeMissed(d *doc, in missedInput) {
 	}
 	if r := in.hlRSS.med / in.refRSS.med; r > 0.15 || in.hlRSS.med > 3072 {
 		m = append(m, fmt.Sprintf("**hyperlight RSS ≤ 3 MiB and ratio ≤ 0.15** (%s KiB, ratio %.2f): %d KiB of it are the "+
-			"file pages of shared libraries (glibc, ld.so, libnghttp2, libprotobuf-c, libseccomp; mapped once per node "+
-			"and shared with every process using them); its own memory (executable %d, heap %d, stack %d, other "+
-			"anonymous %d KiB) is %.2f of the reference's RSS. The static kata (%s KiB) shows what a static "+
-			"hyperlight would weigh, but hyperlight cannot be linked statically while its node-label child dlopen()s "+
-			"libcurl (a static binary cannot load shared objects), and Debian ships no static libcurl closure.",
+			"file pages of musl's libc.so; its own memory (executable %d, heap %d, stack %d, other anonymous %d KiB) "+
+			"is %.2f of the reference's RSS (the table \"Where the resident memory is\" above; the static kata: %s KiB).",
 			f1(in.hlRSS.med), r, in.hlParts.libs, in.hlParts.exe, in.hlParts.heap, in.hlParts.stack, in.hlParts.anon,
 			float64(in.hlParts.exe+in.hlParts.heap+in.hlParts.stack+in.hlParts.anon)/in.refRSS.med, f1(in.kataStaticRSS)))
 	}
 	if in.hlStartReg.med > 5 {
-		m = append(m, fmt.Sprintf("**hyperlight start → registered ≤ 5 ms** (%s ms): the dynamic loader maps five shared "+
-			"libraries; run `build/sdp-startup` (tests/kubelet/cmd/startup) for the phase-by-phase split.", f1(in.hlStartReg.med)))
+		m = append(m, fmt.Sprintf("**hyperlight start → registered ≤ 5 ms** (%s ms): run `build/sdp-startup` "+
+			"(tests/kubelet/cmd/startup) for the phase-by-phase split.", f1(in.hlStartReg.med)))
 	}
 	perMin := func(r *results) (ms, wakes float64) {
 		return float64(r.idleNanos) / 1e6 * 60 / float64(*idleSec), float64(r.idleCtx) * 60 / float64(*idleSec)
@@ -102,15 +63,8 @@ func writeMissed(d *doc, in missedInput) {
 		}
 	}
 	if in.hlImage > 8<<20 {
-		s := fmt.Sprintf("**hyperlight image ≤ 8 MiB** (%.0f KiB)", float64(in.hlImage)/1024)
-		if own, rest, ok := imageSplit(in.build); ok {
-			s += fmt.Sprintf(": in its build context (build/image-context-hyperlight) the daemon and the libraries it "+
-				"links weigh %.0f KiB; the other %.0f KiB are libcurl's dependency closure from Debian 12 "+
-				"(libcurl4-openssl: OpenSSL, krb5, ldap, sasl, ssh2, rtmp with gnutls and nettle, idn2 with unistring, "+
-				"brotli, zstd), which the node-label child dlopen()s, and the CA bundle", float64(own)/1024, float64(rest)/1024)
-		}
-		m = append(m, s+". Meeting the target needs a TLS client other than Debian's libcurl (a different "+
-			"dependency decision, not taken here) or node labelling done outside the plugin; docs/operations.md, \"Resources\".")
+		m = append(m, fmt.Sprintf("**hyperlight image ≤ 8 MiB** (%.0f KiB): see build-static/image-context-hyperlight "+
+			"(scripts/build-static.sh) for what it holds.", float64(in.hlImage)/1024))
 	}
 	d.p("## Targets missed in this run, and what limits them")
 	d.p("")
