@@ -65,7 +65,7 @@ static int fail(struct exchange *x, int err, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(x->why, x->why_size, fmt, ap);
+	vsnprintf(x->why, x->why_size, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 	return err;
 }
@@ -284,7 +284,7 @@ static int load_ca(struct exchange *x, struct tls *t)
 		FILE *f = fopen(x->q->ca_path, "re");
 		int e = f ? EIO : errno;
 		if (f)
-			fclose(f);
+			(void)fclose(f);
 		return fail(x, -e, "cannot read the CA certificates %s: %s", x->q->ca_path, strerror(e));
 	}
 	if (rc < 0 || t->ca.version == 0) {

@@ -70,9 +70,9 @@ static int render_body(dp_buf *b, const char *hypervisor)
 /* One PATCH with the token's header; writes the reply. */
 static void send_patch(const char *url, const char *ca_path, const dp_buf *body, const char *auth)
 {
-	const char *headers[] = { "User-Agent: hyperlight-device-plugin/" DP_VERSION,
-				  "Content-Type: application/merge-patch+json", "Accept: application/json", auth,
-				  NULL };
+	static const char user_agent[] = "User-Agent: hyperlight-device-plugin/" DP_VERSION;
+	const char *headers[] = { user_agent, "Content-Type: application/merge-patch+json",
+				  "Accept: application/json", auth, NULL };
 	hl_https_request q = {
 		.url = url, .method = "PATCH", .ca_path = ca_path, .headers = headers,
 		.body = body->data, .body_len = body->len,
