@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * label_patch: the child side of node labelling (labels.h is the parent side). One HTTPS
- * PATCH of this node's labels, sent from a short-lived helper child (dp/helper.h: the daemon's
- * own binary re-executed as  --dp-helper label-node ...), so that the HTTP and TLS code
- * (https.h, Mbed TLS) only ever runs there, never in the long-lived daemon.
+ * PATCH of this node's labels, sent from a short-lived helper child (dp/helper.h): the program
+ * hyperlight-label-node (label_main.c) beside the daemon, run as  --dp-helper label-node ...,
+ * so that the HTTP and TLS code (https.h, Mbed TLS) is never even mapped into the daemon.
  *
  *   label-node <url> <token path> <ca path> <hypervisor>
  *
@@ -32,6 +32,8 @@
 #include "http_response.h"
 
 #define HL_LABEL_HELPER "label-node"
+/* The helper executable (label_main.c), installed in the daemon's own directory. */
+#define HL_LABEL_EXE "hyperlight-label-node"
 
 #define HL_LABEL_ENABLED "hyperlight.dev/enabled"
 #define HL_LABEL_HYPERVISOR "hyperlight.dev/hypervisor"

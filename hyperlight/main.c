@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "access.h"
 #include "config.h"
@@ -121,6 +123,20 @@ struct daemon {
 	hl_labels *labels;
 };
 
+/* HL_LABEL_EXE in the directory of our own binary (where /proc/self/exe links). */
+static const char *label_exe(char *buf, size_t size)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, size - 1);
+	char *slash;
+
+	if (n <= 0 || (size_t)n >= size - 1 - sizeof(HL_LABEL_EXE))
+		return "/" HL_LABEL_EXE;
+	buf[n] = '\0';
+	slash = strrchr(buf, '/');
+	snprintf(slash ? slash + 1 : buf, size - (size_t)(slash ? slash + 1 - buf : 0), "%s", HL_LABEL_EXE);
+	return buf;
+}
+
 static int start(struct daemon *d, const struct options *o, const struct hl_config *cfg,
 		 const struct hl_device *dev)
 {
@@ -132,7 +148,9 @@ static int start(struct daemon *d, const struct options *o, const struct hl_conf
 	r = hl_plugin_start(&d->plugin, d->loop, cfg, dev);
 	if (r < 0)
 		return r;
-	r = hl_labels_start(d->loop, dev->name, NULL, &d->labels);
+	char exe[PATH_MAX];
+	hl_labels_params lp = { .exe = label_exe(exe, sizeof(exe)) };
+	r = hl_labels_start(d->loop, dev->name, &lp, &d->labels);
 	if (r < 0)
 		dp_warn("node labels disabled", "error=%s", strerror(-r));
 	return 0;
@@ -199,13 +217,9 @@ int main(int argc, char **argv)
 {
 	struct options o = { 0 };
 
-	/* The helper children: this binary re-executed with --dp-helper (probe, node labels). */
-	dp_helper_entry helpers[HL_PROBE_MAX_HELPERS + 1];
-	size_t n = 0;
-	for (; n < hl_probe_n_helpers && n < HL_PROBE_MAX_HELPERS; n++)
-		helpers[n] = hl_probe_helpers[n];
-	helpers[n++] = hl_label_helper;
-	dp_helper_main(argc, argv, helpers, n);
+	/* The probe helper children: this binary re-executed with --dp-helper (the node-label
+	 * helper is its own program, HL_LABEL_EXE). */
+	dp_helper_main(argc, argv, hl_probe_helpers, hl_probe_n_helpers);
 	int r = parse_args(argc, argv, &o);
 	if (r != 0)
 		return r < 0 ? 0 : 2;

@@ -5,9 +5,11 @@
 #
 #   BUILD_DIR/image-context-kata/kata-device-plugin
 #       statically linked: the image holds this file and nothing else.
-#   BUILD_DIR/image-context-hyperlight/rootfs/{hyperlight-device-plugin,lib/ld-musl-x86_64.so.1}
-#       linked against musl's libc.so only (every other library static), with musl's dynamic
-#       loader and C library (one 690 KiB file) beside it. Dynamic, not static, for one reason:
+#   BUILD_DIR/image-context-hyperlight/rootfs/{hyperlight-device-plugin,hyperlight-label-node,
+#                                              lib/ld-musl-x86_64.so.1}
+#       the daemon and its node-label helper program, linked against musl's libc.so only (every
+#       other library static: Mbed TLS in the label helper only), with musl's dynamic loader and
+#       C library (one 690 KiB file) beside them. Dynamic, not static, for one reason:
 #       the tests' hypervisor stand-in (tests/fakes/hvshim.c) is an LD_PRELOAD library, and a
 #       static binary cannot preload it; with a musl-built shim
 #       (BUILD_DIR/musl-dynamic/libhvshim.so) the image runs the real probe code path on a
@@ -56,7 +58,7 @@ if [ ! -f "$out/build.ninja" ] || [ ! -f "$dyn/build.ninja" ] ||
 	echo "$config" >"$out/.static-config"
 fi
 ninja -C "$out" kata-device-plugin >/dev/null
-ninja -C "$dyn" hyperlight-device-plugin >/dev/null
+ninja -C "$dyn" hyperlight-device-plugin hyperlight-label-node >/dev/null
 # The hypervisor stand-in for the tests, built against musl (it must be loaded by musl's loader).
 musl-gcc -O2 -shared -fPIC -Wall -Wextra -Werror -idirafter "$kinc" -D_GNU_SOURCE \
 	-I"$src/core" -o "$dyn/libhvshim.so" "$src/tests/fakes/hvshim.c" "$src/core/compat/musl.c"
@@ -84,14 +86,16 @@ strip -o "$ctx/kata-device-plugin" "$bin"
 chmod 0755 "$ctx/kata-device-plugin"
 report "$ctx/kata-device-plugin" static
 
-bin=$dyn/hyperlight-device-plugin
-[ "$(interp "$bin")" = "$musl_loader" ] && [ "$(needed "$bin")" = "libc.so " ] ||
-	die "$bin: interpreter '$(interp "$bin")', NEEDED '$(needed "$bin")'; want $musl_loader and musl's libc.so only"
-check_unwind "$bin"
 ctx=$out/image-context-hyperlight
 rm -rf "$ctx"
 mkdir -p "$ctx/rootfs/lib"
-strip -o "$ctx/rootfs/hyperlight-device-plugin" "$bin"
-chmod 0755 "$ctx/rootfs/hyperlight-device-plugin"
+for name in hyperlight-device-plugin hyperlight-label-node; do
+	bin=$dyn/$name
+	[ "$(interp "$bin")" = "$musl_loader" ] && [ "$(needed "$bin")" = "libc.so " ] ||
+		die "$bin: interpreter '$(interp "$bin")', NEEDED '$(needed "$bin")'; want $musl_loader and musl's libc.so only"
+	check_unwind "$bin"
+	strip -o "$ctx/rootfs/$name" "$bin"
+	chmod 0755 "$ctx/rootfs/$name"
+	report "$ctx/rootfs/$name" "dynamic (musl's libc.so only)"
+done
 install -m 0755 "$(readlink -f "$musl_loader")" "$ctx/rootfs$musl_loader"
-report "$ctx/rootfs/hyperlight-device-plugin" "dynamic (musl's libc.so only)"

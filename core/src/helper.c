@@ -472,7 +472,7 @@ static void start_for_pending(dp_helper *h)
 	int e = start_run(h);
 
 	if (e < 0) {
-		result_set(&r, false, "cannot start helper: %s", strerror(-e));
+		result_set(&r, false, "cannot start helper %s: %s", h->argv[0], strerror(-e));
 		h->last = r;
 		h->has_last = true;
 		list_complete(h, &h->pending, &r);

@@ -8,7 +8,7 @@
  * Between fork and exec the child makes only async-signal-safe calls: default dispositions,
  * stdin /dev/null, stdout the pipe, every other fd closed except the two it still needs (both
  * close-on-exec), empty signal mask, exec. An exec failure is written to a close-on-exec pipe
- * as the errno; the parent reads it, so "cannot start helper: <reason>" stays precise.
+ * as the errno; the parent reads it, so "cannot start helper <path>: <reason>" stays precise.
  */
 #include "helper_internal.h"
 

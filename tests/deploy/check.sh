@@ -7,10 +7,10 @@
 #    docs/operations.md (check_manifests.py: python3-yaml).
 # 2. (The admission policies' CEL is checked for structure only: no CEL evaluator is packaged
 #    in Debian 12, and tests download nothing beyond Debian packages.)
-# 3. The image context (scripts/build-static.sh: the musl binary and musl's loader, nothing
-#    else): the binary runs in a chroot of it (root needed), every exec probe command of the
+# 3. The image context (scripts/build-static.sh: the musl daemon, its label helper program and
+#    musl's loader, nothing else): the binary runs in a chroot of it (root needed), every exec probe command of the
 #    DaemonSets parses there, and the daemon documents every variable the manifests set. In
-#    the chroot the node-label helper child sends its PATCH over TLS (Mbed TLS, linked in) to
+#    the chroot the node-label helper (hyperlight-label-node, Mbed TLS linked in) sends its PATCH over TLS to
 #    a local `openssl s_server` and reports the answer; a server certificate for another
 #    address is refused.
 # 4. Both daemons run as the DaemonSets run them (uid 0, no capabilities, no_new_privs, their
@@ -83,8 +83,8 @@ else
 	cp -a "$ctx" "$tmp/ctx"
 	root="$tmp/ctx/rootfs"
 	files=$(cd "$root" && find . -type f | sort | tr '\n' ' ')
-	result "image holds the binary and musl's loader, nothing else ($files)" \
-		"$([ "$files" = "./hyperlight-device-plugin ./lib/ld-musl-x86_64.so.1 " ] && echo 1)" "$files"
+	result "image holds the daemon, its label helper and musl's loader, nothing else ($files)" \
+		"$([ "$files" = "./hyperlight-device-plugin ./hyperlight-label-node ./lib/ld-musl-x86_64.so.1 " ] && echo 1)" "$files"
 	needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 	result "the binary needs musl's libc.so only (NEEDED: $needed)" "$([ "$needed" = "libc.so " ] && echo 1)" \
 		"NEEDED: $needed"
@@ -140,7 +140,7 @@ for ds in json.load(open(sys.argv[1])).values():
 	for _ in $(seq 100); do grep -q '^ACCEPT' "$lt/server.log" && break; sleep 0.1; done
 	port=$(sed -n 's/^ACCEPT 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$lt/server.log")
 	label_child() {
-		in_image /hyperlight-device-plugin --dp-helper label-node \
+		in_image /hyperlight-label-node --dp-helper label-node \
 			"https://127.0.0.1:${port:-1}/api/v1/nodes/node-in-image" /label-test/token /label-test/ca.crt kvm 2>&1
 	}
 	out=$(label_child)

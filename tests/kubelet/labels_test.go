@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -50,6 +51,13 @@ func newLabelScenario(t *testing.T, nodeName, token string, ca []byte,
 func newLabelScenarioWith(t *testing.T, c StubCert, nodeName, token string, ca []byte,
 	answer func(node *Node, n int, r *APIRequest) APIAnswer) *labelScenario {
 	t.Helper()
+	return newLabelScenarioBinary(t, "", c, nodeName, token, ca, answer)
+}
+
+// newLabelScenarioBinary is newLabelScenarioWith running the daemon binary bin ("": the build's).
+func newLabelScenarioBinary(t *testing.T, bin string, c StubCert, nodeName, token string, ca []byte,
+	answer func(node *Node, n int, r *APIRequest) APIAnswer) *labelScenario {
+	t.Helper()
 	node := newNode(t, true)
 	stub, err := StartAPIStubWith(c, func(n int, r *APIRequest) APIAnswer { return answer(node, n, r) })
 	if err != nil {
@@ -68,6 +76,9 @@ func newLabelScenarioWith(t *testing.T, c StubCert, nodeName, token string, ca [
 		env = append(env, "NODE_NAME="+nodeName)
 	}
 	s := prepare(t, node)
+	if bin != "" {
+		s.bin = bin
+	}
 	s.startDaemon(env...)
 	return &labelScenario{scenario: s, stub: stub}
 }
@@ -174,13 +185,22 @@ func (s *labelScenario) logLine(bound time.Duration, parts ...string) string {
 	return line
 }
 
-// noTLSInDaemon checks that the daemon process itself holds no TCP connection (the PATCH ran
-// in a helper child: no HTTP or TLS code runs in the long-lived process) and that the daemon is
-// confined (the child ran under the daemon's seccomp filter).
+// noTLSInDaemon checks that the daemon process itself never mapped a TLS library and holds no
+// TCP connection (the PATCH ran in the hyperlight-label-node helper child) and that the daemon
+// is confined (the child ran under the daemon's seccomp filter).
 func (s *labelScenario) noTLSInDaemon() {
 	s.t.Helper()
 	if v := procStatus(s.t, s.d.Pid(), "Seccomp"); v != "2" {
 		s.t.Errorf("/proc/%d/status Seccomp: %q, want 2 (confined)", s.d.Pid(), v)
+	}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", s.d.Pid()))
+	if err != nil {
+		s.fatalf("read the daemon's maps: %v", err)
+	}
+	for _, lib := range []string{"libmbed", "libssl", "libcrypto", "libcurl", "hyperlight-label-node"} {
+		if strings.Contains(string(maps), lib) {
+			s.t.Errorf("the daemon process maps %s; it belongs in the label helper child only", lib)
+		}
 	}
 	tcp := map[string]bool{}
 	for _, f := range []string{"tcp", "tcp6"} {
@@ -392,6 +412,35 @@ func TestLabelsCertificateForAnotherName(t *testing.T) {
 		"Common Name (CN) does not match")
 	if r := s.stub.Requests(); len(r) != 0 {
 		t.Errorf("requests reached a server whose certificate is for another name: %s", describeRequests(r))
+	}
+	s.stop()
+}
+
+// The daemon's directory lacks hyperlight-label-node (an image built without it): each attempt
+// fails with the program's path and the reason, is retried with the back-off, and the daemon
+// serves meanwhile.
+func TestLabelsHelperProgramMissing(t *testing.T) {
+	dir := t.TempDir()
+	build, err := BuildDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(build, HyperlightBinary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := filepath.Join(dir, HyperlightBinary)
+	if err := os.WriteFile(lone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newLabelScenarioBinary(t, lone, StubCert{IPs: []net.IP{net.ParseIP("127.0.0.1")}}, labelNode, "token-1", nil,
+		func(_ *Node, n int, r *APIRequest) APIAnswer { return APIAnswer{Status: 200} })
+	want := "cannot start helper " + filepath.Join(dir, "hyperlight-label-node") + ": No such file or directory"
+	s.logLine(startBound, "level=warn", `msg="node labelling failed"`, "attempt=1", want, "retry_in=1s")
+	s.logLine(hungBound, "level=warn", `msg="node labelling failed"`, "attempt=2", want)
+	s.servingMeanwhile()
+	if r := s.stub.Requests(); len(r) != 0 {
+		t.Errorf("requests without the label helper: %s", describeRequests(r))
 	}
 	s.stop()
 }

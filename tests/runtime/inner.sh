@@ -19,8 +19,14 @@ die() { bad "$*"; exit 1; }
 
 S=$T/store
 mkdir -p "$S/tmp" "$S/runc"
+# runc keeps its state in $S/runc: through a wrapper named as the runtime rather than with
+# --runtime-flag, because podman 4.3 does not pass runtime flags on to the "container cleanup"
+# that conmon runs when a container exits by itself, whose `runc delete` then created
+# /run/runc on the host (seen when that cleanup won the race against podman run's own).
+printf '#!/bin/sh\nexec /usr/bin/runc --root "%s" "$@"\n' "$S/runc" >"$S/runc-in-store"
+chmod 0755 "$S/runc-in-store"
 P=(podman --root "$S/root" --runroot "$S/runroot" --storage-driver vfs --cgroup-manager cgroupfs
-	--events-backend file --runtime runc --tmpdir "$S/tmp" --runtime-flag "root=$S/runc")
+	--events-backend file --runtime "$S/runc-in-store" --tmpdir "$S/tmp")
 RUN=(run --pull=never --network=none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
 BUILD_STORE=(podman --root "$build/podman/root" --runroot "$build/podman/runroot" --storage-driver vfs
 	--cgroup-manager cgroupfs --events-backend file --runtime runc)

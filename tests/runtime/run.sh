@@ -64,8 +64,8 @@ cleanup() {
 	# Containers still running (a failure mid-way): stop them from here; their state is in $T.
 	if [ -d "$T/store" ]; then
 		podman --root "$T/store/root" --runroot "$T/store/runroot" --storage-driver vfs \
-			--cgroup-manager cgroupfs --events-backend file --runtime runc --tmpdir "$T/store/tmp" \
-			--runtime-flag "root=$T/store/runc" rm -a -f -t 0 >/dev/null 2>&1 || true
+			--cgroup-manager cgroupfs --events-backend file --runtime "$T/store/runc-in-store" \
+			--tmpdir "$T/store/tmp" rm -a -f -t 0 >/dev/null 2>&1 || true
 	fi
 	# Everything created outside /tmp, newest first, only if it is still what we made.
 	if [ -s "$created" ]; then

@@ -321,7 +321,7 @@ static void test_exec_failure(void **state)
 	assert_int_equal(dp_helper_new(f->loop, "/nonexistent/helper", argv, LONG_DEADLINE, 0, &f->h), 0);
 	run_one(f, &x);
 	assert_false(x.r.ok);
-	assert_string_equal(x.r.reason, "cannot start helper: No such file or directory");
+	assert_string_equal(x.r.reason, "cannot start helper /nonexistent/helper: No such file or directory");
 	assert_int_equal(dp_helper_runs(f->h), 0);
 }
 
