@@ -208,7 +208,7 @@ static int start(struct daemon *d)
 
 /*
  * The image's binary is built against musl (scripts/build-static-kata.sh), whose stat(),
- * lstat() and open() (also inside opendir() and realpath()) make the legacy x86_64 system calls
+ * lstat() and open() make the legacy x86_64 system calls
  * where glibc makes newfstatat and openat; they reach nothing those do not.
  */
 static const dp_seccomp_rule kata_rules[] = {
