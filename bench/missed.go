@@ -20,7 +20,7 @@ type missedInput struct {
 	kataStaticRSS                     float64
 	hlStartReg                        stats
 	hlImage                           int64
-	kataIdle, hlIdle                  *results
+	kataIdle, kataDynIdle, hlIdle     *results
 	build                             string
 }
 

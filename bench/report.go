@@ -110,6 +110,10 @@ func main() {
 		{name: "reference", bin: bin("reference-go-plugin"), resource: refResource, env: []string{"DEVICE_COUNT=2000"}},
 	}
 	privateMountNS()
+	if *idleOnly != "" {
+		idleOnlyMode(kinds)
+		return
+	}
 	if *prof != "" {
 		for _, kd := range kinds {
 			if kd.name == *prof {
@@ -166,7 +170,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: scale done (%v)\n", kd.name, time.Since(began).Round(time.Second))
 	}
 	fmt.Fprintf(os.Stderr, "idle %d s...\n", *idleSec)
-	measureIdle(kinds[1:], res, *idleSec)
+	measureIdle(kinds, res, *idleSec)
 	imgNote := buildImages(src, build)
 	img := map[string]int64{}
 	for _, n := range []string{"kata-device-plugin", "hyperlight-device-plugin"} {
@@ -373,7 +377,7 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("")
 
 	writeScale(&d, probe, ceil, scale, enc)
-	writeIdle(&d, kata, hl, ref)
+	writeIdle(&d, ks, kata, hl, ref)
 	writeSizes(&d, res, staticSize, img, imgNote)
 	hp := func(f func(rssParts) int64) int64 {
 		return int64(medianOf(hl.runs, func(s startup) float64 { return float64(f(s.smaps)) }))
@@ -384,7 +388,7 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 			heap: hp(func(p rssParts) int64 { return p.heap }), stack: hp(func(p rssParts) int64 { return p.stack }),
 			anon: hp(func(p rssParts) int64 { return p.anon })},
 		kataStaticRSS: rS.med, hlStartReg: regH, hlImage: img["hyperlight-device-plugin"], build: *buildDir,
-		kataIdle: kata, hlIdle: hl,
+		kataIdle: ks, kataDynIdle: kata, hlIdle: hl,
 	})
 	if err := os.WriteFile(*outPath, d.b.Bytes(), 0o644); err != nil {
 		fatal("%v", err)
@@ -444,24 +448,27 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 	d.p("")
 }
 
-func writeIdle(d *doc, kata, hl, ref *results) {
+func writeIdle(d *doc, ks, kata, hl, ref *results) {
 	d.p("## Idle")
 	d.p("")
-	d.p("The three daemons (kata: the dynamic build) registered side by side, then %d s idle (`make bench BENCH_IDLE=...`", *idleSec)
-	d.p("sets it). CPU: the time on CPU of every thread from /proc/<pid>/task/*/schedstat (nanoseconds, the scheduler's own")
-	d.p("accounting), scaled to one minute; the daemon's own, not its probe helper children's (separate processes, whose")
-	d.p("cost is the helper-alone figure above). Wake-ups: the sum of voluntary and involuntary context switches of every thread (/proc/<pid>/task/*/status)")
-	d.p("over the period, scaled to one minute.")
+	d.p("The four daemons registered side by side, then %v for each to be past its first periodic tick (its one-time", idleWarmUp)
+	d.p("costs), then %d s idle (`make bench BENCH_IDLE=...` sets it), begun half-way between two instants of the coarse", *idleSec)
+	d.p("timers' 5 s grid so that it holds exactly %d of every 30 s tick. CPU: the time on CPU of every thread from", *idleSec/30)
+	d.p("/proc/<pid>/task/*/schedstat (nanoseconds, the scheduler's own accounting), scaled to one minute; the daemon's own,")
+	d.p("not its probe helper children's (separate processes, whose cost is the helper-alone figure above). Wake-ups: the")
+	d.p("sum of voluntary and involuntary context switches of every thread (/proc/<pid>/task/*/status) over the period,")
+	d.p("scaled to one minute. `sdp-bench -idle-only kata-static,kata,hyperlight,reference -idle-trace` repeats this part")
+	d.p("alone and prints every wake-up's CPU per daemon, with its place on the grid.")
 	d.p("")
 	cpu := func(r *results) float64 { return float64(r.idleNanos) / 1e6 * 60 / float64(*idleSec) }
 	wake := func(r *results) float64 { return float64(r.idleCtx) * 60 / float64(*idleSec) }
-	three := []string{"kata dynamic", "hyperlight", "reference", "kata/ref", "hyperlight/ref"}
-	d.table(three, []row{
-		{"CPU per idle minute (ms)", []string{f1(cpu(kata)), f1(cpu(hl)), f1(cpu(ref)), ratio(cpu(kata), cpu(ref)), ratio(cpu(hl), cpu(ref))},
-			"≤ 1 ms", mark(cpu(kata) <= 1 && cpu(hl) <= 1)},
-		{"context switches per idle minute", []string{f1(wake(kata)), f1(wake(hl)), f1(wake(ref)), ratio(wake(kata), wake(ref)), ratio(wake(hl), wake(ref))},
+	four := []string{"kata static", "kata dynamic", "hyperlight", "reference", "kata static/ref", "hyperlight/ref"}
+	d.table(four, []row{
+		{"CPU per idle minute (ms)", []string{f1(cpu(ks)), f1(cpu(kata)), f1(cpu(hl)), f1(cpu(ref)), ratio(cpu(ks), cpu(ref)), ratio(cpu(hl), cpu(ref))},
+			"≤ 1 ms", markEach(cpu(ks) <= 1, cpu(hl) <= 1)},
+		{"context switches per idle minute", []string{f1(wake(ks)), f1(wake(kata)), f1(wake(hl)), f1(wake(ref)), ratio(wake(ks), wake(ref)), ratio(wake(hl), wake(ref))},
 			"only the documented timers", "see below"},
-		{"threads", []string{fmt.Sprint(kata.idleThreads), fmt.Sprint(hl.idleThreads), fmt.Sprint(ref.idleThreads), "", ""}, "—", ""},
+		{"threads", []string{fmt.Sprint(ks.idleThreads), fmt.Sprint(kata.idleThreads), fmt.Sprint(hl.idleThreads), fmt.Sprint(ref.idleThreads), "", ""}, "—", ""},
 	})
 	d.p("Every idle wake-up source (docs/architecture.md, \"Timers\"). The periodic ones are coarse timers on one 5 s grid of")
 	d.p("the monotonic clock (core/src/loop.c, dp_timer_set_coarse), so all of them that are due wake the daemon once:")
@@ -472,7 +479,7 @@ func writeIdle(d *doc, kata, hl, ref *results) {
 	d.p("| health check (kata: each VFIO cdev and the CDI spec; hyperlight: device node, CDI spec, then the probe helper) | 30 s | both |")
 	d.p("| VFIO device-set rescan (sysfs; the backstop for what inotify on /dev/vfio/devices cannot see) | 30 s | kata |")
 	d.p("| the kubelet connection's idle check (it holds a ListAndWatch stream, so it is never closed) | 5 min | both |")
-	d.p("| hyperlight's probe helper: its exit (pidfd) and its output (pipe), after each check's fork+exec | with each check | hyperlight |")
+	d.p("| hyperlight's probe helper: its exit (pidfd) and its output (pipe), after each check's spawn | with each check | hyperlight |")
 	d.p("")
 	d.p("So kata wakes 2 times a minute (one 30 s grid tick doing the stat, the check and the rescan), hyperlight about 2")
 	d.p("ticks plus the helper's events for each check. A context switch count can exceed the wake-ups by the involuntary")
