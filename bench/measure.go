@@ -290,7 +290,7 @@ func measureIdle(kinds []daemonKind, res map[string]*results, secs int) [][]wake
 		nodes = append(nodes, nd)
 	}
 	time.Sleep(idleWarmUp)
-	time.Sleep(time.Duration((7.5 - gridSecond()) * float64(time.Second)) % (5 * time.Second))
+	time.Sleep(time.Duration((7.5-gridSecond())*float64(time.Second)) % (5 * time.Second))
 	t0 := make([]int64, len(nodes))
 	c0 := make([]int64, len(nodes))
 	pids := make([]int, len(nodes))
