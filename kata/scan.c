@@ -444,8 +444,8 @@ static void consider(struct ctx *c, int dfd, const char *name)
 		/* grown as found, up to max: a full-size array (512 KiB) would be a fresh mmap on
 		 * every rescan */
 		size_t cap = c->cap ? c->cap * 2 : 8;
-		cap = cap < c->max ? cap : c->max; /* at most KATA_MAX_ENTRIES: no overflow */
-		struct kata_device *v = realloc(c->devs, cap * sizeof(*v));
+		cap = cap < c->max ? cap : c->max;
+		struct kata_device *v = reallocarray(c->devs, cap, sizeof(*v));
 		if (!v) {
 			c->oom = true;
 			return;
