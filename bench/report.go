@@ -114,6 +114,10 @@ func main() {
 		idleOnlyMode(kinds)
 		return
 	}
+	if *allocOnly != "" {
+		allocOnlyMode(kinds)
+		return
+	}
 	if *prof != "" {
 		for _, kd := range kinds {
 			if kd.name == *prof {
@@ -156,6 +160,8 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "%s: done (%v)\n", kd.name, time.Since(began).Round(time.Second))
 	}
+	fmt.Fprintf(os.Stderr, "Allocates pinned to one CPU...\n")
+	measurePinned()
 	hlKind, refKind := kinds[2], kinds[3]
 	probe := summarize(probeAlone(hlKind.bin, *probes))
 	ceil := ceiling(hlKind)
@@ -299,6 +305,10 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("fork+exec of the daemon with `--dp-helper probe`, under the shim); the helper alone is")
 	d.p("`hyperlight-device-plugin --dp-helper probe kvm <root>/dev/kvm` run %d times from Go's os/exec (fork+exec+wait", *probes)
 	d.p("measured from the driver; it includes Go's own spawn cost).")
+	d.p("Pinned: the same runs again for kata static and the reference with the driver (the grpc-go client) and the daemon")
+	d.p("on one CPU (the driver re-run under `taskset -c 0 sdp-bench -alloc-only KIND`): no round trip then waits for a")
+	d.p("wake-up on the other virtual CPU (an inter-processor interrupt, a VM exit on this machine); each side still runs")
+	d.p("its own code, and the two alternate on the one CPU.")
 	d.p("")
 	pooled := func(r *results, f func(startup) []float64) stats { return all(r.runs, f) }
 	al := func(s startup) []float64 { return s.allocs }
@@ -339,6 +349,7 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 		{"Allocate p99 (µs)", cells4(apS, apK, apH, apR, p99, p99v), "—", ""},
 		{"Allocate min–max (µs)", append(cells4(apS, apK, apH, apR, mm, med)[:4], "", ""), "—", ""},
 		{"daemon CPU per Allocate (µs), median (min–max) of the runs", cells4(cS, cK, cH, cR, rng, med), "—", ""},
+		pinnedRows()[0], pinnedRows()[1],
 		{"probe helper alone median / p99 (µs)", []string{"—", "—", f1(probe.med) + " / " + f1(probe.p99), "—", "", ""}, "—", ""},
 		{"GetPreferredAllocation median (µs)", cells4(gpS, gpK, gpH, gpR, na(one), offered(med)), "—", ""},
 		{"GetPreferredAllocation p99 (µs)", cells4(gpS, gpK, gpH, gpR, na(p99), offered(p99v)), "—", ""},
@@ -451,7 +462,7 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 func writeIdle(d *doc, ks, kata, hl, ref *results) {
 	d.p("## Idle")
 	d.p("")
-	d.p("The four daemons registered side by side, then %v for each to be past its first periodic tick (its one-time", idleWarmUp)
+	d.p("The four daemons registered side by side, then %d s for each to be past its first periodic tick (its one-time", int(idleWarmUp.Seconds()))
 	d.p("costs), then %d s idle (`make bench BENCH_IDLE=...` sets it), begun half-way between two instants of the coarse", *idleSec)
 	d.p("timers' 5 s grid so that it holds exactly %d of every 30 s tick. CPU: the time on CPU of every thread from", *idleSec/30)
 	d.p("/proc/<pid>/task/*/schedstat (nanoseconds, the scheduler's own accounting), scaled to one minute; the daemon's own,")
