@@ -569,7 +569,8 @@ static void walk_sysfs(struct ctx *c)
 		return;
 	}
 	_cleanup_close_ int dfd = -2; /* opened for the first name walk_dev did not find */
-	qsort(c->devs, c->n, sizeof(*c->devs), cmp_num);
+	if (c->n > 1)
+		qsort(c->devs, c->n, sizeof(*c->devs), cmp_num);
 	while ((name = dir_next(&it))) {
 		if (k++ == c->max) {
 			too_many(c, &it, KATA_SYSFS_DIR);
@@ -614,7 +615,8 @@ static void drop_duplicates(struct ctx *c)
 {
 	char why[WHY_MAX];
 	size_t o = 0;
-	qsort(c->devs, c->n, sizeof(*c->devs), cmp_pci);
+	if (c->n > 1)
+		qsort(c->devs, c->n, sizeof(*c->devs), cmp_pci);
 	for (size_t i = 0; i < c->n; i++) {
 		bool dup_prev = i > 0 && c->devs[i - 1].pci_key == c->devs[i].pci_key;
 		bool dup_next = i + 1 < c->n && c->devs[i + 1].pci_key == c->devs[i].pci_key;
@@ -677,7 +679,8 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 		return r;
 	}
 	drop_duplicates(&c);
-	qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
+	if (c.n > 1)
+		qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
 	/* Keep only what was found (never NULL, even for none). */
 	struct kata_device *fit = realloc(c.devs, (c.n ? c.n : 1) * sizeof(*c.devs));
 	if (fit)
