@@ -274,8 +274,16 @@ func probeAlone(kind daemonKind, n int) []float64 {
 	return out
 }
 
-// measureIdle runs every kind side by side for the idle period.
-func measureIdle(kinds []daemonKind, res map[string]*results, secs int) {
+// idleWarmUp: the daemons' first periodic tick (30 s after start, rounded to the 5 s grid,
+// at most 34 s) is behind them before the idle period begins: the period measures the ticks a
+// daemon repeats for days, not its first one's one-time costs (pages first touched).
+const idleWarmUp = 35 * time.Second
+
+// measureIdle runs every kind side by side for the idle period; with -idle-trace it also
+// returns each daemon's wake-ups (idle.go). The period begins half-way between two instants of
+// the coarse timers' 5 s grid, after idleWarmUp: a 60 s period then holds exactly two of every
+// 30 s tick (begun on the grid at a random phase, it held one to three).
+func measureIdle(kinds []daemonKind, res map[string]*results, secs int) [][]wake {
 	var nodes []*node
 	for _, kd := range kinds {
 		nd := newNode(kd)
@@ -283,13 +291,26 @@ func measureIdle(kinds []daemonKind, res map[string]*results, secs int) {
 		nd.waitStarted()
 		nodes = append(nodes, nd)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(idleWarmUp)
+	time.Sleep(time.Duration((7.5-gridSecond())*float64(time.Second)) % (5 * time.Second))
 	t0 := make([]int64, len(nodes))
 	c0 := make([]int64, len(nodes))
+	pids := make([]int, len(nodes))
 	for i, nd := range nodes {
-		t0[i], c0[i] = cpuNanos(nd.d.Pid()), ctxSwitches(nd.d.Pid())
+		pids[i] = nd.d.Pid()
+		t0[i], c0[i] = cpuNanos(pids[i]), ctxSwitches(pids[i])
 	}
+	var traces [][]wake
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		if *idleTrace {
+			traces = traceIdle(pids, stop)
+		}
+	}()
 	time.Sleep(time.Duration(secs) * time.Second)
+	close(stop)
+	<-done
 	for i, nd := range nodes {
 		r := res[nd.kind.name]
 		r.idleNanos = cpuNanos(nd.d.Pid()) - t0[i]
@@ -297,6 +318,7 @@ func measureIdle(kinds []daemonKind, res map[string]*results, secs int) {
 		r.idleThreads = threads(nd.d.Pid())
 		nd.close()
 	}
+	return traces
 }
 
 func fileSize(p string) int64 {

@@ -30,7 +30,7 @@ func profile(kind daemonKind, wait, hold time.Duration) {
 	areq := &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{snap.Devices[0].ID}}}}
 	var v []float64
 	c := p.Client()
-	t0 := cpuTicks(pid)
+	t0 := cpuNanos(pid)
 	for i := 0; i < *allocs; i++ {
 		t := time.Now()
 		if _, err := c.Allocate(context.Background(), areq); err != nil {
@@ -40,7 +40,7 @@ func profile(kind daemonKind, wait, hold time.Duration) {
 	}
 	s := summarize(v)
 	m = readMem(pid)
-	cpu := float64(cpuTicks(pid)-t0) * 1e4 / float64(len(v))
+	cpu := float64(cpuNanos(pid)-t0) / 1e3 / float64(len(v))
 	fmt.Printf("%s: %d Allocates: median %.1f µs, p99 %.1f µs, daemon CPU %.1f µs per call; VmRSS %d KiB\n", kind.name, s.n, s.med, s.p99, cpu, m.rss)
 	c0 := ctxSwitches(pid)
 	fmt.Printf("%s: pid %d; holding %v\n", kind.name, pid, hold)

@@ -113,6 +113,14 @@ func main() {
 		{name: "reference", bin: bin("reference-go-plugin"), resource: refResource, env: []string{"DEVICE_COUNT=2000"}},
 	}
 	privateMountNS()
+	if *idleOnly != "" {
+		idleOnlyMode(kinds)
+		return
+	}
+	if *allocOnly != "" {
+		allocOnlyMode(kinds)
+		return
+	}
 	if *prof != "" {
 		for _, kd := range kinds {
 			if kd.name == *prof {
@@ -155,6 +163,8 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "%s: done (%v)\n", kd.name, time.Since(began).Round(time.Second))
 	}
+	fmt.Fprintf(os.Stderr, "Allocates pinned to one CPU...\n")
+	measurePinned()
 	hlKind, refKind := kinds[2], kinds[3]
 	probe := summarize(probeAlone(hlKind, *probes))
 	ceil := ceiling(hlKind)
@@ -169,7 +179,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: scale done (%v)\n", kd.name, time.Since(began).Round(time.Second))
 	}
 	fmt.Fprintf(os.Stderr, "idle %d s...\n", *idleSec)
-	measureIdle(kinds[1:], res, *idleSec)
+	measureIdle(kinds, res, *idleSec)
 	imgNote := buildImages(src, build)
 	img := map[string]int64{}
 	for _, n := range []string{"kata-device-plugin", "hyperlight-device-plugin"} {
@@ -301,6 +311,10 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("fork+exec of the daemon with `--dp-helper probe`, under the shim); the helper alone is")
 	d.p("`hyperlight-device-plugin --dp-helper probe kvm <root>/dev/kvm` run %d times from Go's os/exec (fork+exec+wait", *probes)
 	d.p("measured from the driver; it includes Go's own spawn cost).")
+	d.p("Pinned: the same runs again for kata static and the reference with the driver (the grpc-go client) and the daemon")
+	d.p("on one CPU (the driver re-run under `taskset -c 0 sdp-bench -alloc-only KIND`): no round trip then waits for a")
+	d.p("wake-up on the other virtual CPU (an inter-processor interrupt, a VM exit on this machine); each side still runs")
+	d.p("its own code, and the two alternate on the one CPU.")
 	d.p("")
 	pooled := func(r *results, f func(startup) []float64) stats { return all(r.runs, f) }
 	al := func(s startup) []float64 { return s.allocs }
@@ -341,6 +355,7 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 		{"Allocate p99 (µs)", cells4(apS, apK, apH, apR, p99, p99v), "—", ""},
 		{"Allocate min–max (µs)", append(cells4(apS, apK, apH, apR, mm, med)[:4], "", ""), "—", ""},
 		{"daemon CPU per Allocate (µs), median (min–max) of the runs", cells4(cS, cK, cH, cR, rng, med), "—", ""},
+		pinnedRows()[0], pinnedRows()[1],
 		{"probe helper alone median / p99 (µs)", []string{"—", "—", f1(probe.med) + " / " + f1(probe.p99), "—", "", ""}, "—", ""},
 		{"GetPreferredAllocation median (µs)", cells4(gpS, gpK, gpH, gpR, na(one), offered(med)), "—", ""},
 		{"GetPreferredAllocation p99 (µs)", cells4(gpS, gpK, gpH, gpR, na(p99), offered(p99v)), "—", ""},
@@ -379,7 +394,7 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("")
 
 	writeScale(&d, probe, ceil, scale, enc)
-	writeIdle(&d, kata, hl, ref)
+	writeIdle(&d, ks, kata, hl, ref)
 	writeSizes(&d, res, staticSize, img, imgNote)
 	hp := func(f func(rssParts) int64) int64 {
 		return int64(medianOf(hl.runs, func(s startup) float64 { return float64(f(s.smaps)) }))
@@ -390,7 +405,7 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 			heap: hp(func(p rssParts) int64 { return p.heap }), stack: hp(func(p rssParts) int64 { return p.stack }),
 			anon: hp(func(p rssParts) int64 { return p.anon })},
 		kataStaticRSS: rS.med, hlStartReg: regH, hlImage: img["hyperlight-device-plugin"], build: *buildDir,
-		kataIdle: kata, hlIdle: hl,
+		kataIdle: ks, kataDynIdle: kata, hlIdle: hl,
 	})
 	if err := os.WriteFile(*outPath, d.b.Bytes(), 0o644); err != nil {
 		fatal("%v", err)
@@ -450,24 +465,27 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 	d.p("")
 }
 
-func writeIdle(d *doc, kata, hl, ref *results) {
+func writeIdle(d *doc, ks, kata, hl, ref *results) {
 	d.p("## Idle")
 	d.p("")
-	d.p("The three daemons (kata: the dynamic build) registered side by side, then %d s idle (`make bench BENCH_IDLE=...`", *idleSec)
-	d.p("sets it). CPU: the time on CPU of every thread from /proc/<pid>/task/*/schedstat (nanoseconds, the scheduler's own")
-	d.p("accounting), scaled to one minute; the daemon's own, not its probe helper children's (separate processes, whose")
-	d.p("cost is the helper-alone figure above). Wake-ups: the sum of voluntary and involuntary context switches of every thread (/proc/<pid>/task/*/status)")
-	d.p("over the period, scaled to one minute.")
+	d.p("The four daemons registered side by side, then %d s for each to be past its first periodic tick (its one-time", int(idleWarmUp.Seconds()))
+	d.p("costs), then %d s idle (`make bench BENCH_IDLE=...` sets it), begun half-way between two instants of the coarse", *idleSec)
+	d.p("timers' 5 s grid so that it holds exactly %d of every 30 s tick. CPU: the time on CPU of every thread from", *idleSec/30)
+	d.p("/proc/<pid>/task/*/schedstat (nanoseconds, the scheduler's own accounting), scaled to one minute; the daemon's own,")
+	d.p("not its probe helper children's (separate processes, whose cost is the helper-alone figure above). Wake-ups: the")
+	d.p("sum of voluntary and involuntary context switches of every thread (/proc/<pid>/task/*/status) over the period,")
+	d.p("scaled to one minute. `sdp-bench -idle-only kata-static,kata,hyperlight,reference -idle-trace` repeats this part")
+	d.p("alone and prints every wake-up's CPU per daemon, with its place on the grid.")
 	d.p("")
 	cpu := func(r *results) float64 { return float64(r.idleNanos) / 1e6 * 60 / float64(*idleSec) }
 	wake := func(r *results) float64 { return float64(r.idleCtx) * 60 / float64(*idleSec) }
-	three := []string{"kata dynamic", "hyperlight", "reference", "kata/ref", "hyperlight/ref"}
-	d.table(three, []row{
-		{"CPU per idle minute (ms)", []string{f1(cpu(kata)), f1(cpu(hl)), f1(cpu(ref)), ratio(cpu(kata), cpu(ref)), ratio(cpu(hl), cpu(ref))},
-			"≤ 1 ms", mark(cpu(kata) <= 1 && cpu(hl) <= 1)},
-		{"context switches per idle minute", []string{f1(wake(kata)), f1(wake(hl)), f1(wake(ref)), ratio(wake(kata), wake(ref)), ratio(wake(hl), wake(ref))},
+	four := []string{"kata static", "kata dynamic", "hyperlight", "reference", "kata static/ref", "hyperlight/ref"}
+	d.table(four, []row{
+		{"CPU per idle minute (ms)", []string{f1(cpu(ks)), f1(cpu(kata)), f1(cpu(hl)), f1(cpu(ref)), ratio(cpu(ks), cpu(ref)), ratio(cpu(hl), cpu(ref))},
+			"≤ 1 ms", markEach(cpu(ks) <= 1, cpu(hl) <= 1)},
+		{"context switches per idle minute", []string{f1(wake(ks)), f1(wake(kata)), f1(wake(hl)), f1(wake(ref)), ratio(wake(ks), wake(ref)), ratio(wake(hl), wake(ref))},
 			"only the documented timers", "see below"},
-		{"threads", []string{fmt.Sprint(kata.idleThreads), fmt.Sprint(hl.idleThreads), fmt.Sprint(ref.idleThreads), "", ""}, "—", ""},
+		{"threads", []string{fmt.Sprint(ks.idleThreads), fmt.Sprint(kata.idleThreads), fmt.Sprint(hl.idleThreads), fmt.Sprint(ref.idleThreads), "", ""}, "—", ""},
 	})
 	d.p("Every idle wake-up source (docs/architecture.md, \"Timers\"). The periodic ones are coarse timers on one 5 s grid of")
 	d.p("the monotonic clock (core/src/loop.c, dp_timer_set_coarse), so all of them that are due wake the daemon once:")
@@ -478,7 +496,7 @@ func writeIdle(d *doc, kata, hl, ref *results) {
 	d.p("| health check (kata: each VFIO cdev and the CDI spec; hyperlight: device node, CDI spec, then the probe helper) | 30 s | both |")
 	d.p("| VFIO device-set rescan (sysfs; the backstop for what inotify on /dev/vfio/devices cannot see) | 30 s | kata |")
 	d.p("| the kubelet connection's idle check (it holds a ListAndWatch stream, so it is never closed) | 5 min | both |")
-	d.p("| hyperlight's probe helper: its exit (pidfd) and its output (pipe), after each check's fork+exec | with each check | hyperlight |")
+	d.p("| hyperlight's probe helper: its exit (pidfd) and its output (pipe), after each check's spawn | with each check | hyperlight |")
 	d.p("")
 	d.p("So kata wakes 2 times a minute (one 30 s grid tick doing the stat, the check and the rescan), hyperlight about 2")
 	d.p("ticks plus the helper's events for each check. A context switch count can exceed the wake-ups by the involuntary")

@@ -22,9 +22,14 @@
 struct ctx {
 	const struct kata_scan_opts *o;
 	size_t max;
-	char sysroot[PATH_MAX]; /* realpath of <root>/sys; "" when missing */
+	char sysroot[PATH_MAX]; /* the canonical path of <root>/sys; "" when unknown */
+	int procfd;             /* /proc/self/fd (O_PATH), or -1 with proc_errno */
+	int proc_errno;
+	int classfd;            /* <root>/sys/class/vfio-dev, or -1 with class_errno */
+	int class_errno;
 	struct kata_device *devs;
-	size_t n;
+	size_t n, cap;
+	bool oom;
 };
 
 /* ---- logging ---- */
@@ -208,50 +213,70 @@ static int read_attr(int dirfd, const char *name, const char *shown, char *buf, 
 
 /* ---- one device ---- */
 
-/* Resolve path (under the root) with realpath; the result must lie inside the root's /sys. */
-static int resolve_in_sys(const struct ctx *c, const char *path, const char *shown, char **ret, char *why)
+/* The path fd is open at, as the kernel names it (/proc/self/fd/<fd>): buf (PATH_MAX). Length, or
+ * negative errno. */
+static ssize_t fd_path(const struct ctx *c, int fd, char *buf)
 {
-	char *res = realpath(path, NULL);
-	if (!res) {
-		int r = -errno;
-		if (r == -ELOOP)
-			whyf(why, "symlink loop at %s", shown);
-		else if (r == -ENOENT)
-			whyf(why, "%s does not resolve to an existing path", shown);
-		else
-			whyf(why, "cannot resolve %s: %s", shown, strerror(-r));
-		return r;
-	}
-	size_t sl = strlen(c->sysroot);
-	if (!c->sysroot[0] || strncmp(res, c->sysroot, sl) != 0 || res[sl] != '/') {
-		whyf(why, "%s resolves outside %s/sys: %s", shown, dp_root(), res);
-		free(res);
-		return -EXDEV;
-	}
-	*ret = res;
-	return 0;
+	char link[16];
+	if (c->procfd < 0)
+		return -c->proc_errno;
+	snprintf(link, sizeof(link), "%d", fd);
+	ssize_t n = readlinkat(c->procfd, link, buf, PATH_MAX);
+	if (n < 0)
+		return -errno;
+	if (n == 0 || n >= PATH_MAX || buf[0] != '/')
+		return -ENAMETOOLONG;
+	buf[n] = '\0';
+	return n;
 }
 
-static int open_dir(const char *path, const char *shown, char *why)
+/*
+ * Resolve name (relative to dirfd) following every link, as realpath() does, and ask the kernel
+ * where it led: two system calls on every rescan where realpath() makes one readlink per path
+ * component. The result must lie inside the root's /sys; real (PATH_MAX) gets it. Returns an fd
+ * of the directory, or negative errno with why set. When the target resolves inside but cannot
+ * be opened as a directory, the fd is an O_PATH one and *open_err that open's errno, which the
+ * caller reports after its own checks of the path (as an open of realpath()'s result would).
+ */
+static int resolve_in_sys(const struct ctx *c, int dirfd, const char *name, const char *shown,
+			  char *real, int *open_err, char *why)
 {
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
-		int r = -errno;
-		whyf(why, "cannot open %s: %s", shown, strerror(-r));
-		return r;
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	*open_err = fd < 0 ? errno : 0;
+	if (fd < 0) /* resolution errors are this open's too */
+		fd = openat(dirfd, name, O_PATH | O_CLOEXEC);
+	ssize_t r = fd < 0 ? -errno : fd_path(c, fd, real);
+	if (r < 0) {
+		if (r == -ELOOP)
+			whyf(why, "symlink loop at %s", shown);
+		else if (r == -ENOENT && fd < 0)
+			whyf(why, "%s does not resolve to an existing path", shown);
+		else
+			whyf(why, "cannot resolve %s: %s", shown, strerror((int)-r));
+		return (int)r;
 	}
-	return fd;
+	size_t sl = strlen(c->sysroot);
+	if (!sl || strncmp(real, c->sysroot, sl) != 0 || real[sl] != '/') {
+		whyf(why, "%s resolves outside %s/sys: %s", shown, dp_root(), real);
+		return -EXDEV;
+	}
+	return TAKE_FD(fd);
+}
+
+static int open_failed(int open_err, const char *shown, char *why)
+{
+	whyf(why, "cannot open %s: %s", shown, strerror(open_err));
+	return -open_err;
 }
 
 /* /sys/class/vfio-dev/<name>: its dev number must match the cdev's. Returns the entry's fd. */
 static int open_class_entry(const struct ctx *c, struct kata_device *d, char *why)
 {
-	char path[PATH_MAX], shown[64], buf[ATTR_MAX + 1];
-	_cleanup_free_ char *real = NULL;
+	char path[PATH_MAX], real[PATH_MAX], shown[64], buf[ATTR_MAX + 1];
 	struct stat st;
 	size_t n;
 	dev_t devno;
-	int r;
+	int r, open_err;
 
 	snprintf(shown, sizeof(shown), KATA_SYSFS_DIR "/%s", d->name);
 	r = dp_path(path, sizeof(path), shown);
@@ -259,16 +284,18 @@ static int open_class_entry(const struct ctx *c, struct kata_device *d, char *wh
 		whyf(why, "invalid root prefix");
 		return r;
 	}
-	if (lstat(path, &st) < 0 && errno == ENOENT) {
+	/* through the class directory opened once per scan, else by path */
+	int dirfd = c->classfd >= 0 ? c->classfd : AT_FDCWD;
+	const char *name = c->classfd >= 0 ? d->name : path;
+	_cleanup_close_ int fd = resolve_in_sys(c, dirfd, name, shown, real, &open_err, why);
+	if (fd == -ENOENT && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT) {
 		whyf(why, "cdev without sysfs: %s is missing", shown);
 		return -ENOENT;
 	}
-	r = resolve_in_sys(c, path, shown, &real, why);
-	if (r < 0)
-		return r;
-	_cleanup_close_ int fd = open_dir(real, shown, why);
 	if (fd < 0)
 		return fd;
+	if (open_err)
+		return open_failed(open_err, shown, why);
 	r = read_attr(fd, "dev", shown, buf, &n, why);
 	if (r < 0)
 		return r;
@@ -288,10 +315,9 @@ static int open_class_entry(const struct ctx *c, struct kata_device *d, char *wh
  * the kernel does). Returns its directory fd; dir (PATH_MAX) gets its path without the root. */
 static int open_pci_device(const struct ctx *c, int entry_fd, struct kata_device *d, char *dir, char *why)
 {
-	char path[PATH_MAX], shown[64];
-	_cleanup_free_ char *real = NULL;
+	char real[PATH_MAX], shown[64];
 	struct stat st;
-	int r;
+	int r, open_err;
 
 	snprintf(shown, sizeof(shown), KATA_SYSFS_DIR "/%s/device", d->name);
 	if (fstatat(entry_fd, "device", &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -306,12 +332,9 @@ static int open_pci_device(const struct ctx *c, int entry_fd, struct kata_device
 		whyf(why, "%s is not a symlink", shown);
 		return -EINVAL;
 	}
-	r = dp_path(path, sizeof(path), shown);
-	if (r < 0)
-		return r;
-	r = resolve_in_sys(c, path, shown, &real, why);
-	if (r < 0)
-		return r;
+	_cleanup_close_ int fd = resolve_in_sys(c, entry_fd, "device", shown, real, &open_err, why);
+	if (fd < 0)
+		return fd;
 	const char *base = strrchr(real, '/') + 1;
 	snprintf(dir, PATH_MAX, "%s", real + strlen(dp_root()));
 	if (!parse_pci(base, &d->pci_key)) {
@@ -319,7 +342,7 @@ static int open_pci_device(const struct ctx *c, int entry_fd, struct kata_device
 		return -EINVAL;
 	}
 	snprintf(d->pci, sizeof(d->pci), "%s", base);
-	return open_dir(real, dir, why);
+	return open_err ? open_failed(open_err, dir, why) : TAKE_FD(fd);
 }
 
 static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const char *dir)
@@ -391,6 +414,7 @@ static void consider(struct ctx *c, int dfd, const char *name)
 		skip(c, DP_LOG_WARN, name, "name is not vfio<N> (N decimal without leading zeros)");
 		return;
 	}
+	d.num = num;
 	snprintf(d.name, sizeof(d.name), "%.15s", name); /* parse_name: at most 13 characters */
 	snprintf(d.path, sizeof(d.path), KATA_DEV_DIR "/%.15s", name);
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -416,16 +440,20 @@ static void consider(struct ctx *c, int dfd, const char *name)
 		return;
 	}
 	d.row = (size_t)row;
+	if (c->n == c->cap) {
+		/* grown as found, up to max: a full-size array (512 KiB) would be a fresh mmap on
+		 * every rescan */
+		size_t cap = c->cap ? c->cap * 2 : 8;
+		cap = cap < c->max ? cap : c->max;
+		struct kata_device *v = reallocarray(c->devs, cap, sizeof(*v));
+		if (!v) {
+			c->oom = true;
+			return;
+		}
+		c->devs = v;
+		c->cap = cap;
+	}
 	c->devs[c->n++] = d;
-}
-
-static void too_many(const struct ctx *c, DIR *dir, const char *shown)
-{
-	size_t total = c->max + 1;
-	while (readdir(dir))
-		total++;
-	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "too many entries, ignoring the rest",
-	       "dir=%s entries=%zu considered=%zu", shown, total, c->max);
 }
 
 static bool dot(const char *name)
@@ -433,18 +461,54 @@ static bool dot(const char *name)
 	return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
 }
 
+/* A directory read with getdents64 into a buffer of its own: opendir() allocates one on every
+ * rescan (musl: an mmap and a munmap of 8 KiB, and the page fault between). */
+struct dir_iter {
+	int fd;
+	size_t pos, len;
+	_Alignas(8) char buf[4096];
+};
+
+/* The next name other than "." and "..", or NULL at the end (or on a read error, as readdir). */
+static const char *dir_next(struct dir_iter *it)
+{
+	for (;;) {
+		if (it->pos >= it->len) {
+			ssize_t n = getdents64(it->fd, (void *)it->buf, sizeof(it->buf));
+			if (n <= 0)
+				return NULL;
+			it->pos = 0;
+			it->len = (size_t)n;
+		}
+		const struct dirent64 *de = (const struct dirent64 *)(void *)(it->buf + it->pos);
+		it->pos += de->d_reclen;
+		if (!dot(de->d_name))
+			return de->d_name;
+	}
+}
+
+static void too_many(const struct ctx *c, struct dir_iter *it, const char *shown)
+{
+	size_t total = c->max + 1;
+	while (dir_next(it))
+		total++;
+	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "too many entries, ignoring the rest",
+	       "dir=%s entries=%zu considered=%zu", shown, total, c->max);
+}
+
 static int walk_dev(struct ctx *c, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
-	struct dirent *de;
+	struct dir_iter it = { 0 };
+	const char *name;
 	size_t k = 0;
 	int r = dp_path(path, sizeof(path), KATA_DEV_DIR);
 	if (r < 0) {
 		snprintf(err, errlen, "invalid %s", DP_TEST_ROOT_ENV);
 		return r;
 	}
-	DIR *dir = opendir(path);
-	if (!dir) {
+	_cleanup_close_ int fd = it.fd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
 		if (errno == ENOENT) {
 			dp_debug("no VFIO cdev directory", "dir=%s", path);
 			return 0;
@@ -453,60 +517,81 @@ static int walk_dev(struct ctx *c, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read %s: %s", KATA_DEV_DIR, strerror(-r));
 		return r;
 	}
-	while ((de = readdir(dir))) {
-		if (dot(de->d_name))
-			continue;
+	while ((name = dir_next(&it))) {
 		if (k++ == c->max) {
-			too_many(c, dir, KATA_DEV_DIR);
+			too_many(c, &it, KATA_DEV_DIR);
 			break;
 		}
-		consider(c, dirfd(dir), de->d_name);
+		consider(c, fd, name);
 	}
-	closedir(dir);
 	return 0;
+}
+
+static int cmp_num(const void *a, const void *b)
+{
+	const struct kata_device *x = a, *y = b;
+	return x->num < y->num ? -1 : x->num > y->num;
+}
+
+/* Whether walk_dev found vfio<num> (c->devs sorted by number): its cdev needs no second stat. */
+static bool found(const struct ctx *c, unsigned num)
+{
+	size_t lo = 0, hi = c->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (c->devs[mid].num == num)
+			return true;
+		if (c->devs[mid].num < num)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
 }
 
 /* sysfs entries whose name has no entry (of any type) in /dev/vfio/devices. */
 static void walk_sysfs(struct ctx *c)
 {
-	char path[PATH_MAX], cdev[PATH_MAX], why[WHY_MAX];
-	struct dirent *de;
+	char cdev[PATH_MAX], why[WHY_MAX];
+	struct dir_iter it = { 0 };
+	const char *name;
 	struct stat st;
 	size_t k = 0;
 	unsigned num;
 
-	if (dp_path(path, sizeof(path), KATA_SYSFS_DIR) < 0 || dp_path(cdev, sizeof(cdev), KATA_DEV_DIR) < 0)
+	if (dp_path(cdev, sizeof(cdev), KATA_DEV_DIR) < 0)
 		return;
-	DIR *dir = opendir(path);
-	if (!dir) {
-		if (errno != ENOENT)
+	it.fd = c->classfd;
+	if (it.fd < 0) {
+		if (c->class_errno != ENOENT)
 			dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "cannot read VFIO sysfs class",
-			       "dir=%s error=%s", KATA_SYSFS_DIR, strerror(errno));
+			       "dir=%s error=%s", KATA_SYSFS_DIR, strerror(c->class_errno));
 		return;
 	}
-	int dfd = open(cdev, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	while ((de = readdir(dir))) {
-		if (dot(de->d_name))
-			continue;
+	_cleanup_close_ int dfd = -2; /* opened for the first name walk_dev did not find */
+	if (c->n > 1)
+		qsort(c->devs, c->n, sizeof(*c->devs), cmp_num);
+	while ((name = dir_next(&it))) {
 		if (k++ == c->max) {
-			too_many(c, dir, KATA_SYSFS_DIR);
+			too_many(c, &it, KATA_SYSFS_DIR);
 			break;
 		}
-		if (!parse_name(de->d_name, &num)) {
-			dp_debug("ignoring sysfs entry", "dir=%s name=%s", KATA_SYSFS_DIR, de->d_name);
+		if (!parse_name(name, &num)) {
+			dp_debug("ignoring sysfs entry", "dir=%s name=%s", KATA_SYSFS_DIR, name);
 			continue;
 		}
-		if (dfd >= 0 && fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		if (found(c, num))
+			continue;
+		if (dfd == -2)
+			dfd = openat(AT_FDCWD, cdev, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0 && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
 			continue;
 		if (dfd >= 0 && errno != ENOENT)
 			continue; /* unknowable: say nothing rather than something wrong */
 		whyf(why, "sysfs entry without cdev: " KATA_SYSFS_DIR "/%s exists, " KATA_DEV_DIR "/%s does not",
-		     de->d_name, de->d_name);
-		skip(c, DP_LOG_WARN, de->d_name, why);
+		     name, name);
+		skip(c, DP_LOG_WARN, name, why);
 	}
-	if (dfd >= 0)
-		close(dfd);
-	closedir(dir);
 }
 
 static int cmp_pci(const void *a, const void *b)
@@ -530,7 +615,8 @@ static void drop_duplicates(struct ctx *c)
 {
 	char why[WHY_MAX];
 	size_t o = 0;
-	qsort(c->devs, c->n, sizeof(*c->devs), cmp_pci);
+	if (c->n > 1)
+		qsort(c->devs, c->n, sizeof(*c->devs), cmp_pci);
 	for (size_t i = 0; i < c->n; i++) {
 		bool dup_prev = i > 0 && c->devs[i - 1].pci_key == c->devs[i].pci_key;
 		bool dup_next = i + 1 < c->n && c->devs[i + 1].pci_key == c->devs[i].pci_key;
@@ -550,33 +636,52 @@ static int init_ctx(struct ctx *c, const struct kata_scan_opts *o)
 	char path[PATH_MAX];
 	c->o = o;
 	c->max = o->max_entries ? o->max_entries : KATA_MAX_ENTRIES;
-	c->devs = calloc(c->max, sizeof(*c->devs));
-	if (!c->devs)
-		return -ENOMEM;
 	int r = dp_path(path, sizeof(path), "/sys");
 	if (r < 0)
 		return r;
-	if (!realpath(path, c->sysroot))
-		c->sysroot[0] = '\0';
+	c->procfd = openat(AT_FDCWD, "/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	c->proc_errno = c->procfd < 0 ? errno : 0;
+	_cleanup_close_ int sys = openat(AT_FDCWD, path, O_PATH | O_CLOEXEC);
+	if (sys < 0 || fd_path(c, sys, c->sysroot) < 0)
+		c->sysroot[0] = '\0'; /* nothing resolves inside */
+	if (dp_path(path, sizeof(path), KATA_SYSFS_DIR) < 0)
+		return -EINVAL;
+	c->classfd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	c->class_errno = c->classfd < 0 ? errno : 0;
 	return 0;
+}
+
+static void ctx_close(struct ctx *c)
+{
+	if (c->procfd >= 0)
+		close(c->procfd);
+	if (c->classfd >= 0)
+		close(c->classfd);
 }
 
 int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *err, size_t errlen)
 {
-	struct ctx c = { 0 };
+	struct ctx c = { .procfd = -1, .classfd = -1 };
 	int r = init_ctx(&c, o);
-	if (r >= 0)
-		r = walk_dev(&c, err, errlen);
+	if (r < 0)
+		snprintf(err, errlen, "invalid " DP_TEST_ROOT_ENV " (not an absolute path, or too long)");
 	else
-		snprintf(err, errlen, "%s", r == -ENOMEM ? "out of memory" : "invalid " DP_TEST_ROOT_ENV " (not an absolute path, or too long)");
+		r = walk_dev(&c, err, errlen);
+	if (r >= 0 && c.oom) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+	}
+	if (r >= 0)
+		walk_sysfs(&c);
+	ctx_close(&c);
 	if (r < 0) {
 		free(c.devs);
 		return r;
 	}
-	walk_sysfs(&c);
 	drop_duplicates(&c);
-	qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
-	/* Keep only what was found: the array was sized for KATA_MAX_ENTRIES (512 KiB). */
+	if (c.n > 1)
+		qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
+	/* Keep only what was found (never NULL, even for none). */
 	struct kata_device *fit = realloc(c.devs, (c.n ? c.n : 1) * sizeof(*c.devs));
 	if (fit)
 		c.devs = fit;

@@ -7,14 +7,17 @@
  * symlink, regular file or directory of that name is skipped):
  *   /sys/class/vfio-dev/vfioN must resolve inside <root>/sys to a directory whose "dev" reads
  *   "MAJ:MIN\n" equal to the cdev's number; its "device" must be a symlink that resolves
- *   (realpath: relative to the entry's real location, as the kernel does; a loop is ELOOP)
- *   inside <root>/sys to a directory named by a PCI address "dddd:bb:dd.f" (lower-case hex,
+ *   (every link followed, relative to the entry's real location, as the kernel does; a loop is
+ *   ELOOP) inside <root>/sys to a directory named by a PCI address "dddd:bb:dd.f" (lower-case hex,
  *   4 to 8 domain digits, device <= 0x1f, function <= 7) holding "vendor" = "0x" + 4 hex digits
  *   + "\n" and "class" = "0x" + 6 hex digits + "\n"; "numa_node" = "-1\n" or a decimal 0..65535
  *   + "\n" (missing or malformed: -1, logged; the device is kept).
  * Every attribute is opened O_RDONLY|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK (a FIFO never blocks),
  * must be a regular file, and is read once, at most 64 bytes (64 bytes read = too long).
  * /sys/class/vfio-dev entries without a /dev entry of the same name are reported too.
+ * "Resolves to" is the path the kernel gives for the opened directory (/proc/self/fd): the
+ * canonical path realpath() computes with one readlink per component, in two system calls
+ * (the scan runs every 30 s); without /proc nothing resolves (each entry skipped, saying why).
  * At most max_entries directory entries of each directory are considered (one warning when
  * there are more). Two cdevs claiming the same PCI device are both skipped.
  *
@@ -50,6 +53,7 @@ struct kata_device {
 	uint32_t pci_class;
 	int numa_node; /* -1: unknown */
 	size_t row;    /* index of the matching table row */
+	unsigned num;  /* N of vfioN */
 };
 
 struct kata_scan_opts {

@@ -458,14 +458,15 @@ static int set_error(dp_cdi_file *f, int r, const char *fmt, ...)
 /* Open dir, creating it (0755 whatever the umask; not its parents) when missing. */
 static int open_dir(dp_cdi_file *f)
 {
-	int fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* openat: musl's open() follows itself with an fcntl(FD_CLOEXEC) */
+	int fd = openat(AT_FDCWD, f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	if (fd < 0 && errno == ENOENT) {
 		bool created = mkdir(f->dir, 0755) == 0;
 		int e = errno;
 		if (!created && e != EEXIST)
 			return set_error(f, -e, "cannot create directory %s: %s", f->dir, strerror(e));
-		fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		fd = openat(AT_FDCWD, f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd >= 0 && created && fchmod(fd, 0755) < 0)
 			dp_debug("cdi: cannot chmod directory", "path=%s errno=%d", f->dir, errno);
 	}

@@ -506,7 +506,11 @@ int dp_timer_set_coarse(dp_source *s, uint64_t usec, uint64_t interval_usec)
 		return -EINVAL;
 	if (usec < DP_TIMER_GRID_USEC)
 		return timer_arm(s->fd, usec, interval_usec);
-	at = (dp_now_usec() + usec + DP_TIMER_GRID_USEC - 1) / DP_TIMER_GRID_USEC * DP_TIMER_GRID_USEC;
+	/* the slack: re-armed from a grid expiry's callback (a few ms after it), a timer lands
+	 * usec later on the grid, not one step more (a 30 s check re-armed that way ran every 35 s,
+	 * each time a wake-up of its own) */
+	at = (dp_now_usec() + usec - DP_TIMER_SLACK_USEC + DP_TIMER_GRID_USEC - 1) / DP_TIMER_GRID_USEC *
+	     DP_TIMER_GRID_USEC;
 	usec_to_timespec(at, &its.it_value);
 	usec_to_timespec(interval_usec, &its.it_interval);
 	if (timerfd_settime(s->fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)

@@ -15,6 +15,8 @@
 #define ALL32 0xffffffffu
 /* fork(): glibc's clone for a new process; threads and namespaces are refused. */
 #define FORK_FLAGS (CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD)
+/* the helper runner's clone (helper_spawn.c): the child shares memory until its exec */
+#define SPAWN_FLAGS (CLONE_VM | CLONE_VFORK | SIGCHLD)
 
 const dp_seccomp_rule dp_seccomp_core_rules[] = {
 	/* event loop: epoll, timerfd, signalfd, inotify, child exits (pidfd; waitid polling) */
@@ -44,7 +46,7 @@ const dp_seccomp_rule dp_seccomp_core_rules[] = {
 	/* memory */
 	DP_SC("brk"), DP_SC("mmap"), DP_SC("munmap"), DP_SC("mremap"), DP_SC("mprotect"),
 	DP_SC("madvise"),
-	/* the helper runner: fork, then in the child dup2/close_range/sigaction and the exec of
+	/* the helper runner: clone, then in the child dup2/close_range/sigaction and the exec of
 	 * the daemon's own binary (dp_seccomp_exec_rule); then the dynamic loader and the C
 	 * library's start-up in the new image, until the helper installs its own filter */
 #ifndef __GLIBC__
@@ -52,7 +54,7 @@ const dp_seccomp_rule dp_seccomp_core_rules[] = {
 	 * send the signal with tkill, not tgkill */
 	DP_SC("fork"), DP_SC("tkill"),
 #endif
-	DP_SC_ARG("clone", 0, ALL32, FORK_FLAGS), DP_SC("dup2"), DP_SC("dup3"), DP_SC("close_range"),
+	DP_SC_ARG("clone", 0, ALL32, FORK_FLAGS), DP_SC_ARG("clone", 0, ALL32, SPAWN_FLAGS), DP_SC("dup2"), DP_SC("dup3"), DP_SC("close_range"),
 	DP_SC("rt_sigaction"), DP_SC("arch_prctl"), DP_SC("set_tid_address"),
 	DP_SC("set_robust_list"), DP_SC("rseq"), DP_SC("prlimit64"), DP_SC("getrandom"),
 	/* a helper child adding its own, narrower filter (a filter can only take rights away) */

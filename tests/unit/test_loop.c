@@ -306,6 +306,44 @@ static void test_timer_coarse_shared_wakeup(void **state)
 	dp_source_free(sc);
 }
 
+/* A one-shot coarse timer re-armed from its own callback (as the periodic health check is)
+ * stays on the instants of a periodic coarse timer of the same interval: every time it fires,
+ * it fires in the same batch as the periodic one (one wake-up, not two). The interval is two
+ * grid steps, so that landing one step late would fall between the periodic expiries. */
+static int on_timer_rearm(dp_source *s, void *userdata)
+{
+	struct timer_state *t = userdata;
+
+	t->count++;
+	assert_int_equal(dp_timer_set_coarse(s, 2 * DP_TIMER_GRID_USEC, 0), 0);
+	return 0;
+}
+
+static void test_timer_coarse_rearm_stays_on_grid(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct timer_state a = {0}, b = {0};
+	dp_source *sa, *sb;
+	uint64_t end;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add(l, 0, 0, on_timer, &a, &sa), 0);
+	assert_int_equal(dp_timer_set_coarse(sa, 2 * DP_TIMER_GRID_USEC, 2 * DP_TIMER_GRID_USEC), 0);
+	assert_int_equal(dp_timer_add(l, 0, 0, on_timer_rearm, &b, &sb), 0);
+	assert_int_equal(dp_timer_set_coarse(sb, 2 * DP_TIMER_GRID_USEC, 0), 0);
+	end = dp_now_usec() + 8 * DP_TIMER_GRID_USEC;
+	while (b.count < 2 && dp_now_usec() < end) {
+		int before = b.count;
+		int n = dp_loop_run_once(l, 100);
+		if (b.count > before)
+			assert_int_equal(n, 2); /* with the periodic one */
+	}
+	assert_int_equal(b.count, 2);
+	assert_int_equal(a.count, 2);
+	dp_source_free(sa);
+	dp_source_free(sb);
+}
+
 /* Wait (bounded) until the given delay has passed, so that timers are expired in the kernel. */
 static void spin_until(uint64_t t)
 {
@@ -776,6 +814,7 @@ int main(void)
 		cmocka_unit_test(test_timer_oneshot_rearm),
 		cmocka_unit_test(test_timer_periodic),
 		cmocka_unit_test(test_timer_coarse_shared_wakeup),
+		cmocka_unit_test(test_timer_coarse_rearm_stays_on_grid),
 		cmocka_unit_test(test_timer_stale_in_batch),
 		cmocka_unit_test(test_free_other_in_batch),
 		cmocka_unit_test(test_free_owned_in_batch),

@@ -394,6 +394,10 @@ static void make_hostile(void)
 	broken_class(38, NULL, 0);
 	link_to("vendor", "sys/devices/pci0000:00/0000:38:00.0/class");
 	broken_link(39, "../../../../dev"); /* inside the root, outside /sys */
+	put("sys/class/vfio-dev/vfio42", "x", 1); /* a file where the class entry should be */
+	cdev("vfio42", 42);
+	put("sys/devices/pci0000:00/0000:4a:00.0", "x", 1); /* resolves inside, to a file */
+	broken_link(43, "../../../devices/pci0000:00/0000:4a:00.0");
 }
 
 static const struct hostile hostile[] = {
@@ -431,6 +435,8 @@ static const struct hostile hostile[] = {
 	{ "vfio37", "symlink loop at /sys/class/vfio-dev/vfio37" },
 	{ "vfio38", "/class is a symlink" },
 	{ "vfio39", "resolves outside" },
+	{ "vfio42", "cannot open /sys/class/vfio-dev/vfio42: Not a directory" },
+	{ "vfio43", "cannot open /sys/devices/pci0000:00/0000:4a:00.0: Not a directory" },
 };
 
 /* Every hostile entry: skipped, exactly one warn line naming it and why; the good ones intact. */

@@ -69,12 +69,15 @@ int dp_timer_set(dp_source *s, uint64_t usec, uint64_t interval_usec);
 int dp_timer_set_asap(dp_source *s);
 
 /* Backstop and periodic timers share wake-ups: with usec >= DP_TIMER_GRID_USEC the timer fires
- * first at the earliest multiple of DP_TIMER_GRID_USEC on CLOCK_MONOTONIC at or after usec from
- * now (so up to one grid step late), then every interval_usec (0: one-shot; a multiple of the
- * grid stays on it). Every coarse timer of the process (and of other processes using the same
- * grid) expires at the same instants, so a 5 s backstop and a 30 s check wake the process once,
- * not twice. Below the grid it is dp_timer_set. */
+ * first at the earliest multiple of DP_TIMER_GRID_USEC on CLOCK_MONOTONIC at or after usec minus
+ * DP_TIMER_SLACK_USEC from now (so up to the slack early, up to one grid step late), then every
+ * interval_usec (0: one-shot; a multiple of the grid stays on it). Every coarse timer of the
+ * process (and of other processes using the same grid) expires at the same instants, so a 5 s
+ * backstop and a 30 s check wake the process once, not twice; the slack keeps a one-shot timer
+ * re-armed from a grid expiry's callback on the same instants as the periodic ones. Below the
+ * grid it is dp_timer_set. */
 #define DP_TIMER_GRID_USEC (5 * DP_USEC_PER_SEC)
+#define DP_TIMER_SLACK_USEC (1 * DP_USEC_PER_SEC)
 int dp_timer_set_coarse(dp_source *s, uint64_t usec, uint64_t interval_usec);
 
 /* Block sig in this thread and receive it through a signalfd. The signal stays blocked after
