@@ -12,6 +12,8 @@
 #   child with waitid every 10 ms and signals it with kill(2) (core/src/loop.c).
 # - execveat (322) fails with ENOSYS: the helper runner execs the same path with execve, which
 #   the seccomp filter allows only under valgrind (core/src/seccomp.c).
+# - the helper runner's clone(CLONE_VM | CLONE_VFORK) runs as a fork: valgrind issues
+#   clone(CLONE_VFORK | SIGCHLD), which the filter also allows only under valgrind.
 # valgrind warns about each of these unhandled calls; those warnings are expected.
 # - seccomp(2) (317) is not implemented either: libseccomp falls back to prctl(PR_SET_SECCOMP),
 #   so the filter also applies to valgrind's own calls. The daemons' lists leave valgrind room

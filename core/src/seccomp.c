@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <seccomp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +131,9 @@ static int add_sanitizer_rules(scmp_filter_ctx ctx)
 
 /* Under valgrind (make valgrind; detected at run time, never true in production): execveat is
  * not implemented (ENOSYS), so the helper runner falls back to execve of its path, and
- * valgrind's own code in a forked child makes calls the daemon never makes. */
+ * valgrind's own code in a forked child makes calls the daemon never makes. The helper
+ * runner's clone(CLONE_VM | CLONE_VFORK) reaches the kernel as clone(CLONE_VFORK | SIGCHLD):
+ * valgrind runs it as a fork. */
 static int add_valgrind_rules(scmp_filter_ctx ctx)
 {
 	static const int extra[] = { SCMP_SYS(execve), SCMP_SYS(pipe), SCMP_SYS(open),
@@ -140,6 +144,9 @@ static int add_valgrind_rules(scmp_filter_ctx ctx)
 		return 0;
 	for (size_t i = 0; i < DP_ELEMENTSOF(extra) && r >= 0; i++)
 		r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, extra[i], 0);
+	if (r >= 0)
+		r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+				     SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, CLONE_VFORK | SIGCHLD));
 	return r;
 }
 

@@ -7,7 +7,7 @@
  * SIGKILL (through its pidfd); a child that is still not reaped after a grace period keeps the
  * helper "blocked": every request fails at once with that reason until the child is reaped.
  *
- * Child protocol: the binary is started (fork + execveat of the fd dp_helper_new opened, default
+ * Child protocol: the binary is started (clone + execveat of the fd dp_helper_new opened, default
  * signal dispositions, empty signal mask; helper_spawn.c) as
  * <exe> --dp-helper <name> [args...]  with stdin /dev/null, stdout a
  * pipe and stderr inherited; it writes exactly one line: "ok[ detail]\n" or "fail <reason>\n"
