@@ -234,7 +234,8 @@ func ceiling(kind daemonKind) int {
 	}
 	defer n.Remove()
 	n.MknodKVM()
-	r, err := k.RunCommand(10*time.Second, kind.bin, k.DaemonEnv(n.Root, "DEVICE_COUNT=4294967295"))
+	env := append(append([]string{}, kind.env...), "DEVICE_COUNT=4294967295") // kind.env: its shim
+	r, err := k.RunCommand(10*time.Second, kind.bin, k.DaemonEnv(n.Root, env...))
 	if err != nil {
 		fatal("%v", err)
 	}

@@ -172,7 +172,13 @@ func main() {
 	enc := encodeBench(build, counts)
 	scale := map[string][]scalePoint{}
 	for _, kd := range []daemonKind{hlKind, refKind} {
-		kd.env = nil
+		var keep []string // its shim, not its DEVICE_COUNT: measureScale sets that
+		for _, e := range kd.env {
+			if !strings.HasPrefix(e, "DEVICE_COUNT=") {
+				keep = append(keep, e)
+			}
+		}
+		kd.env = keep
 		for _, c := range counts {
 			scale[kd.name] = append(scale[kd.name], measureScale(kd, c, *runs))
 		}
