@@ -204,45 +204,37 @@ static int tcp_connect(struct exchange *x)
 	return 0;
 }
 
-/* Mbed TLS's I/O callbacks: blocking up to the deadline. */
-static int bio_send(void *ctx, const unsigned char *buf, size_t len)
+/* One send (events POLLOUT) or recv (POLLIN), waiting for the socket up to the deadline. */
+static int bio_io(struct exchange *x, unsigned char *buf, size_t len, short events)
 {
-	struct exchange *x = ctx;
 	int r;
 
 	for (;;) {
-		ssize_t n = send(x->fd, buf, len, MSG_NOSIGNAL);
+		ssize_t n = events == POLLOUT ? send(x->fd, buf, len, MSG_NOSIGNAL) : recv(x->fd, buf, len, 0);
 		if (n >= 0)
 			return (int)n;
 		if (errno != EINTR && errno != EAGAIN)
 			break;
-		if (errno == EAGAIN && (r = wait_fd(x->fd, POLLOUT, x->deadline)) < 0) {
+		if (errno == EAGAIN && (r = wait_fd(x->fd, events, x->deadline)) < 0) {
 			errno = -r;
 			break;
 		}
 	}
 	x->io_err = errno;
-	return errno == ETIMEDOUT ? MBEDTLS_ERR_SSL_TIMEOUT : MBEDTLS_ERR_NET_SEND_FAILED;
+	if (errno == ETIMEDOUT)
+		return MBEDTLS_ERR_SSL_TIMEOUT;
+	return events == POLLOUT ? MBEDTLS_ERR_NET_SEND_FAILED : MBEDTLS_ERR_NET_RECV_FAILED;
+}
+
+/* Mbed TLS's I/O callbacks. */
+static int bio_send(void *ctx, const unsigned char *buf, size_t len)
+{
+	return bio_io(ctx, (unsigned char *)buf, len, POLLOUT);
 }
 
 static int bio_recv(void *ctx, unsigned char *buf, size_t len)
 {
-	struct exchange *x = ctx;
-	int r;
-
-	for (;;) {
-		ssize_t n = recv(x->fd, buf, len, 0);
-		if (n >= 0)
-			return (int)n;
-		if (errno != EINTR && errno != EAGAIN)
-			break;
-		if (errno == EAGAIN && (r = wait_fd(x->fd, POLLIN, x->deadline)) < 0) {
-			errno = -r;
-			break;
-		}
-	}
-	x->io_err = errno;
-	return errno == ETIMEDOUT ? MBEDTLS_ERR_SSL_TIMEOUT : MBEDTLS_ERR_NET_RECV_FAILED;
+	return bio_io(ctx, buf, len, POLLIN);
 }
 
 /* ---------------------------------------------------------------- TLS */

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <limits.h>
 #include <sys/sysmacros.h>
-#include <unistd.h>
 
 #include "access.h"
 #include "config.h"
@@ -123,18 +122,10 @@ struct daemon {
 	hl_labels *labels;
 };
 
-/* HL_LABEL_EXE in the directory of our own binary (where /proc/self/exe links). */
+/* HL_LABEL_EXE in the directory of our own binary (dp_helper_sibling), else at the root. */
 static const char *label_exe(char *buf, size_t size)
 {
-	ssize_t n = readlink("/proc/self/exe", buf, size - 1);
-	char *slash;
-
-	if (n <= 0 || (size_t)n >= size - 1 - sizeof(HL_LABEL_EXE))
-		return "/" HL_LABEL_EXE;
-	buf[n] = '\0';
-	slash = strrchr(buf, '/');
-	snprintf(slash ? slash + 1 : buf, size - (size_t)(slash ? slash + 1 - buf : 0), "%s", HL_LABEL_EXE);
-	return buf;
+	return dp_helper_sibling(HL_LABEL_EXE, buf, size) == 0 ? buf : "/" HL_LABEL_EXE;
 }
 
 static int start(struct daemon *d, const struct options *o, const struct hl_config *cfg,

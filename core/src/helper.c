@@ -619,6 +619,24 @@ static const char *self_exe(char *buf, size_t size)
 	return buf;
 }
 
+int dp_helper_sibling(const char *name, char *buf, size_t size)
+{
+	char self[PATH_MAX];
+	const char *p = self_exe(self, sizeof(self));
+	const char *slash = strrchr(p, '/');
+	int n;
+
+	if (!name || !*name || strchr(name, '/') || !buf || size == 0)
+		return -EINVAL;
+	if (p != self || !slash)
+		return -ENOENT;
+	n = snprintf(NULL, 0, "%.*s/%s", (int)(slash - p), p, name);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	snprintf(buf, size, "%.*s/%s", (int)(slash - p), p, name);
+	return 0;
+}
+
 int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t deadline_usec,
 		  uint64_t kill_grace_usec, dp_helper **ret)
 {

@@ -620,6 +620,25 @@ static void test_no_fd_leak(void **state)
 	}
 }
 
+/* dp_helper_sibling: the name in this test binary's own directory; bad names and a buffer too
+ * small are errors that leave the buffer alone. */
+static void test_sibling(void **state)
+{
+	char self[4096], want[4200], buf[4200], small[8] = "keep";
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	assert_true(n > 0);
+	self[n] = '\0';
+	*strrchr(self, '/') = '\0';
+	snprintf(want, sizeof(want), "%s/hyperlight-label-node", self);
+	assert_int_equal(dp_helper_sibling("hyperlight-label-node", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, want);
+	assert_int_equal(dp_helper_sibling("a/b", buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(dp_helper_sibling("", buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(dp_helper_sibling("x", small, sizeof(small)), -ENAMETOOLONG);
+	assert_string_equal(small, "keep");
+}
+
 int main(int argc, char **argv)
 {
 	dp_helper_main(argc, argv, entries, DP_ELEMENTSOF(entries));
@@ -650,6 +669,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_free_from_callback, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_while_running, setup, teardown),
 		cmocka_unit_test(test_no_fd_leak),
+		cmocka_unit_test(test_sibling),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

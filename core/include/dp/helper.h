@@ -64,6 +64,11 @@ void dp_helper_reply_fail(const char *fmt, ...) _printf_(1, 2);
 
 /* ---- parent side ---- */
 
+/* The program name (no '/') in our own binary's directory (where /proc/self/exe links) into
+ * buf: a helper shipped beside the daemon. -EINVAL, -ENOENT (/proc/self/exe unreadable),
+ * -ENAMETOOLONG; buf is written only on success. */
+int dp_helper_sibling(const char *name, char *buf, size_t size);
+
 /* exe: path to execute (NULL: our own binary, where /proc/self/exe links); argv: name and arguments after DP_HELPER_ARG
  * (copied, NULL-terminated); deadline_usec: from the start of each run; kill_grace_usec: time
  * after SIGKILL before the helper counts as blocked (it stays blocked until reaped).
