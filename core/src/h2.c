@@ -284,12 +284,21 @@ void dp_h2_close(dp_h2 *h, bool flush, int error)
 		h2_finish(h);
 }
 
+/*
+ * The input is peeked, handled (the answers flushed) and only then consumed. Consuming a unix
+ * socket's data frees the sender's buffer space, which wakes a peer waiting for EPOLLOUT (Go's
+ * netpoller registers every socket for it): consumed first, that wake-up lands on an idle
+ * client between its request and our answer, one more cross-CPU wake-up per call (an
+ * inter-processor interrupt, a VM exit on a virtual machine); consumed after the answer, it
+ * meets a client the answer already woke. The bytes consumed are the bytes peeked: only this
+ * loop reads the socket.
+ */
 static void h2_read(dp_h2 *h)
 {
 	static uint8_t buf[H2_READ_CHUNK];
 
 	for (int i = 0; i < H2_READS_PER_WAKE && !h->closing && (h->events & EPOLLIN); i++) {
-		ssize_t n = read(h->fd, buf, sizeof(buf)), r;
+		ssize_t n = recv(h->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT), r;
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -307,6 +316,10 @@ static void h2_read(dp_h2 *h)
 		}
 		if (!h->closing)
 			h2_flush(h);
+		if (recv(h->fd, buf, (size_t)n, MSG_DONTWAIT) != n) {
+			h2_fail(h, -EIO);
+			break;
+		}
 		if ((size_t)n < sizeof(buf))
 			break;
 	}
