@@ -25,6 +25,7 @@ struct ctx {
 	char sysroot[PATH_MAX]; /* the canonical path of <root>/sys; "" when unknown */
 	int procfd;             /* /proc/self/fd (O_PATH), or -1 with proc_errno */
 	int proc_errno;
+	bool procfd_cached;     /* procfd and sysroot came from (and procfd belongs to) the cache */
 	int classfd;            /* <root>/sys/class/vfio-dev, or -1 with class_errno */
 	int class_errno;
 	struct kata_device *devs;
@@ -178,7 +179,8 @@ static bool parse_name(const char *name, unsigned *ret)
 
 /* Read attribute name of dirfd into buf (ATTR_MAX + 1 bytes); *ret_n its length. shown: the
  * path for messages. 0, or negative errno with why set. */
-static int read_attr(int dirfd, const char *name, const char *shown, char *buf, size_t *ret_n, char *why)
+static int read_attr(int dirfd, const char *name, const char *shown, char *buf, size_t *ret_n,
+		     struct stat *ret_st, char *why)
 {
 	struct stat st;
 	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
@@ -208,7 +210,61 @@ static int read_attr(int dirfd, const char *name, const char *shown, char *buf, 
 	}
 	buf[n] = '\0';
 	*ret_n = (size_t)n;
+	if (ret_st)
+		*ret_st = st;
 	return 0;
+}
+
+typedef bool (*parse_fn)(const char *buf, size_t n, uint64_t *ret);
+
+/* An immutable attribute's value: the cache's when the file is the one the previous scan read,
+ * else read, parsed and given to the cache. 0; -EBADMSG when it does not parse (the caller
+ * says what it expected); another negative errno with why set. */
+static int attr_value(const struct ctx *c, int dirfd, const char *name, const char *shown,
+		      enum kata_cache_kind kind, parse_fn parse, uint64_t *ret, char *why)
+{
+	char buf[ATTR_MAX + 1];
+	struct stat st;
+	size_t n;
+	kata_cache *cache = c->o->cache;
+	if (cache && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+	    kata_cache_get(cache, &st, kind, ret))
+		return 0;
+	int r = read_attr(dirfd, name, shown, buf, &n, &st, why);
+	if (r < 0)
+		return r;
+	if (!parse(buf, n, ret))
+		return -EBADMSG;
+	if (cache)
+		kata_cache_put(cache, &st, kind, *ret);
+	return 0;
+}
+
+static bool parse_devno_u64(const char *buf, size_t n, uint64_t *ret)
+{
+	dev_t d;
+	if (!parse_devno(buf, n, &d))
+		return false;
+	*ret = (uint64_t)d;
+	return true;
+}
+
+static bool parse_vendor(const char *buf, size_t n, uint64_t *ret)
+{
+	uint32_t v;
+	if (!parse_hex(buf, n, 4, &v))
+		return false;
+	*ret = v;
+	return true;
+}
+
+static bool parse_class(const char *buf, size_t n, uint64_t *ret)
+{
+	uint32_t v;
+	if (!parse_hex(buf, n, 6, &v))
+		return false;
+	*ret = v;
+	return true;
 }
 
 /* ---- one device ---- */
@@ -272,9 +328,9 @@ static int open_failed(int open_err, const char *shown, char *why)
 /* /sys/class/vfio-dev/<name>: its dev number must match the cdev's. Returns the entry's fd. */
 static int open_class_entry(const struct ctx *c, struct kata_device *d, char *why)
 {
-	char path[PATH_MAX], real[PATH_MAX], shown[64], buf[ATTR_MAX + 1];
+	char path[PATH_MAX], real[PATH_MAX], shown[64];
 	struct stat st;
-	size_t n;
+	uint64_t v;
 	dev_t devno;
 	int r, open_err;
 
@@ -296,13 +352,14 @@ static int open_class_entry(const struct ctx *c, struct kata_device *d, char *wh
 		return fd;
 	if (open_err)
 		return open_failed(open_err, shown, why);
-	r = read_attr(fd, "dev", shown, buf, &n, why);
-	if (r < 0)
-		return r;
-	if (!parse_devno(buf, n, &devno)) {
+	r = attr_value(c, fd, "dev", shown, KATA_CACHE_DEV, parse_devno_u64, &v, why);
+	if (r == -EBADMSG) {
 		whyf(why, "%s/dev is not \"MAJ:MIN\\n\"", shown);
 		return -EINVAL;
 	}
+	if (r < 0)
+		return r;
+	devno = (dev_t)v;
 	if (devno != d->rdev) {
 		whyf(why, "dev number mismatch: %s is %u:%u but %s/dev says %u:%u", d->path,
 		     major(d->rdev), minor(d->rdev), shown, major(devno), minor(devno));
@@ -351,7 +408,7 @@ static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const 
 	size_t n = 0;
 
 	d->numa_node = -1;
-	if (read_attr(fd, "numa_node", dir, buf, &n, why) == 0) {
+	if (read_attr(fd, "numa_node", dir, buf, &n, NULL, why) == 0) {
 		if (parse_numa(buf, n, &d->numa_node))
 			return;
 		whyf(why, "%s/numa_node is not \"-1\\n\" or a node number + newline", dir);
@@ -362,27 +419,25 @@ static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const 
 
 static int read_identity(const struct ctx *c, int fd, struct kata_device *d, const char *dir, char *why)
 {
-	char buf[ATTR_MAX + 1];
-	uint32_t v;
-	size_t n;
+	uint64_t v;
 	int r;
 
-	r = read_attr(fd, "vendor", dir, buf, &n, why);
-	if (r < 0)
-		return r;
-	if (!parse_hex(buf, n, 4, &v)) {
+	r = attr_value(c, fd, "vendor", dir, KATA_CACHE_VENDOR, parse_vendor, &v, why);
+	if (r == -EBADMSG) {
 		whyf(why, "%s/vendor is not \"0x\" + 4 hex digits + newline", dir);
 		return -EINVAL;
 	}
-	d->vendor = (uint16_t)v;
-	r = read_attr(fd, "class", dir, buf, &n, why);
 	if (r < 0)
 		return r;
-	if (!parse_hex(buf, n, 6, &v)) {
+	d->vendor = (uint16_t)v;
+	r = attr_value(c, fd, "class", dir, KATA_CACHE_CLASS, parse_class, &v, why);
+	if (r == -EBADMSG) {
 		whyf(why, "%s/class is not \"0x\" + 6 hex digits + newline", dir);
 		return -EINVAL;
 	}
-	d->pci_class = v;
+	if (r < 0)
+		return r;
+	d->pci_class = (uint32_t)v;
 	read_numa(c, fd, d, dir);
 	return 0;
 }
@@ -631,6 +686,29 @@ static void drop_duplicates(struct ctx *c)
 	c->n = o;
 }
 
+/* /proc/self/fd and the canonical <root>/sys as an earlier scan under the same root found them. */
+static bool cached_root(struct ctx *c)
+{
+	const char *sysroot;
+	if (!c->o->cache || !kata_cache_root(c->o->cache, dp_root(), &c->procfd, &sysroot))
+		return false;
+	snprintf(c->sysroot, sizeof(c->sysroot), "%s", sysroot);
+	c->procfd_cached = true;
+	return true;
+}
+
+/* Open /proc/self/fd and resolve sys (the root's /sys); found, they go to the cache. */
+static void find_root(struct ctx *c, const char *sys)
+{
+	c->procfd = openat(AT_FDCWD, "/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	c->proc_errno = c->procfd < 0 ? errno : 0;
+	_cleanup_close_ int fd = openat(AT_FDCWD, sys, O_PATH | O_CLOEXEC);
+	if (fd < 0 || fd_path(c, fd, c->sysroot) < 0)
+		c->sysroot[0] = '\0'; /* nothing resolves inside */
+	else if (c->o->cache && kata_cache_set_root(c->o->cache, dp_root(), c->procfd, c->sysroot) == 0)
+		c->procfd_cached = true;
+}
+
 static int init_ctx(struct ctx *c, const struct kata_scan_opts *o)
 {
 	char path[PATH_MAX];
@@ -639,11 +717,10 @@ static int init_ctx(struct ctx *c, const struct kata_scan_opts *o)
 	int r = dp_path(path, sizeof(path), "/sys");
 	if (r < 0)
 		return r;
-	c->procfd = openat(AT_FDCWD, "/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	c->proc_errno = c->procfd < 0 ? errno : 0;
-	_cleanup_close_ int sys = openat(AT_FDCWD, path, O_PATH | O_CLOEXEC);
-	if (sys < 0 || fd_path(c, sys, c->sysroot) < 0)
-		c->sysroot[0] = '\0'; /* nothing resolves inside */
+	if (o->cache)
+		kata_cache_begin(o->cache);
+	if (!cached_root(c))
+		find_root(c, path);
 	if (dp_path(path, sizeof(path), KATA_SYSFS_DIR) < 0)
 		return -EINVAL;
 	c->classfd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -653,7 +730,7 @@ static int init_ctx(struct ctx *c, const struct kata_scan_opts *o)
 
 static void ctx_close(struct ctx *c)
 {
-	if (c->procfd >= 0)
+	if (c->procfd >= 0 && !c->procfd_cached)
 		close(c->procfd);
 	if (c->classfd >= 0)
 		close(c->classfd);
@@ -678,6 +755,8 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 		free(c.devs);
 		return r;
 	}
+	if (o->cache)
+		kata_cache_end(o->cache);
 	drop_duplicates(&c);
 	if (c.n > 1)
 		qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);

@@ -13,7 +13,9 @@
  *   + "\n" and "class" = "0x" + 6 hex digits + "\n"; "numa_node" = "-1\n" or a decimal 0..65535
  *   + "\n" (missing or malformed: -1, logged; the device is kept).
  * Every attribute is opened O_RDONLY|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK (a FIFO never blocks),
- * must be a regular file, and is read once, at most 64 bytes (64 bytes read = too long).
+ * must be a regular file, and is read once, at most 64 bytes (64 bytes read = too long). With a
+ * cache, "dev", "vendor" and "class" are first stat'ed and, when the file is the one the
+ * previous scan read, not read again (scan_cache.h).
  * /sys/class/vfio-dev entries without a /dev entry of the same name are reported too.
  * "Resolves to" is the path the kernel gives for the opened directory (/proc/self/fd): the
  * canonical path realpath() computes with one readlink per component, in two system calls
@@ -37,6 +39,7 @@
 #include <sys/types.h>
 
 #include "dp/buf.h"
+#include "scan_cache.h"
 #include "table.h"
 
 #define KATA_DEV_DIR "/dev/vfio/devices"
@@ -61,6 +64,7 @@ struct kata_scan_opts {
 	size_t n_rows;
 	size_t max_entries; /* per directory; 0: KATA_MAX_ENTRIES */
 	bool verbose;       /* skip lines at warn/info (else debug) */
+	kata_cache *cache;  /* what the previous scan left (scan_cache.h); NULL: none */
 };
 
 struct kata_scan {

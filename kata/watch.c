@@ -34,6 +34,7 @@ struct kata_watch {
 	dp_source *kick; /* one-shot: rescan after the current batch of events */
 	dp_source *period;
 	bool fired;
+	kata_cache *cache; /* what each rescan leaves to the next */
 };
 
 static int on_event(dp_source *s, const struct inotify_event *ev, void *userdata);
@@ -112,11 +113,15 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 	w->loop = loop;
 	w->opts = *opts;
 	w->opts.verbose = false;
+	int r = kata_cache_new(&w->cache);
+	if (r < 0)
+		return r;
+	w->opts.cache = w->cache;
 	w->initial = initial;
 	w->changed = changed;
 	w->userdata = userdata;
 	uint64_t p = period_usec ? period_usec : KATA_RESCAN_USEC;
-	int r = dp_timer_add(loop, p, p, on_timer, w, &w->period);
+	r = dp_timer_add(loop, p, p, on_timer, w, &w->period);
 	if (r < 0 || (r = dp_timer_set_coarse(w->period, p, p)) < 0) /* shares the backstops' wake-ups */
 		return r;
 	/* No rescan at start: the caller scans after this (watch.h), so there is no gap to close. */
@@ -135,6 +140,7 @@ kata_watch *kata_watch_free(kata_watch *w)
 	dp_source_free(w->inotify);
 	dp_source_free(w->kick);
 	dp_source_free(w->period);
+	kata_cache_free(w->cache);
 	free(w);
 	return NULL;
 }

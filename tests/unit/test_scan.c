@@ -5,6 +5,7 @@
  * reads it. Needs root (mknod) and python3 with PyYAML. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -439,25 +441,31 @@ static const struct hostile hostile[] = {
 	{ "vfio43", "cannot open /sys/devices/pci0000:00/0000:4a:00.0: Not a directory" },
 };
 
-/* Every hostile entry: skipped, exactly one warn line naming it and why; the good ones intact. */
-static void hostile_entries_are_skipped(void **state)
+static int backdate_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
-	struct kata_scan s;
+	const struct timespec t[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_sec = time(NULL) - 3600 } };
+	(void)st, (void)ftw;
+	if (type == FTW_F)
+		assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
+	return 0;
+}
+
+/* Every file of the tree last modified an hour ago: old enough for the cache to keep. */
+static void backdate(void)
+{
+	assert_int_equal(nftw(root, backdate_one, 16, FTW_PHYS), 0);
+}
+
+static void assert_hostile_scan(const char *log, const struct kata_scan *s)
+{
 	static const struct want good[] = {
 		{ "vfio1", "0000:01:00.0", 0 },
 		{ "vfio2", "0000:02:00.0", 1 },
 		{ "vfio40", "0000:40:00.0", -1 },
 		{ "vfio41", "0000:41:00.0", -1 },
 	};
-	gpu(2, "0000:02:00.0", "1\n");
-	gpu(1, "0000:01:00.0", "0\n");
-	gpu(40, "0000:40:00.0", "node1\n"); /* kept, without topology, one warning */
-	gpu(41, "0000:41:00.0", NULL);      /* kept, without topology, one warning */
-	make_hostile();
-
-	char *log = scan_logged(&opts, &s);
-	assert_row(&s, 0, good, 4);
-	assert_int_equal(s.n_devices, 4);
+	assert_row(s, 0, good, 4);
+	assert_int_equal(s->n_devices, 4);
 	for (size_t i = 0; i < DP_ELEMENTSOF(hostile); i++) {
 		char needle[64];
 		snprintf(needle, sizeof(needle), "device=%s ", hostile[i].name);
@@ -472,9 +480,48 @@ static void hostile_entries_are_skipped(void **state)
 	assert_int_equal(count_lines(log, "device=vfio1 ", NULL), 0);
 	assert_int_equal(count_lines(log, "device=vfio2 ", NULL), 0);
 	assert_int_equal(count_all(log), (int)DP_ELEMENTSOF(hostile) + 2);
+}
+
+/* Every hostile entry: skipped, exactly one warn line naming it and why; the good ones intact. */
+static void hostile_entries_are_skipped(void **state)
+{
+	struct kata_scan s;
+	gpu(2, "0000:02:00.0", "1\n");
+	gpu(1, "0000:01:00.0", "0\n");
+	gpu(40, "0000:40:00.0", "node1\n"); /* kept, without topology, one warning */
+	gpu(41, "0000:41:00.0", NULL);      /* kept, without topology, one warning */
+	make_hostile();
+
+	char *log = scan_logged(&opts, &s);
+	assert_hostile_scan(log, &s);
 	free(log);
 	kata_scan_done(&s);
 }
+
+/* With the cache a rescan keeps: the same devices and the same reasons, scan after scan, the
+ * files old enough to be kept (a file that is no well-formed attribute is never kept: its
+ * reason is given on every scan). */
+static void hostile_entries_with_a_cache(void **state)
+{
+	_cleanup_(kata_cache_freep) kata_cache *cache = NULL;
+	struct kata_scan_opts o = opts;
+	assert_int_equal(kata_cache_new(&cache), 0);
+	o.cache = cache;
+	gpu(2, "0000:02:00.0", "1\n");
+	gpu(1, "0000:01:00.0", "0\n");
+	gpu(40, "0000:40:00.0", "node1\n");
+	gpu(41, "0000:41:00.0", NULL);
+	make_hostile();
+	backdate();
+	for (int i = 0; i < 3; i++) {
+		struct kata_scan s;
+		char *log = scan_logged(&o, &s);
+		assert_hostile_scan(log, &s);
+		free(log);
+		kata_scan_done(&s);
+	}
+}
+
 
 /* The periodic rescans are quiet: skip lines at debug only. */
 static void rescans_are_quiet(void **state)
@@ -490,6 +537,84 @@ static void rescans_are_quiet(void **state)
 	assert_string_equal(log, "");
 	free(log);
 	kata_scan_done(&s);
+}
+
+static void rewrite(const char *rel, const char *data)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	int fd = open(p, O_WRONLY | O_TRUNC | O_CLOEXEC); /* in place: the same inode */
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, strlen(data)), (ssize_t)strlen(data));
+	close(fd);
+}
+
+static uint32_t scanned_class(const struct kata_scan_opts *o)
+{
+	struct kata_scan s;
+	char *log = scan_logged(o, &s);
+	free(log);
+	assert_int_equal(s.n_devices, 1);
+	uint32_t c = s.devices[0].pci_class;
+	kata_scan_done(&s);
+	return c;
+}
+
+/* A rescan with the cache sees an attribute rewritten in place: after the value was kept (the
+ * file's times change), right after it was read (it was not kept: too recent), and with its
+ * modification time set back to what it was (its change time moved). */
+static void cache_sees_files_rewritten_in_place(void **state)
+{
+	_cleanup_(kata_cache_freep) kata_cache *cache = NULL;
+	struct kata_scan_opts o = opts;
+	const char *cls = "sys/devices/pci0000:00/0000:01:00.0/class";
+	char p[PATH_MAX];
+	struct stat st;
+	assert_int_equal(kata_cache_new(&cache), 0);
+	o.cache = cache;
+	gpu(1, "0000:01:00.0", "0\n");
+
+	assert_int_equal(scanned_class(&o), 0x030200);
+	rewrite(cls, "0x068000\n"); /* within the file system's timestamp granularity, likely */
+	assert_int_equal(scanned_class(&o), 0x068000);
+
+	backdate();
+	assert_int_equal(scanned_class(&o), 0x068000);
+	assert_int_equal(scanned_class(&o), 0x068000); /* kept */
+	rewrite(cls, "0x030200\n");
+	assert_int_equal(scanned_class(&o), 0x030200);
+
+	backdate();
+	assert_int_equal(scanned_class(&o), 0x030200);
+	snprintf(p, sizeof(p), "%s/%s", root, cls);
+	assert_int_equal(stat(p, &st), 0);
+	rewrite(cls, "0x068000\n");
+	const struct timespec t[2] = { { .tv_nsec = UTIME_OMIT }, st.st_mtim };
+	assert_int_equal(utimensat(AT_FDCWD, p, t, 0), 0);
+	assert_int_equal(scanned_class(&o), 0x068000);
+}
+
+/* One cache across two roots: each scan sees its own tree. */
+static void cache_follows_the_root(void **state)
+{
+	_cleanup_(kata_cache_freep) kata_cache *cache = NULL;
+	struct kata_scan_opts o = opts;
+	char first[sizeof(root)];
+	assert_int_equal(kata_cache_new(&cache), 0);
+	o.cache = cache;
+	gpu(1, "0000:01:00.0", "0\n");
+	backdate();
+	assert_int_equal(scanned_class(&o), 0x030200);
+	snprintf(first, sizeof(first), "%s", root);
+	assert_int_equal(setup(state), 0); /* a new root, now the prefix */
+	device(1, "0000:01:00.0", "0x10de\n", "0x068000\n", "0\n");
+	backdate();
+	assert_int_equal(scanned_class(&o), 0x068000);
+	assert_int_equal(teardown(state), 0);
+	snprintf(root, sizeof(root), "%s", first);
+	setenv(DP_TEST_ROOT_ENV, root, 1);
+	dp_paths_reset();
+	assert_int_equal(scanned_class(&o), 0x030200);
 }
 
 static void entries_are_bounded(void **state)
@@ -704,7 +829,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(gpus_switches_and_a_nic, setup, teardown),
 		cmocka_unit_test_setup_teardown(hostile_entries_are_skipped, setup, teardown),
+		cmocka_unit_test_setup_teardown(hostile_entries_with_a_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(rescans_are_quiet, setup, teardown),
+		cmocka_unit_test_setup_teardown(cache_sees_files_rewritten_in_place, setup, teardown),
+		cmocka_unit_test_setup_teardown(cache_follows_the_root, setup, teardown),
 		cmocka_unit_test_setup_teardown(entries_are_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(missing_or_unreadable_directory, setup, teardown),
 		cmocka_unit_test_setup_teardown(diff_names_what_changed, setup, teardown),

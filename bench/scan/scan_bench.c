@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sdp-scan-bench: the cost of kata's periodic VFIO rescan (kata/scan.c) alone, on the tree the
+ * root prefix names (SDP_TEST_ROOT, as the daemon takes it). It scans as the 30 s rescan does
+ * (not verbose, with the cache each rescan leaves to the next: kata/scan_cache.h), REPS times,
+ * and prints
+ *
+ *   devices=N reps=R median_us=M min_us=A max_us=Z
+ *
+ * (CLOCK_MONOTONIC around each scan). make bench runs it on the kata node's tree (bench/).
+ *
+ *   SDP_TEST_ROOT=<root> sdp-scan-bench [REPS [GAP_MS]]
+ *
+ * GAP_MS: a pause before each scan (default 0), so that each one starts, as the daemon's does
+ * every 30 s, with caches its neighbours have cooled.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "scan.h"
+#include "table.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+int main(int argc, char **argv)
+{
+	char err[256] = "";
+	char *end = NULL, *end2 = NULL;
+	unsigned long reps = argc > 1 ? strtoul(argv[1], &end, 10) : 2001;
+	unsigned long gap = argc > 2 ? strtoul(argv[2], &end2, 10) : 0;
+	if (argc > 3 || reps == 0 || reps > 1000000 || (end && *end) || gap > 60000 || (end2 && *end2)) {
+		fprintf(stderr, "usage: SDP_TEST_ROOT=<root> sdp-scan-bench [REPS (1..1000000) [GAP_MS (0..60000)]]\n");
+		return 2;
+	}
+	double *t = calloc(reps, sizeof(*t));
+	_cleanup_(kata_cache_freep) kata_cache *cache = NULL;
+	struct kata_scan_opts o = { .table = kata_table, .n_rows = kata_table_len };
+	size_t n = 0;
+	if (!t || kata_cache_new(&cache) < 0)
+		return 1;
+	o.cache = cache;
+	for (unsigned long r = 0; r < reps; r++) {
+		struct kata_scan s;
+		if (gap)
+			usleep((useconds_t)(gap * 1000));
+		double t0 = now_us();
+		int e = kata_scan_run(&o, &s, err, sizeof(err));
+		t[r] = now_us() - t0;
+		if (e < 0) {
+			fprintf(stderr, "sdp-scan-bench: %s\n", err);
+			free(t);
+			return 1;
+		}
+		n = s.n_devices;
+		kata_scan_done(&s);
+	}
+	qsort(t, reps, sizeof(*t), cmp_double);
+	printf("devices=%zu reps=%lu median_us=%.1f min_us=%.1f max_us=%.1f\n", n, reps, t[reps / 2], t[0],
+	       t[reps - 1]);
+	free(t);
+	return 0;
+}
