@@ -20,7 +20,9 @@
 # libprotobuf-c.a, libseccomp.a and (hyperlight's node-label child) libmbedtls.a,
 # libmbedx509.a, libmbedcrypto.a (built for glibc; the few glibc entry points they call are in
 # core/compat/), optimised for size (-Os, link-time optimisation of our code, unused sections
-# and the unwind tables dropped), assertions off, stripped. glibc's static libc alone was
+# and the unwind tables dropped), assertions off, stripped; the static kata without a RELRO
+# segment (-z norelro): musl applies none to a static executable (its .data.rel.ro stays
+# writable, as /proc/<pid>/maps shows), so the page alignment it costs was padding only. glibc's static libc alone was
 # 750 KiB of kata's 1.1 MiB binary; musl's is about 50 KiB (docs/benchmarks.md). The daemons
 # use no NSS (the label child resolves a host name with musl's own resolver: /etc/hosts,
 # /etc/resolv.conf), no locale, no threads. Fails unless kata has no program interpreter and no
@@ -36,7 +38,7 @@ musl_loader=/lib/ld-musl-x86_64.so.1
 # seccomp.h includes) after musl's own.
 inc=$out/musl-include
 kinc=$out/kernel-include
-config="musl-gcc -Os lto gc-sections seccomp mbedtls no-eh-frame musl-dynamic-hyperlight v5"
+config="musl-gcc -Os lto gc-sections seccomp mbedtls no-eh-frame musl-dynamic-hyperlight static-norelro v6"
 cflags="-I$inc -idirafter $kinc -ffunction-sections -fdata-sections"
 ldflags="-Wl,--gc-sections -Wl,-T,$src/scripts/static-no-unwind.ld"
 setup() { # DIR LINK_ARGS
@@ -52,7 +54,7 @@ if [ ! -f "$out/build.ninja" ] || [ ! -f "$dyn/build.ninja" ] ||
 		/usr/include/seccomp-syscalls.h /usr/include/mbedtls /usr/include/psa "$inc/"
 	ln -s /usr/include/linux /usr/include/asm-generic "$kinc/"
 	ln -s "/usr/include/$(gcc -print-multiarch)/asm" "$kinc/asm"
-	setup "$out" -static
+	setup "$out" "-static -Wl,-z,norelro"
 	# Debian's static libraries are not position-independent: a fixed-address executable.
 	setup "$dyn" -no-pie
 	echo "$config" >"$out/.static-config"

@@ -63,7 +63,7 @@ dp_seccomp_rule dp_seccomp_exec_rule(int exe_fd)
 		.name = "execveat",
 		.n_args = 2,
 		.args = {
-			{ 0, 0xffffffffu, (uint64_t)(uint32_t)exe_fd },
+			{ 0, 0xffffffffu, (uint32_t)exe_fd },
 			{ 4, 0xffffffffu, AT_EMPTY_PATH },
 		},
 	};

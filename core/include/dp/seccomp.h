@@ -24,11 +24,13 @@ typedef enum dp_seccomp_mode {
 	DP_SECCOMP_OFF,
 } dp_seccomp_mode;
 
-/* The call matches when (argument[index] & mask) == value. */
+/* The call matches when (argument[index] & mask) == value. 32 bits: every argument a rule
+ * checks is an int or a flag word (the upper half of the register is masked off), and the
+ * tables stay small (12 bytes per condition; they are most of a static binary's .data). */
 typedef struct dp_seccomp_arg {
-	unsigned index;
-	uint64_t mask;
-	uint64_t value;
+	uint8_t index;
+	uint32_t mask;
+	uint32_t value;
 } dp_seccomp_arg;
 
 /* Allow the system call `name` (libseccomp's name, e.g. "openat"), with every argument
