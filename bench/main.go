@@ -136,11 +136,7 @@ func newNode(kind daemonKind) *node {
 		if nd.kt, err = k.NewKataTree(n.Root); err != nil {
 			fatal("%v", err)
 		}
-		for i, bdf := range []string{"0000:41:00.0", "0000:42:00.0", "0000:c1:00.0", "0000:c2:00.0"} {
-			if err := nd.kt.Add(i, k.GPU(bdf, i/2)); err != nil {
-				fatal("%v", err)
-			}
-		}
+		addGPUs(nd.kt)
 	} else if err := n.MknodKVM(); err != nil {
 		fatal("%v", err)
 	}
@@ -148,6 +144,15 @@ func newNode(kind daemonKind) *node {
 		fatal("%v", err)
 	}
 	return nd
+}
+
+// addGPUs gives a kata tree the bench node's 4 GPUs, two per NUMA node.
+func addGPUs(kt *k.KataTree) {
+	for i, bdf := range []string{"0000:41:00.0", "0000:42:00.0", "0000:c1:00.0", "0000:c2:00.0"} {
+		if err := kt.Add(i, k.GPU(bdf, i/2)); err != nil {
+			fatal("%v", err)
+		}
+	}
 }
 
 // launch starts the daemon and returns the start time. kata runs without the hypervisor shim

@@ -433,3 +433,40 @@ const (
 	muslHyperlightPath = "build-static/image-context-hyperlight/rootfs/hyperlight-device-plugin"
 	muslShimPath       = "build-static/musl-dynamic/libhvshim.so"
 )
+
+// scanPoint is one line of sdp-scan-bench.
+type scanPoint struct {
+	devices, reps, gapMs int
+	med, min, max        float64 // µs
+}
+
+var scanRe = regexp.MustCompile(`devices=(\d+) reps=(\d+) median_us=([0-9.]+) min_us=([0-9.]+) max_us=([0-9.]+)`)
+
+// scanBench runs bench/scan/scan_bench.c (kata's rescan alone, with its cache) on a tree like
+// the kata node's (4 GPUs), reps times with gapMs between scans.
+func scanBench(build string, reps, gapMs int) scanPoint {
+	n, err := k.NewNode()
+	if err != nil {
+		fatal("%v", err)
+	}
+	defer n.Remove()
+	kt, err := k.NewKataTree(n.Root)
+	if err != nil {
+		fatal("%v", err)
+	}
+	addGPUs(kt)
+	cmd := exec.Command(filepath.Join(build, "bench/scan/sdp-scan-bench"), strconv.Itoa(reps), strconv.Itoa(gapMs))
+	cmd.Env = append(os.Environ(), "SDP_TEST_ROOT="+n.Root)
+	out, err := cmd.Output()
+	m := scanRe.FindStringSubmatch(string(out))
+	if err != nil || m == nil {
+		fatal("sdp-scan-bench: %v: %s", err, out)
+	}
+	p := scanPoint{gapMs: gapMs}
+	p.devices, _ = strconv.Atoi(m[1])
+	p.reps, _ = strconv.Atoi(m[2])
+	p.med, _ = strconv.ParseFloat(m[3], 64)
+	p.min, _ = strconv.ParseFloat(m[4], 64)
+	p.max, _ = strconv.ParseFloat(m[5], 64)
+	return p
+}

@@ -30,17 +30,20 @@ func writeMissed(d *doc, in missedInput) {
 				"wake-up, paid twice per call.", f1(ks.med.med), f1(ks.cpu.med), f1(ref.med.med))
 		}
 		m = append(m, fmt.Sprintf("**kata Allocate ≤ 60 µs** (%s µs, per-run medians %s–%s; the reference %s µs): the "+
-			"daemon's CPU per call is %s µs for four system calls (the request's read, one gathered send of the answer, "+
-			"the stat of the requested node, epoll_wait); the rest of the round trip is the grpc-go client's own work "+
-			"and two wake-ups across this virtual machine's 2 vCPUs (the daemon's answer wakes the client; the client's "+
-			"next request wakes the daemon), each an inter-processor interrupt and a VM exit.%s Where the daemon's "+
-			"CPU goes (`perf record -g -p <pid>` on `build/sdp-bench -build build -profile kata -profile-wait 3`"+
-			"): about two thirds kernel, one third user space spread over nghttp2 (HPACK, frames), "+
-			"malloc and protobuf-c with no single hot spot; 16%% of it is spent, with interrupts off, waking the client "+
-			"on the other CPU: the reply (sock_def_readable) and, on every read, the client socket's write space "+
-			"(unix_write_space: Go's netpoller registers every socket for EPOLLOUT, so freeing the request's buffers wakes "+
-			"it), which pinned to one CPU drop to 9%%. Neither wake-up is ours to remove without changing the client or "+
-			"busy-polling.", f1(in.kataAlloc.med), f1(in.kataAlloc.min), f1(in.kataAlloc.max), f1(in.refAlloc.med),
+			"daemon's CPU per call is %s µs for five system calls (epoll_wait; the request peeked; one gathered send of "+
+			"the answer; the request consumed; the stat of the requested node); the rest of the round trip is the "+
+			"grpc-go client's own work and two wake-ups across this virtual machine's 2 vCPUs (the daemon's answer "+
+			"wakes the client; the client's next request wakes the daemon), each an inter-processor interrupt and a "+
+			"VM exit.%s A third wake-up is gone: consuming a request frees the client socket's buffer space, which "+
+			"wakes Go's netpoller (it registers every socket for EPOLLOUT), so the daemon now consumes the request "+
+			"only after it has answered (core/src/h2.c, h2_read), when the answer has already woken the client "+
+			"(A/B on this machine, the two builds alternating: 71–72 → 64–68 µs). Where the daemon's CPU goes "+
+			"(`perf record -g -p <pid>` on `build/sdp-bench -build build -profile kata-static -profile-wait 2 "+
+			"-allocs 30000`): 63%% kernel, 36%% user space spread over nghttp2 (HPACK, frames), malloc and protobuf-c "+
+			"with no single hot spot; 8.5%% is the answer's wake-up of the client on the other CPU (sock_def_readable, "+
+			"interrupts off) and 1.6%% the write-space wake-up after it (16%% together before the reorder). What is "+
+			"left is not ours to remove without changing the client or busy-polling.",
+			f1(in.kataAlloc.med), f1(in.kataAlloc.min), f1(in.kataAlloc.max), f1(in.refAlloc.med),
 			f1(in.kataAllocCPU.med), pin))
 	}
 	if r := in.hlRSS.med / in.refRSS.med; r > 0.15 || in.hlRSS.med > 3072 {
@@ -63,22 +66,14 @@ func writeMissed(d *doc, in missedInput) {
 		if hm, hw := perMin(in.hlIdle); km > 1 || hm > 1 {
 			m = append(m, fmt.Sprintf("**idle CPU ≤ 1 ms per minute** (kata static %.2f ms over %.0f context switches, "+
 				"kata dynamic %.2f, hyperlight %.2f ms over %.0f): the wake-ups are only the documented timers, two 30 s "+
-				"ticks a minute (table above); the CPU is what a tick does. kata: the VFIO rescan of sysfs, about 24 "+
-				"system calls per device (the cdev's stat; the class entry opened and named by the kernel through "+
-				"/proc/self/fd; its dev read; the device link's stat, open and name; vendor, class and numa_node each "+
-				"opened, fstat'ed, read and closed), plus the health check (a stat per cdev, the CDI spec read and "+
-				"compared) and the kubelet-restart stat backstop. Each attribute is read again every tick on purpose: "+
-				"numa_node is writable in sysfs and test trees rewrite files in place, so caching by a file's identity "+
-				"would miss a change. Measured with every periodic timer at 1 s (a measurement build) and `perf stat -e "+
-				"task-clock -p <pid>`: a static kata tick went from 750-835 to 475-565 µs (realpath's readlinks, "+
-				"opendir's allocation, a 512 KiB array per scan removed), of which 110-130 µs is a tick without the "+
-				"rescan (the wake-up, the check, the stat). hyperlight: its check spawns the probe helper (clone with "+
-				"CLONE_VM|CLONE_VFORK now, no page-table copy: the parent's CPU per spawn 165-210 -> 76-86 µs), then "+
-				"wakes for its exit and output. What is left moves with the neighbours: the same static binary's tick "+
-				"cost 330-620 µs in one 5-minute window and 413-796 µs in the next on this shared machine "+
-				"(`sdp-bench -idle-only kata-static -idle-trace -idle 300`), running alone or beside the other daemons "+
-				"alike; earlier figures also counted the first tick (one-time costs) and a health check that had drifted "+
-				"to every 35 s, a wake-up of its own (both fixed).", km, kw, dm, hm, hw))
+				"ticks a minute (table above); the CPU is what a tick does. kata: mostly the VFIO rescan (its cost alone "+
+				"and its system calls are in the Idle section: each attribute sysfs never changes is stat'ed, not read, "+
+				"when it is the file the last rescan read), plus the health check (a stat per cdev, the CDI spec read "+
+				"and compared) and the kubelet-restart stat backstop. hyperlight: its check spawns the probe helper "+
+				"(clone with CLONE_VM|CLONE_VFORK, no page-table copy), then wakes for its exit and output. What is left "+
+				"moves with the neighbours on this shared machine: `sdp-bench -idle-only kata-static -idle-trace -idle 300` "+
+				"prints the cost of every tick, which differs between runs minutes apart for the same binary.",
+				km, kw, dm, hm, hw))
 		}
 	}
 	if in.hlImage > 8<<20 {

@@ -186,6 +186,7 @@ func main() {
 	}
 	fmt.Fprintf(os.Stderr, "idle %d s...\n", *idleSec)
 	measureIdle(kinds, res, *idleSec)
+	scan := []scanPoint{scanBench(build, 2001, 0), scanBench(build, 21, 1000)}
 	imgNote := buildImages(src, build)
 	img := map[string]int64{}
 	for _, n := range []string{"kata-device-plugin", "hyperlight-device-plugin"} {
@@ -194,7 +195,7 @@ func main() {
 			img[n] = imageSize(src, build, n)
 		}
 	}
-	write(res, probe, ceil, scale, enc, staticSize, img, imgNote, time.Since(began))
+	write(res, probe, ceil, scale, enc, scan, staticSize, img, imgNote, time.Since(began))
 }
 
 // row is one line of a table: the figure, one cell per column, the target and whether it is met.
@@ -216,7 +217,7 @@ func (d *doc) table(cols []string, rows []row) {
 
 func medianOf(rs []startup, f func(startup) float64) float64 { return collect(rs, f).med }
 
-func write(res map[string]*results, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint,
+func write(res map[string]*results, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint,
 	staticSize int64, img map[string]int64, imgNote string, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	var d doc
@@ -400,7 +401,7 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("")
 
 	writeScale(&d, probe, ceil, scale, enc)
-	writeIdle(&d, ks, kata, hl, ref)
+	writeIdle(&d, ks, kata, hl, ref, scan)
 	writeSizes(&d, res, staticSize, img, imgNote)
 	hp := func(f func(rssParts) int64) int64 {
 		return int64(medianOf(hl.runs, func(s startup) float64 { return float64(f(s.smaps)) }))
@@ -471,7 +472,7 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 	d.p("")
 }
 
-func writeIdle(d *doc, ks, kata, hl, ref *results) {
+func writeIdle(d *doc, ks, kata, hl, ref *results, scan []scanPoint) {
 	d.p("## Idle")
 	d.p("")
 	d.p("The four daemons registered side by side, then %d s for each to be past its first periodic tick (its one-time", int(idleWarmUp.Seconds()))
@@ -507,6 +508,23 @@ func writeIdle(d *doc, ks, kata, hl, ref *results) {
 	d.p("So kata wakes 2 times a minute (one 30 s grid tick doing the stat, the check and the rescan), hyperlight about 2")
 	d.p("ticks plus the helper's events for each check. A context switch count can exceed the wake-ups by the involuntary")
 	d.p("switches of a busy machine.")
+	d.p("")
+	hot, cold := scan[0], scan[1]
+	d.p("kata's tick is mostly its VFIO rescan. The rescan alone, `SDP_TEST_ROOT=<root> build/bench/scan/sdp-scan-bench REPS GAP_MS`")
+	d.p("(bench/scan/scan_bench.c: kata/scan.c as the 30 s rescan runs it, with the cache each rescan leaves to the next,")
+	d.p("kata/scan_cache.h), on a tree like the kata node's (%d GPUs), median (min–max):", hot.devices)
+	d.p("")
+	d.p("| rescan of the kata node's tree | µs |")
+	d.p("|---|---|")
+	d.p("| back to back (%d scans; caches warm) | %s (%s–%s) |", hot.reps, f1(hot.med), f1(hot.min), f1(hot.max))
+	d.p("| %d ms apart (%d scans; caches cooled by the pause, as every 30 s) | %s (%s–%s) |", cold.gapMs, cold.reps, f1(cold.med), f1(cold.min), f1(cold.max))
+	d.p("")
+	d.p("`strace -c -f` of it counts the system calls of a scan: 15 per device (the cdev's stat; the class entry opened")
+	d.p("and named by the kernel through /proc/self/fd; the stat of its dev; the device link's stat, open and name; the")
+	d.p("stats of vendor and class; numa_node opened, fstat'ed and read; three closes) and 8 per scan (the two directories")
+	d.p("opened, listed and closed). sysfs never changes dev, vendor and class, so they are read again only when the file")
+	d.p("is not the one the last rescan read (kata/scan_cache.h; 24 system calls per device without it); numa_node is")
+	d.p("writable and read every time.")
 	d.p("")
 }
 
