@@ -512,7 +512,8 @@ func writeIdle(d *doc, ks, kata, hl, ref *results, scan []scanPoint) {
 	hot, cold := scan[0], scan[1]
 	d.p("kata's tick is mostly its VFIO rescan. The rescan alone, `SDP_TEST_ROOT=<root> build/bench/scan/sdp-scan-bench REPS GAP_MS`")
 	d.p("(bench/scan/scan_bench.c: kata/scan.c as the 30 s rescan runs it, with the cache each rescan leaves to the next,")
-	d.p("kata/scan_cache.h), on a tree like the kata node's (%d GPUs), median (min–max):", hot.devices)
+	d.p("kata/scan_cache.h), on a tree like the kata node's (%d GPUs) made 2.5 s before (past the cache's settle time, as a", hot.devices)
+	d.p("node's sysfs files are), median (min–max):")
 	d.p("")
 	d.p("| rescan of the kata node's tree | µs |")
 	d.p("|---|---|")
