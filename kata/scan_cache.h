@@ -12,7 +12,10 @@
  *   them; a file written in place elsewhere (a test tree) gets new times. A value is kept only
  *   when the file was last modified at least KATA_CACHE_SETTLE_SEC before the scan began, as
  *   git does for "racily clean" entries: a write within the file system's timestamp
- *   granularity of the read (which would leave the times as they were) cannot go unseen. "numa_node" is writable in sysfs without a change
+ *   granularity of the read (which would leave the times as they were) cannot go unseen. What
+ *   it cannot see is a file replaced by one with the same inode number, size and both times
+ *   (set back with utimensat within one clock tick of the old change time): sysfs files are
+ *   never rewritten or set back, only a test tree could do that. "numa_node" is writable in sysfs without a change
  *   of its times, so it is never cached (the scan reads it every time).
  *
  * Only what the current scan met is kept: kata_cache_end() drops the previous scan's entries.
