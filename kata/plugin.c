@@ -2,12 +2,14 @@
 #include "plugin.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "dp/grpc.h"
 #include "dp/log.h"
@@ -23,6 +25,7 @@ struct kata_plugin {
 	struct kata_device *devs;
 	char (*ids)[ID_MAX];
 	size_t n;
+	int devdir; /* KATA_DEV_DIR (O_PATH), opened at start; -1: the cdevs' full paths */
 	dp_endpoint *ep;
 	dp_cdi_file *cdi;
 	bool cdi_changed; /* the CDI watch saw a change that no check has looked at yet */
@@ -47,17 +50,19 @@ static void report(kata_plugin *p, bool healthy, const char *reason)
 	snprintf(p->last_reason, sizeof(p->last_reason), "%s", reason);
 }
 
-/* The cdev is still the character device with the number the scan saw. */
-static int verify_node(const struct kata_device *d, char *reason, size_t size)
+/* The cdev is still the character device with the number the scan saw. By its name in the
+ * directory opened at start: a stat of one path component, not of the whole path, on every
+ * Allocate (a replaced directory is a changed device set: the VFIO watch ends the daemon). */
+static int verify_node(const kata_plugin *p, const struct kata_device *d, char *reason, size_t size)
 {
 	char path[PATH_MAX];
 	struct stat st;
-	int r = dp_path(path, sizeof(path), d->path);
+	int r = p->devdir >= 0 ? 0 : dp_path(path, sizeof(path), d->path);
 	if (r < 0) {
 		snprintf(reason, size, "invalid root prefix");
 		return r;
 	}
-	if (lstat(path, &st) < 0) {
+	if ((p->devdir >= 0 ? fstatat(p->devdir, d->name, &st, AT_SYMLINK_NOFOLLOW) : lstat(path, &st)) < 0) {
 		r = -errno;
 		snprintf(reason, size, "%s: %s", d->path, strerror(-r));
 		return r;
@@ -73,7 +78,7 @@ static int verify_node(const struct kata_device *d, char *reason, size_t size)
 static int verify_nodes(const kata_plugin *p, char *reason, size_t size)
 {
 	for (size_t i = 0; i < p->n; i++) {
-		int r = verify_node(&p->devs[i], reason, size);
+		int r = verify_node(p, &p->devs[i], reason, size);
 		if (r < 0)
 			return r;
 	}
@@ -100,7 +105,7 @@ static int verify_requested(const kata_plugin *p, dp_alloc *a, char *reason, siz
 		char **ids = dp_alloc_ids(a, c, &n);
 		for (size_t i = 0; i < n; i++) {
 			size_t k = id_index(p, ids[i]);
-			int r = k < p->n ? verify_node(&p->devs[k], reason, size) : verify_nodes(p, reason, size);
+			int r = k < p->n ? verify_node(p, &p->devs[k], reason, size) : verify_nodes(p, reason, size);
 			if (r < 0)
 				return r;
 		}
@@ -259,6 +264,14 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 	return 0;
 }
 
+static int open_devdir(void)
+{
+	char path[PATH_MAX];
+	if (dp_path(path, sizeof(path), KATA_DEV_DIR) < 0)
+		return -1;
+	return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
 int kata_plugin_new(dp_loop *loop, const char *resource, const struct kata_device *devs, size_t n,
 		    const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret)
 {
@@ -270,6 +283,7 @@ int kata_plugin_new(dp_loop *loop, const char *resource, const struct kata_devic
 	if (!p)
 		return -ENOMEM;
 	p->loop = loop;
+	p->devdir = open_devdir();
 	snprintf(p->resource, sizeof(p->resource), "%s", resource);
 	int r = kata_plugin_name(resource, p->plugin_name, sizeof(p->plugin_name));
 	if (r < 0)
@@ -303,6 +317,8 @@ kata_plugin *kata_plugin_free(kata_plugin *p)
 		return NULL;
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
+	if (p->devdir >= 0)
+		close(p->devdir);
 	free(p->devs);
 	free(p->ids);
 	free(p);
