@@ -225,7 +225,7 @@ static int attr_value(const struct ctx *c, int dirfd, const char *name, const ch
 {
 	char buf[ATTR_MAX + 1];
 	struct stat st;
-	size_t n;
+	size_t n = 0;
 	kata_cache *cache = c->o->cache;
 	if (cache && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
 	    kata_cache_get(cache, &st, kind, ret))

@@ -64,13 +64,14 @@ bool kata_cache_root(const kata_cache *c, const char *root, int *procfd, const c
 
 int kata_cache_set_root(kata_cache *c, const char *root, int procfd, const char *sysroot)
 {
-	if (strlen(root) >= sizeof(c->root) || strlen(sysroot) >= sizeof(c->sysroot))
+	size_t rl = strlen(root), sl = strlen(sysroot);
+	if (rl >= sizeof(c->root) || sl >= sizeof(c->sysroot))
 		return -ENAMETOOLONG;
 	if (c->procfd >= 0 && c->procfd != procfd)
 		close(c->procfd);
 	c->procfd = procfd;
-	strcpy(c->root, root);
-	strcpy(c->sysroot, sysroot);
+	memcpy(c->root, root, rl + 1);
+	memcpy(c->sysroot, sysroot, sl + 1);
 	c->has_root = true;
 	return 0;
 }
