@@ -53,9 +53,10 @@ type liveRun struct {
 	kvmEv   *uevents
 
 	// the pod layout (pod.go)
-	podT0             time.Time // the pod daemon's start
-	unloaded          time.Time // rmmod kvm_amd returned
-	podUnhealthyAfter time.Duration
+	podT0       time.Time // the pod daemon's start
+	unloadStart time.Time // rmmod kvm_amd started (its successful attempt)
+	unloaded    time.Time // and returned
+	unloadMark  int       // the pod daemon's log lines before it
 }
 
 // probeResult is the probe's own result on success, logged by the daemon at info.

@@ -235,27 +235,26 @@ func hasOpt(opts, o string) bool {
 
 // podUnload unloads kvm_amd and kvm from the guest kernel (the host of the pod).
 func (r *liveRun) podUnload() string {
-	var start, gone time.Time
+	var start, first time.Time
+	r.unloadMark = len(r.daemon().Stderr.Lines())
 	for _, m := range []string{"kvm_amd", "kvm"} {
 		var err error
 		// A probe in flight holds /dev/kvm open (the module in use): retry, bounded.
 		if !kubelet.Poll(eventBound, func() bool {
-			if start.IsZero() {
-				start = time.Now()
-			}
+			start = time.Now()
 			err = command("rmmod", m)
 			return err == nil
 		}) {
 			r.fail("%v", err)
 		}
-		if gone.IsZero() {
-			gone = time.Now() // kvm_amd's unload removes the node's /dev/kvm
+		if r.unloaded.IsZero() {
+			// kvm_amd's unload removes the node's /dev/kvm
+			r.unloadStart, r.unloaded, first = start, time.Now(), start
 		}
 		if moduleLoaded(m) {
 			r.fail("%s still loaded after rmmod", m)
 		}
 	}
-	r.unloaded = gone
 	if exists(kvmPath) || exists(r.proc(hostDevDir+"/kvm")) {
 		r.fail("the node's /dev/kvm (or the pod's view of it at %s/kvm) is still there", hostDevDir)
 	}
@@ -267,7 +266,7 @@ func (r *liveRun) podUnload() string {
 		r.fail("the pod's copy of /dev/kvm still opens after rmmod")
 	}
 	return fmt.Sprintf("rmmod kvm_amd kvm in %s: the node's /dev/kvm and the pod's %s/kvm gone, the pod's copy stays (open: %v)",
-		ms(time.Since(start)), hostDevDir, errnoName(err))
+		ms(time.Since(first)), hostDevDir, errnoName(err))
 }
 
 func errnoName(err error) string {
@@ -284,17 +283,19 @@ func errnoName(err error) string {
 // podUnhealthy: no Allocate meanwhile (an Allocate runs a check itself): only the daemon's
 // own paths, an event or its periodic check, can bring the change.
 func (r *liveRun) podUnhealthy() string {
-	mark := len(r.daemon().Stderr.Lines())
-	at := r.waitHealth(kubelet.Unhealthy, r.unloaded, podBound)
+	at := r.waitHealth(kubelet.Unhealthy, r.unloadStart, podBound)
 	lat := at.Sub(r.unloaded)
-	line := r.waitLog(mark, "device unusable")
+	line := r.waitLog(r.unloadMark, "device unusable")
 	path := "the 30 s periodic check: no event reached the daemon"
 	if lat < time.Second {
 		path = "an event: well inside the 30 s period"
 	}
-	r.podUnhealthyAfter = lat
-	return fmt.Sprintf("every device Unhealthy %s after rmmod kvm_amd returned (bound %v; %s); log: %s",
-		ms(lat), podBound, path, reasonOf(line))
+	when := ms(lat) + " after"
+	if lat < 0 {
+		when = ms(-lat) + " before"
+	}
+	return fmt.Sprintf("every device Unhealthy %s rmmod kvm_amd returned (bound %v, not asserted; %s); log: %s",
+		when, podBound, path, reasonOf(line))
 }
 
 func (r *liveRun) podReload() string {
