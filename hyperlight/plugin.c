@@ -19,14 +19,16 @@
 
 
 
-/* Log the verdict once per change, not at every periodic check. */
+/* Log the verdict once per change, not at every periodic check. Healthy: reason is the probe's
+ * own result ("KVM API version 12, VM created"), proof that its ioctls ran. */
 static void report(struct hl_plugin *p, bool healthy, const char *reason)
 {
 	char q[600];
 	if (p->reported && healthy == p->last_healthy && strcmp(reason, p->last_reason) == 0)
 		return;
 	if (healthy)
-		dp_info("device usable", "resource=%s device=%s", HL_RESOURCE, p->dev.path);
+		dp_info("device usable", "resource=%s device=%s probe=%s", HL_RESOURCE, p->dev.path,
+			dp_logq(q, sizeof(q), reason));
 	else
 		dp_warn("device unusable, advertising every device Unhealthy", "resource=%s reason=%s",
 			HL_RESOURCE, dp_logq(q, sizeof(q), reason));
@@ -107,7 +109,7 @@ static void on_probe_done(const dp_helper_result *res, void *userdata)
 {
 	struct hl_waiter *w = userdata;
 	waiter_unlink(w->p, w);
-	check_done(w->p, w->a, res->ok, res->ok ? "" : res->reason);
+	check_done(w->p, w->a, res->ok, res->reason);
 	free(w);
 }
 

@@ -45,7 +45,7 @@ ldd "$driver" 2>&1 | grep -q 'not a dynamic executable' || die "$driver is not s
 rm -rf "$root"
 mkdir -p "$root" "$out"
 cd "$root"
-mkdir -p bin sbin usr/bin usr/sbin usr/local/bin lib/modules proc sys dev tmp run etc \
+mkdir -p bin sbin usr/bin usr/sbin usr/local/bin lib/modules proc sys dev tmp run etc host-dev \
 	var/lib/kubelet/device-plugins var/run/cdi root
 
 # busybox and one symlink per applet it has

@@ -50,7 +50,17 @@ type liveRun struct {
 	allocs  int
 	nextReg int    // the registration count the daemon started last brings
 	prevEp  string // the endpoint registered before it
+	kvmEv   *uevents
+
+	// the pod layout (pod.go)
+	podT0       time.Time // the pod daemon's start
+	unloadStart time.Time // rmmod kvm_amd started (its successful attempt)
+	unloaded    time.Time // and returned
+	unloadMark  int       // the pod daemon's log lines before it
 }
+
+// probeResult is the probe's own result on success, logged by the daemon at info.
+const probeResult = `probe="KVM API version 12, VM created"`
 
 func runKVM() int {
 	r := &liveRun{kdir: kubeletDir, cdi: cdiPath, cdiName: kubelet.HyperlightCDIName}
@@ -61,6 +71,7 @@ func runKVM() int {
 		r.step("daemon-start", func() string { return r.startDaemon(0) })
 		r.step("registered", r.registered)
 		r.step("healthy", func() string { return r.healthy(startBound) })
+		r.step("probe-ran", r.probeRan)
 		r.step("cdi-spec", r.cdiSpec)
 		r.step("allocate", r.allocateOK)
 		r.step("rmmod-kvm_amd", r.unloadKVM)
@@ -94,6 +105,19 @@ func runKVM() int {
 		r.step("kubelet-restart", r.kubeletRestart)
 		r.step("allocate", r.allocateOK)
 		r.step("cdi-dir-untouched", r.untouched)
+		r.step("daemon-stop", r.stopDaemon)
+		// The pod layout (pod.go).
+		r.step("pod-start", r.podStart)
+		r.step("pod-registered", r.registered)
+		r.step("pod-layout", r.podLayoutChecked)
+		r.step("pod-healthy", func() string { return r.healthy(startBound) })
+		r.step("pod-probe-ran", r.podProbeRan)
+		r.step("pod-allocate", r.allocateOK)
+		r.step("pod-rmmod", r.podUnload)
+		r.step("pod-unhealthy", r.podUnhealthy)
+		r.step("pod-insmod", r.podReload)
+		r.step("pod-allocate", r.allocateOK)
+		r.step("pod-log", r.podLogChecked)
 		r.step("sigterm", r.sigterm)
 		fmt.Printf("%s live-kvm: every step passed\n", r.stamp())
 	})
@@ -107,8 +131,24 @@ func (r *liveRun) preflight() string {
 	if maj != kubelet.KVMMajor || min != kubelet.KVMMinor {
 		r.fail("%s is %d:%d, want %d:%d", kvmPath, maj, min, kubelet.KVMMajor, kubelet.KVMMinor)
 	}
+	ev, err := listenKVMUevents()
+	r.check(err)
+	r.kvmEv = ev
+	since := time.Now()
 	msg, err := kvmSelfTest(kvmPath)
 	r.check(err)
+	// The kernel reports the driver's own KVM_CREATE_VM: the uevent proof works in this guest.
+	self := os.Getpid()
+	var e kvmEvent
+	if !kubelet.Poll(eventBound, func() bool {
+		var ok bool
+		e, ok = ev.find(since, func(e kvmEvent) bool { return e.event == "create" && e.pid == self })
+		return ok
+	}) {
+		list, rerr := ev.events()
+		r.fail("no KVM uevent EVENT=create PID=%d for the driver's own KVM_CREATE_VM within %v (got %v, reader error %v)", self, eventBound, list, rerr)
+	}
+	msg += fmt.Sprintf("; kernel uevent %v (the driver)", e)
 	for _, d := range []string{kubeletDir, cdiDir} {
 		names, err := dirNames(d)
 		r.check(err)
@@ -120,6 +160,67 @@ func (r *liveRun) preflight() string {
 		r.fail("SDP_TEST_ROOT is set: the guest is the node, the daemon must use the real paths")
 	}
 	return fmt.Sprintf("%s is a character device %d:%d; %s", kvmPath, maj, min, msg)
+}
+
+// probeRan: the daemon's probe helper really ran the ioctls. Its own result is in the log, and
+// the kernel reports a KVM_CREATE_VM by a helper the daemon started (the daemon logs its
+// helpers' pids at debug).
+func (r *liveRun) probeRan() string {
+	line := r.waitLog(0, `msg="device usable"`)
+	if !strings.Contains(line, "level=info") || !strings.Contains(line, probeResult) {
+		r.fail("the daemon's \"device usable\" line lacks %s at info: %s", probeResult, line)
+	}
+	var e kvmEvent
+	if !kubelet.Poll(eventBound, func() bool {
+		helpers := helperPids(r.daemon().Stderr.Lines())
+		var ok bool
+		e, ok = r.kvmEv.find(r.t0, func(e kvmEvent) bool { return e.event == "create" && helpers[e.pid] })
+		return ok
+	}) {
+		list, err := r.kvmEv.events()
+		r.fail("no KVM uevent EVENT=create from a probe helper of the daemon within %v: the probe's KVM_CREATE_VM did not run (KVM events %v, reader error %v, helpers %v)",
+			eventBound, list, err, helperPids(r.daemon().Stderr.Lines()))
+	}
+	return fmt.Sprintf("log: %s; kernel uevent %v, a probe helper of the daemon", probeResult, e)
+}
+
+// helperPids: the pids of the daemon's "helper started" debug lines.
+func helperPids(lines []string) map[int]bool {
+	pids := map[int]bool{}
+	for _, l := range lines {
+		if !strings.Contains(l, `msg="helper started"`) {
+			continue
+		}
+		var pid int
+		if i := strings.Index(l, " pid="); i >= 0 {
+			if _, err := fmt.Sscanf(l[i+5:], "%d", &pid); err == nil {
+				pids[pid] = true
+			}
+		}
+	}
+	return pids
+}
+
+// podProbeRan: the pod daemon (at info, as deployed) logs the probe's result, and the kernel
+// reports a VM created since it started by a process other than the driver: the bare daemon
+// has exited, so only the pod daemon's probe helper remains.
+func (r *liveRun) podProbeRan() string {
+	line := r.waitLog(0, `msg="device usable"`)
+	if !strings.Contains(line, "level=info") || !strings.Contains(line, probeResult) {
+		r.fail("the pod daemon's \"device usable\" line lacks %s at info: %s", probeResult, line)
+	}
+	self := os.Getpid()
+	var e kvmEvent
+	if !kubelet.Poll(eventBound, func() bool {
+		var ok bool
+		e, ok = r.kvmEv.find(r.podT0, func(e kvmEvent) bool { return e.event == "create" && e.pid != self })
+		return ok
+	}) {
+		list, err := r.kvmEv.events()
+		r.fail("no KVM uevent EVENT=create since the pod daemon started within %v: the probe's KVM_CREATE_VM did not run (KVM events %v, reader error %v)",
+			eventBound, list, err)
+	}
+	return fmt.Sprintf("log: %s; kernel uevent %v (not the driver, pid %d)", probeResult, e, self)
 }
 
 // foreignFiles puts files the daemon does not own into the CDI directory.

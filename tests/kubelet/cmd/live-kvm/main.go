@@ -10,7 +10,8 @@
 //
 // `live-kvm exec-as UID GID PROGRAM [ARG...]` is an internal trampoline: it drops to UID/GID
 // (no supplementary groups) and executes PROGRAM, so a daemon can run as an unprivileged user
-// while still being captured by kubelet.StartDaemon.
+// while still being captured by kubelet.StartDaemon. `live-kvm pod-exec PROGRAM [ARG...]` is the
+// other: it executes PROGRAM in the pod layout (pod.go).
 package main
 
 import (
@@ -144,6 +145,9 @@ func execAs(args []string) int {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "exec-as" {
 		os.Exit(execAs(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "pod-exec" {
+		os.Exit(podExec(os.Args[2:]))
 	}
 	mshv := flag.Bool("mshv", false, "run the MSHV live check on this host (needs /dev/mshv and root)")
 	build := flag.String("build", "", "with -mshv: the build directory holding "+kubelet.HyperlightBinary)
