@@ -224,3 +224,26 @@ func TestHyperlightLargestAllocate(t *testing.T) {
 	_, err = p.Client().Allocate(ctx, oneContainer(append(ids, ids[0])...), grpc.MaxCallSendMsgSize(8<<20))
 	expectStatus(t, "Allocate of one ID more", err, codes.InvalidArgument, "names more than "+m[1]+" device IDs")
 }
+
+func TestKataAllocateDuplicateAndNulIDs(t *testing.T) {
+	s := newKata(t)
+	s.add(kataMain...)
+	want := kataExpect(kataMain)
+	s.startDaemon()
+	ps := s.kataReady(want)
+	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	defer cancel()
+	// This was answered with cdi_devices nvidia.com/gpu=0 twice.
+	_, err := ps[KataGPU].Client().Allocate(ctx, oneContainer("0", "0"))
+	expectStatus(t, "Allocate [0 0]", err, codes.InvalidArgument, `duplicate device IDs for nvidia.com/gpu: "0"`)
+	// And this with nvidia.com/gpu=0.
+	_, err = ps[KataGPU].Client().Allocate(ctx, oneContainer("0\x00../x"))
+	expectStatus(t, "Allocate [0\\0../x]", err, codes.InvalidArgument, "NUL byte")
+	_, err = ps[KataGPU].Client().GetPreferredAllocation(ctx, &api.PreferredAllocationRequest{})
+	expectStatus(t, "GetPreferredAllocation", err, codes.Unimplemented)
+	a, err := s.k.Allocate(KataGPU, []string{"1", "0"})
+	if err != nil {
+		s.fatalf("kubelet's Allocate afterwards: %v", err)
+	}
+	checkKataAllocation(t, a.Response, KataGPU, []string{"1", "0"})
+}
