@@ -250,10 +250,11 @@ static int build(struct walk *w, const uint8_t *msg, size_t len)
 	w->req->c = (struct dp_ep_container *)(w->req + 1);
 	char **p = (char **)(w->req->c + w->containers);
 	for (size_t c = 0; c < w->containers; c++) {
-		struct dp_ep_ids *lists[2] = { &w->req->c[c].ids, &w->req->c[c].must_include };
-		for (uint32_t l = 0; l < w->s->lists; l++) {
-			lists[l]->ids = w->next[c][l] = p;
-			p += w->counts[c][l];
+		w->req->c[c].ids.ids = w->next[c][0] = p;
+		p += w->counts[c][0];
+		if (w->s->lists > 1) {
+			w->req->c[c].must_include.ids = w->next[c][1] = p;
+			p += w->counts[c][1];
 		}
 	}
 	resolve_request(w, msg, len);

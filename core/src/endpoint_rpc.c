@@ -302,14 +302,16 @@ static int prefer_one(const struct dp_ep_container *c, V1beta1__ContainerPreferr
 	if (want > must->n + avail->n)
 		want = must->n + avail->n;
 	out->deviceids = calloc(want ? want : 1, sizeof(char *));
-	_cleanup_free_ char **sorted = want > must->n ? calloc(must->n ? must->n : 1, sizeof(char *)) : NULL;
-	if (!out->deviceids || (want > must->n && !sorted))
+	if (!out->deviceids)
 		return -ENOMEM;
 	out->n_deviceids = 0; /* already 0 from _init(); stated for the analyzers */
 	for (size_t i = 0; i < must->n && out->n_deviceids < want; i++)
 		out->deviceids[out->n_deviceids++] = must->ids[i];
 	if (out->n_deviceids == want)
 		return 0;
+	_cleanup_free_ char **sorted = calloc(must->n ? must->n : 1, sizeof(char *));
+	if (!sorted)
+		return -ENOMEM; /* out->deviceids is freed by the caller */
 	memcpy(sorted, must->ids, must->n * sizeof(char *));
 	qsort(sorted, must->n, sizeof(char *), cmp_ptr);
 	for (size_t i = 0; i < avail->n && out->n_deviceids < want; i++)
