@@ -296,3 +296,38 @@ int dp_ep_decode(enum dp_ep_kind kind, const struct dp_ep_index *x, const uint8_
 	*ret = w.req;
 	return DP_GRPC_OK;
 }
+
+/* ---- GetPreferredAllocation's answer ---- */
+
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(char *const *)a, y = (uintptr_t)*(char *const *)b;
+	return x < y ? -1 : x > y;
+}
+
+int dp_ep_prefer(const struct dp_ep_container *c, char ***ret, size_t *ret_n)
+{
+	const struct dp_ep_ids *must = &c->must_include, *avail = &c->ids;
+	size_t want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0, n = 0;
+	if (want > must->n + avail->n)
+		want = must->n + avail->n;
+	_cleanup_free_ char **out = calloc(want ? want : 1, sizeof(char *));
+	if (!out)
+		return -ENOMEM;
+	for (size_t i = 0; i < must->n && n < want; i++)
+		out[n++] = must->ids[i];
+	if (n < want) {
+		/* every must-include ID is in: skip them in available, found by pointer */
+		_cleanup_free_ char **sorted = calloc(must->n ? must->n : 1, sizeof(char *));
+		if (!sorted)
+			return -ENOMEM;
+		memcpy(sorted, must->ids, must->n * sizeof(char *));
+		qsort(sorted, must->n, sizeof(char *), cmp_ptr);
+		for (size_t i = 0; i < avail->n && n < want; i++)
+			if (!bsearch(&avail->ids[i], sorted, must->n, sizeof(char *), cmp_ptr))
+				out[n++] = avail->ids[i];
+	}
+	*ret = TAKE_PTR(out);
+	*ret_n = n;
+	return 0;
+}

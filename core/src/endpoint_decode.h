@@ -64,3 +64,10 @@ enum dp_ep_kind { DP_EP_ALLOCATE, DP_EP_PREFERRED, DP_EP_PRESTART };
  * least one container request, each naming at least one ID. */
 int dp_ep_decode(enum dp_ep_kind kind, const struct dp_ep_index *x, const uint8_t *msg, size_t len,
 		 struct dp_ep_request **ret, dp_buf *why);
+
+/* GetPreferredAllocation's answer for one container request: the must-include IDs first, then
+ * the available ones not among them, in the order given, up to allocation_size (<= 0: none;
+ * capped at what the lists hold). The IDs are the request's pointers (one per device, so an ID
+ * in both lists is found by its pointer): O((a + m) log m). *ret (free() the array, not the
+ * IDs) and *ret_n written on success; -ENOMEM. */
+int dp_ep_prefer(const struct dp_ep_container *c, char ***ret, size_t *ret_n);

@@ -172,9 +172,8 @@ char **dp_alloc_ids(const dp_alloc *a, size_t c, size_t *ret_n)
 bool dp_alloc_cancelled(const dp_alloc *a) { return !a->call; }
 uint64_t dp_alloc_deadline(const dp_alloc *a) { return a->deadline; }
 
-/* gcc 12 -fanalyzer loses pointers stored through a run-time index (na[*n] = e, and
- * rs[i].deviceids in prefer_one) and reports them leaked: they are owned by the response and
- * freed with it (alloc_free, rpc_preferred). */
+/* gcc 12 -fanalyzer loses pointers stored through a run-time index (na[*n] = e) and reports
+ * them leaked: they are owned by the response and freed with it (alloc_free). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
@@ -279,49 +278,7 @@ void dp_alloc_finish(dp_alloc *a, int status, const char *message)
 	alloc_free(a);
 }
 
-/* ---- GetPreferredAllocation: must-include first, then available in the given order ---- */
-
-static int cmp_ptr(const void *a, const void *b)
-{
-	uintptr_t x = (uintptr_t)*(char *const *)a, y = (uintptr_t)*(char *const *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* See push(): the analyzer loses out->deviceids, which rpc_preferred frees. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
-#endif
-/* The IDs point into the endpoint's arena, one pointer per device, and neither list repeats
- * one (endpoint_decode.c): an available ID is skipped when it is a must-include one, found by
- * its pointer in the sorted must-include list. O((a + m) log m). */
-static int prefer_one(const struct dp_ep_container *c, V1beta1__ContainerPreferredAllocationResponse *out)
-{
-	const struct dp_ep_ids *must = &c->must_include, *avail = &c->ids;
-	size_t want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0;
-	if (want > must->n + avail->n)
-		want = must->n + avail->n;
-	out->deviceids = calloc(want ? want : 1, sizeof(char *));
-	if (!out->deviceids)
-		return -ENOMEM;
-	out->n_deviceids = 0; /* already 0 from _init(); stated for the analyzers */
-	for (size_t i = 0; i < must->n && out->n_deviceids < want; i++)
-		out->deviceids[out->n_deviceids++] = must->ids[i];
-	if (out->n_deviceids == want)
-		return 0;
-	_cleanup_free_ char **sorted = calloc(must->n ? must->n : 1, sizeof(char *));
-	if (!sorted)
-		return -ENOMEM; /* out->deviceids is freed by the caller */
-	memcpy(sorted, must->ids, must->n * sizeof(char *));
-	qsort(sorted, must->n, sizeof(char *), cmp_ptr);
-	for (size_t i = 0; i < avail->n && out->n_deviceids < want; i++)
-		if (!bsearch(&avail->ids[i], sorted, must->n, sizeof(char *), cmp_ptr))
-			out->deviceids[out->n_deviceids++] = avail->ids[i];
-	return 0;
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+/* ---- GetPreferredAllocation: dp_ep_prefer (endpoint_decode.c) per container request ---- */
 
 static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
@@ -342,7 +299,7 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 	for (size_t i = 0; i < n && r == 0; i++) {
 		v1beta1__container_preferred_allocation_response__init(&rs[i]);
 		ptrs[i] = &rs[i];
-		r = prefer_one(&req->c[i], &rs[i]);
+		r = dp_ep_prefer(&req->c[i], &rs[i].deviceids, &rs[i].n_deviceids);
 	}
 	if (r < 0) {
 		dp_grpc_call_finish(call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");

@@ -342,6 +342,92 @@ static void largest_legal_request(void **state)
 	index_done(&ix);
 }
 
+static struct dp_ep_request *decode_preferred(const struct index *ix, char **avail, size_t na, char **must,
+					     size_t nm, int32_t size)
+{
+	V1beta1__ContainerPreferredAllocationRequest c = V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT, *cp = &c;
+	V1beta1__PreferredAllocationRequest pr = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+	pr.container_requests = &cp;
+	pr.n_container_requests = 1;
+	c.available_deviceids = avail;
+	c.n_available_deviceids = na;
+	c.must_include_deviceids = must;
+	c.n_must_include_deviceids = nm;
+	c.allocation_size = size;
+	size_t len = v1beta1__preferred_allocation_request__get_packed_size(&pr);
+	_cleanup_free_ uint8_t *buf = malloc(len);
+	v1beta1__preferred_allocation_request__pack(&pr, buf);
+	struct dp_ep_request *req = NULL;
+	_cleanup_(dp_buf_done) dp_buf why = { 0 };
+	assert_int_equal(decode(DP_EP_PREFERRED, ix, buf, len, &req, &why), DP_GRPC_OK);
+	return req;
+}
+
+static void assert_prefer(const struct dp_ep_request *req, const char *want)
+{
+	char **ids = NULL;
+	size_t n = 0;
+	assert_int_equal(dp_ep_prefer(&req->c[0], &ids, &n), 0);
+	_cleanup_(dp_buf_done) dp_buf got = { 0 };
+	for (size_t i = 0; i < n; i++)
+		dp_buf_printf(&got, "%s%s", i ? "," : "", ids[i]);
+	dp_buf_append(&got, "", 1);
+	assert_string_equal(got.data, want);
+	free(ids);
+}
+
+static void preferred_answer(void **state)
+{
+	struct index ix;
+	index_init(&ix, NULL, 6, "");
+	char *avail[] = { "5", "1", "3", "0", "4" }, *must[] = { "3", "2" };
+	static const struct {
+		int32_t size;
+		const char *want;
+	} cases[] = {
+		{ 1, "3" },             /* must-include first, cut at the size */
+		{ 2, "3,2" },
+		{ 4, "3,2,5,1" },       /* then available in order, "3" not twice */
+		{ 100, "3,2,5,1,0,4" }, /* capped at what the lists hold */
+		{ 0, "" },
+		{ -5, "" },
+	};
+	struct dp_ep_request *req = decode_preferred(&ix, avail, 5, must, 2, 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		req->c[0].allocation_size = cases[i].size;
+		assert_prefer(req, cases[i].want);
+	}
+	free(req);
+	req = decode_preferred(&ix, avail, 5, NULL, 0, 3);
+	assert_prefer(req, "5,1,3");
+	free(req);
+	index_done(&ix);
+
+	/* the largest legal request, every device available and half of them must-include: each
+	 * device once, must-include first (this was O(n^2): 60,000 IDs took 8.5 s) */
+	enum { N = 134544 };
+	index_init(&ix, NULL, N, "hyperlight-");
+	char **all = calloc(N, sizeof(*all)), **half = calloc(N / 2, sizeof(*half));
+	for (size_t i = 0; i < N; i++)
+		all[i] = ix.arena + ix.sorted[i];
+	for (size_t i = 0; i < N / 2; i++)
+		half[i] = all[N - 1 - 2 * i];
+	req = decode_preferred(&ix, all, N, half, N / 2, N);
+	char **ids = NULL;
+	size_t n = 0;
+	assert_int_equal(dp_ep_prefer(&req->c[0], &ids, &n), 0);
+	assert_int_equal(n, N);
+	for (size_t i = 0; i < N / 2; i++)
+		assert_string_equal(ids[i], half[i]);
+	for (size_t i = N / 2, k = 0; i < N; i++, k += 2)
+		assert_string_equal(ids[i], all[k]); /* the even positions from the end are in half */
+	free(ids);
+	free(req);
+	free(all);
+	free(half);
+	index_done(&ix);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -353,6 +439,7 @@ int main(void)
 		cmocka_unit_test(limits),
 		cmocka_unit_test(empty_and_malformed),
 		cmocka_unit_test(largest_legal_request),
+		cmocka_unit_test(preferred_answer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
