@@ -311,23 +311,26 @@ int dp_ep_prefer(const struct dp_ep_container *c, char ***ret, size_t *ret_n)
 	size_t want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0, n = 0;
 	if (want > must->n + avail->n)
 		want = must->n + avail->n;
-	_cleanup_free_ char **out = calloc(want ? want : 1, sizeof(char *));
+	char **out = calloc(want ? want : 1, sizeof(char *));
 	if (!out)
 		return -ENOMEM;
 	for (size_t i = 0; i < must->n && n < want; i++)
 		out[n++] = must->ids[i];
 	if (n < want) {
 		/* every must-include ID is in: skip them in available, found by pointer */
-		_cleanup_free_ char **sorted = calloc(must->n ? must->n : 1, sizeof(char *));
-		if (!sorted)
+		char **sorted = calloc(must->n ? must->n : 1, sizeof(char *));
+		if (!sorted) {
+			free(out);
 			return -ENOMEM;
+		}
 		memcpy(sorted, must->ids, must->n * sizeof(char *));
 		qsort(sorted, must->n, sizeof(char *), cmp_ptr);
 		for (size_t i = 0; i < avail->n && n < want; i++)
 			if (!bsearch(&avail->ids[i], sorted, must->n, sizeof(char *), cmp_ptr))
 				out[n++] = avail->ids[i];
+		free(sorted);
 	}
-	*ret = TAKE_PTR(out);
+	*ret = out;
 	*ret_n = n;
 	return 0;
 }
