@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,6 +81,12 @@ func TestHyperlightAllocateNulID(t *testing.T) {
 	hc := healthpb.NewHealthClient(s.dial(p))
 	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness\x00x"})
 	expectStatus(t, "health Check [readiness\\0x]", err, codes.InvalidArgument, "NUL byte")
+	// A Watch keeps its service name for the stream's life: a long one is refused.
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 257)})
+	expectStatus(t, "health Check of a 257-byte service", err, codes.InvalidArgument, "longer than 256 bytes")
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 256)}); status.Code(err) != codes.NotFound {
+		t.Errorf("health Check of a 256-byte service: %v, want NotFound", err)
+	}
 	if r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("liveness Check afterwards: %v, %v", r, err)
 	}
@@ -195,19 +202,8 @@ func TestHyperlightHostileAllocateMemory(t *testing.T) {
 // container request (2.4 MB on the wire). Answered correctly; the time it took is logged, not
 // asserted (the loop's longest stall is a figure of make bench).
 func TestHyperlightLargestAllocate(t *testing.T) {
-	s := prepare(t, newNode(t, true))
-	ceiling := s.run(DaemonEnv(s.node.Root, "DEVICE_COUNT=99999999"))
-	m := regexp.MustCompile(`out of range 1\.\.([0-9]+)`).FindStringSubmatch(ceiling.Stderr)
-	if m == nil {
-		t.Fatalf("no ceiling in the error for DEVICE_COUNT=99999999: %q", ceiling.Stderr)
-	}
-	n, _ := strconv.Atoi(m[1])
-	s.startDaemon("DEVICE_COUNT=" + m[1])
-	p := s.ready(n)
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("hyperlight-%d", n-1-i)
-	}
+	s, p, ids := startAtCeiling(t)
+	n := len(ids)
 	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 	defer cancel()
 	start := time.Now()
@@ -223,7 +219,67 @@ func TestHyperlightLargestAllocate(t *testing.T) {
 	t.Logf("Allocate of all %d devices: answered in %v", n, took)
 	// One ID more than there are devices is refused (every ID is then known but one twice).
 	_, err = p.Client().Allocate(ctx, oneContainer(append(ids, ids[0])...), grpc.MaxCallSendMsgSize(8<<20))
-	expectStatus(t, "Allocate of one ID more", err, codes.InvalidArgument, "names more than "+m[1]+" device IDs")
+	expectStatus(t, "Allocate of one ID more", err, codes.InvalidArgument,
+		fmt.Sprintf("names more than %d device IDs", n))
+}
+
+// startAtCeiling starts hyperlight with DEVICE_COUNT at its ceiling (which the daemon's own
+// error for a larger one names) and returns every device ID, last first.
+func startAtCeiling(t *testing.T) (*scenario, *Plugin, []string) {
+	s := prepare(t, newNode(t, true))
+	ceiling := s.run(DaemonEnv(s.node.Root, "DEVICE_COUNT=99999999"))
+	m := regexp.MustCompile(`out of range 1\.\.([0-9]+)`).FindStringSubmatch(ceiling.Stderr)
+	if m == nil {
+		t.Fatalf("no ceiling in the error for DEVICE_COUNT=99999999: %q", ceiling.Stderr)
+	}
+	n, _ := strconv.Atoi(m[1])
+	s.startDaemon("DEVICE_COUNT=" + m[1])
+	p := s.ready(n)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("hyperlight-%d", n-1-i)
+	}
+	return s, p, ids
+}
+
+// Allocates waiting for the probe hold their decoded IDs (8 bytes each, 1.1 MB for all of the
+// ceiling's devices); more than 4 MiB in total is refused, kubelet's small one is still served.
+func TestHyperlightHeldAllocatesBounded(t *testing.T) {
+	s, p, ids := startAtCeiling(t)
+	s.shim("HVSHIM_DELAY_MS=1500") // every probe 1.5 s: the Allocates wait, holding their IDs
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*hangBound)
+			defer cancel()
+			_, errs[i] = p.Client().Allocate(ctx, oneContainer(ids...), grpc.MaxCallSendMsgSize(8<<20))
+		}(i)
+	}
+	if _, ok := s.d.WaitLog(eventBound, func(l string) bool { return strings.Contains(l, `msg="helper started"`) }); !ok {
+		t.Errorf("no probe started within %v", eventBound)
+	}
+	if _, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-7"}); err != nil {
+		t.Errorf("kubelet's Allocate while the large ones wait: %v", err)
+	}
+	wg.Wait()
+	refused := 0
+	for i, err := range errs {
+		if status.Code(err) == codes.ResourceExhausted {
+			refused++
+			expectStatus(t, fmt.Sprintf("large Allocate %d", i), err, codes.ResourceExhausted,
+				"too many Allocate requests in progress")
+		} else if err != nil {
+			t.Errorf("large Allocate %d: %v", i, err)
+		}
+	}
+	t.Logf("%d of %d large Allocates refused", refused, n)
+	if refused == 0 {
+		t.Errorf("all %d large Allocates (%d IDs each) were held at once, want at most 3", n, len(ids))
+	}
 }
 
 func TestKataAllocateDuplicateAndNulIDs(t *testing.T) {
