@@ -39,11 +39,16 @@ static struct dp_ep_index ep_index(const dp_endpoint *ep)
 				     .resource = ep->resource };
 }
 
-/* Finish call with status and the message in b (out of memory said so). */
+/* Refuse call with status and the message in b (out of memory said so). */
 static void finish_buf(dp_grpc_call *call, int status, dp_buf *b)
 {
+	char q[300];
 	dp_buf_append(b, "", 1);
-	dp_grpc_call_finish(call, b->oom ? DP_GRPC_RESOURCE_EXHAUSTED : status, b->oom ? "out of memory" : b->data);
+	const char *msg = b->oom ? "out of memory" : b->data;
+	status = b->oom ? DP_GRPC_RESOURCE_EXHAUSTED : status;
+	dp_debug("request refused", "path=%s status=%s message=%s", dp_grpc_call_path(call),
+		 dp_grpc_status_name(status), dp_logq(q, sizeof(q), msg));
+	dp_grpc_call_finish(call, status, msg);
 }
 
 /* ---- small responses ---- */
