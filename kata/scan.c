@@ -30,6 +30,7 @@ struct ctx {
 	int class_errno;
 	struct kata_device *devs;
 	size_t n, cap;
+	size_t matched; /* devices a table row matched, kept or not */
 	bool oom;
 };
 
@@ -458,6 +459,40 @@ static int inspect(const struct ctx *c, struct kata_device *d, char *why)
 
 /* ---- the walks ---- */
 
+static int cmp_pci(const void *a, const void *b);
+
+/* More than max devices: keep the first max by PCI address, and those sharing the last one's
+ * address (drop_duplicates must see a device claimed twice whole). Which devices are kept does
+ * not depend on the order the directory lists them in. */
+static void keep_first(struct ctx *c)
+{
+	qsort(c->devs, c->n, sizeof(*c->devs), cmp_pci);
+	size_t keep = c->max;
+	while (keep < c->n && c->devs[keep].pci_key == c->devs[c->max - 1].pci_key)
+		keep++;
+	c->n = keep < c->cap ? keep : c->max; /* all tied (pathological): cut at max */
+}
+
+/* Room for one more device: grown as found, up to 2 x max (a full-size array would be a fresh
+ * mmap on every rescan), then the first max by PCI address kept. */
+static bool make_room(struct ctx *c)
+{
+	if (c->cap == 2 * c->max) {
+		keep_first(c);
+		return true;
+	}
+	size_t cap = c->cap ? c->cap * 2 : 8;
+	cap = cap < 2 * c->max ? cap : 2 * c->max;
+	struct kata_device *v = reallocarray(c->devs, cap, sizeof(*v));
+	if (!v) {
+		c->oom = true;
+		return false;
+	}
+	c->devs = v;
+	c->cap = cap;
+	return true;
+}
+
 static void consider(struct ctx *c, int dfd, const char *name)
 {
 	struct kata_device d = { 0 };
@@ -495,20 +530,10 @@ static void consider(struct ctx *c, int dfd, const char *name)
 		return;
 	}
 	d.row = (size_t)row;
-	if (c->n == c->cap) {
-		/* grown as found, up to max: a full-size array (512 KiB) would be a fresh mmap on
-		 * every rescan */
-		size_t cap = c->cap ? c->cap * 2 : 8;
-		cap = cap < c->max ? cap : c->max;
-		struct kata_device *v = reallocarray(c->devs, cap, sizeof(*v));
-		if (!v) {
-			c->oom = true;
-			return;
-		}
-		c->devs = v;
-		c->cap = cap;
-	}
+	if (c->n == c->cap && !make_room(c))
+		return;
 	c->devs[c->n++] = d;
+	c->matched++;
 }
 
 static bool dot(const char *name)
@@ -556,7 +581,6 @@ static int walk_dev(struct ctx *c, char *err, size_t errlen)
 	char path[PATH_MAX];
 	struct dir_iter it = { 0 };
 	const char *name;
-	size_t k = 0;
 	int r = dp_path(path, sizeof(path), KATA_DEV_DIR);
 	if (r < 0) {
 		snprintf(err, errlen, "invalid %s", DP_TEST_ROOT_ENV);
@@ -572,13 +596,8 @@ static int walk_dev(struct ctx *c, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read %s: %s", KATA_DEV_DIR, strerror(-r));
 		return r;
 	}
-	while ((name = dir_next(&it))) {
-		if (k++ == c->max) {
-			too_many(c, &it, KATA_DEV_DIR);
-			break;
-		}
-		consider(c, fd, name);
-	}
+	while ((name = dir_next(&it)))
+		consider(c, fd, name); /* every entry: which are kept is decided by PCI address */
 	return 0;
 }
 
@@ -758,6 +777,12 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 	if (o->cache)
 		kata_cache_end(o->cache);
 	drop_duplicates(&c);
+	if (c.n > c.max) {
+		dp_log(o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG,
+		       "too many VFIO devices, advertising the first by PCI address",
+		       "devices=%zu advertised=%zu last=%s", c.matched, c.max, c.devs[c.max - 1].pci);
+		c.n = c.max;
+	}
 	if (c.n > 1)
 		qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
 	/* Keep only what was found (never NULL, even for none). */

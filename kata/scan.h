@@ -20,8 +20,14 @@
  * "Resolves to" is the path the kernel gives for the opened directory (/proc/self/fd): the
  * canonical path realpath() computes with one readlink per component, in two system calls
  * (the scan runs every 30 s); without /proc nothing resolves (each entry skipped, saying why).
- * At most max_entries directory entries of each directory are considered (one warning when
- * there are more). Two cdevs claiming the same PCI device are both skipped.
+ * Every entry of /dev/vfio/devices is considered; of the devices a table row matches, the first
+ * max_entries by PCI address are kept (over all rows; those sharing the last one's address are
+ * seen whole by the duplicate check), whatever order the directory lists them in, with one
+ * warning "too many VFIO devices, advertising the first by PCI address" devices=<matched>
+ * advertised=<max> last=<the last PCI address kept>; at most 2 x max_entries are held during the
+ * walk. At most max_entries entries of /sys/class/vfio-dev are looked at for the report of
+ * entries without a cdev (one warning "too many entries" when there are more). Two cdevs
+ * claiming the same PCI device are both skipped.
  *
  * Every skipped entry gets exactly one log line "skipping VFIO device" device=<name>
  * reason=<why>: warn, except a device no table row matches (info, reason="not in the table").
@@ -62,7 +68,7 @@ struct kata_device {
 struct kata_scan_opts {
 	const struct kata_row *table;
 	size_t n_rows;
-	size_t max_entries; /* per directory; 0: KATA_MAX_ENTRIES */
+	size_t max_entries; /* devices kept (see above); 0: KATA_MAX_ENTRIES */
 	bool verbose;       /* skip lines at warn/info (else debug) */
 	kata_cache *cache;  /* what the previous scan left (scan_cache.h); NULL: none */
 };

@@ -8,18 +8,48 @@
 #include "api.pb-c.h"
 #include "dp/cdi.h"
 #include "dp/log.h"
+#include "endpoint_decode.h"
 #include "endpoint_internal.h"
 
-#define MAX_NAMED_IDS 10
+/*
+ * Decoded Allocate requests waiting for their answer (hyperlight's wait for the probe) hold at
+ * most HELD_MAX bytes in total, over every endpoint of the process; a request that does not fit
+ * is refused with RESOURCE_EXHAUSTED. A small one (kubelet's: one container, a few IDs) may also
+ * use HELD_RESERVE more, so a client holding the budget with large requests does not starve it.
+ * The largest valid request holds 8 bytes per device (1.1 MB at hyperlight's ceiling).
+ */
+#define HELD_MAX (4u << 20)
+#define HELD_RESERVE (1u << 20)
+#define HELD_SMALL (4u << 10)
+
+static size_t held;
 
 struct dp_alloc {
 	dp_endpoint *ep;
 	dp_grpc_call *call; /* NULL once the requester went away */
 	uint64_t deadline;
-	V1beta1__AllocateRequest *req;
+	struct dp_ep_request *req;
 	V1beta1__ContainerAllocateResponse *resp; /* one per container request */
 	size_t n;
 };
+
+static struct dp_ep_index ep_index(const dp_endpoint *ep)
+{
+	return (struct dp_ep_index){ .ids = ep->ids, .sorted = ep->sorted, .n = ep->n_devices,
+				     .resource = ep->resource };
+}
+
+/* Refuse call with status and the message in b (out of memory said so). */
+static void finish_buf(dp_grpc_call *call, int status, dp_buf *b)
+{
+	char q[300];
+	dp_buf_append(b, "", 1);
+	const char *msg = b->oom ? "out of memory" : b->data;
+	status = b->oom ? DP_GRPC_RESOURCE_EXHAUSTED : status;
+	dp_debug("request refused", "path=%s status=%s message=%s", dp_grpc_call_path(call),
+		 dp_grpc_status_name(status), dp_logq(q, sizeof(q), msg));
+	dp_grpc_call_finish(call, status, msg);
+}
 
 /* ---- small responses ---- */
 
@@ -34,58 +64,18 @@ static void rpc_options(dp_grpc_call *call, const uint8_t *msg, size_t len, void
 
 static void rpc_prestart(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
-	V1beta1__PreStartContainerRequest *req = v1beta1__pre_start_container_request__unpack(NULL, len, msg);
-	if (!req) {
-		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "cannot decode PreStartContainerRequest");
+	dp_endpoint *ep = userdata;
+	_cleanup_(dp_buf_done) dp_buf b = { 0 };
+	struct dp_ep_index x = ep_index(ep);
+	struct dp_ep_request *req = NULL;
+	int status = dp_ep_decode(DP_EP_PRESTART, &x, msg, len, &req, &b);
+	if (status != DP_GRPC_OK) {
+		finish_buf(call, status, &b);
 		return;
 	}
-	v1beta1__pre_start_container_request__free_unpacked(req, NULL);
+	free(req);
 	V1beta1__PreStartContainerResponse resp = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
 	(void)dp_grpc_call_send_pb(call, &resp.base);
-}
-
-/* ---- ID validation ---- */
-
-/* Append the unknown IDs of ids[] to b as "a, b, c (and N more)"; returns how many. */
-static size_t unknown_ids(const dp_endpoint *ep, char **ids, size_t n, dp_buf *b)
-{
-	size_t bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (dp_endpoint_has_device(ep, ids[i]))
-			continue;
-		if (bad < MAX_NAMED_IDS) {
-			if (bad)
-				dp_buf_puts(b, ", ");
-			dp_buf_json_string(b, ids[i]);
-		}
-		bad++;
-	}
-	if (bad > MAX_NAMED_IDS)
-		dp_buf_printf(b, " (and %zu more)", bad - MAX_NAMED_IDS);
-	return bad;
-}
-
-/* 0, or a gRPC status with the message in b. */
-static int validate_containers(const dp_endpoint *ep, V1beta1__ContainerAllocateRequest **c, size_t n,
-			       dp_buf *b)
-{
-	if (n == 0) {
-		dp_buf_puts(b, "Allocate request has no container requests");
-		return DP_GRPC_INVALID_ARGUMENT;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (c[i]->n_devices_ids == 0) {
-			dp_buf_printf(b, "container request %zu has no device IDs", i);
-			return DP_GRPC_INVALID_ARGUMENT;
-		}
-		_cleanup_(dp_buf_done) dp_buf ids = { 0 };
-		if (unknown_ids(ep, c[i]->devices_ids, c[i]->n_devices_ids, &ids) > 0) {
-			dp_buf_printf(b, "unknown device IDs for %s: ", ep->resource);
-			dp_buf_append(b, ids.data, ids.len);
-			return DP_GRPC_INVALID_ARGUMENT;
-		}
-	}
-	return 0;
 }
 
 /* ---- Allocate ---- */
@@ -120,8 +110,10 @@ static void alloc_free(dp_alloc *a)
 		free(r->cdi_devices);
 	}
 	free(a->resp);
-	if (a->req)
-		v1beta1__allocate_request__free_unpacked(a->req, NULL);
+	if (a->req) {
+		held -= a->req->size;
+		free(a->req);
+	}
 	free(a);
 }
 
@@ -133,33 +125,40 @@ static void alloc_on_cancel(dp_grpc_call *call, int status, void *userdata)
 	a->call = NULL;
 }
 
+/* Whether a decoded request of size bytes may be held until its answer. */
+static bool held_fits(size_t size)
+{
+	size_t limit = HELD_MAX + (size <= HELD_SMALL ? HELD_RESERVE : 0);
+	return size <= limit && held <= limit - size;
+}
+
 static void rpc_allocate(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
 	dp_endpoint *ep = userdata;
 	_cleanup_(dp_buf_done) dp_buf b = { 0 };
-	V1beta1__AllocateRequest *req = v1beta1__allocate_request__unpack(NULL, len, msg);
-	if (!req) {
-		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "cannot decode AllocateRequest");
-		return;
+	struct dp_ep_index x = ep_index(ep);
+	_cleanup_free_ struct dp_ep_request *req = NULL;
+	int status = dp_ep_decode(DP_EP_ALLOCATE, &x, msg, len, &req, &b);
+	if (status == DP_GRPC_OK && !held_fits(req->size)) {
+		dp_buf_printf(&b, "too many Allocate requests in progress: %zu bytes held, at most %u",
+			      held, HELD_MAX);
+		status = DP_GRPC_RESOURCE_EXHAUSTED;
 	}
-	int status = validate_containers(ep, req->container_requests, req->n_container_requests, &b);
 	dp_alloc *a = status ? NULL : calloc(1, sizeof(*a));
 	if (a)
-		a->resp = calloc(req->n_container_requests, sizeof(*a->resp));
+		a->resp = calloc(req->n, sizeof(*a->resp));
 	if (status || !a || !a->resp) {
 		if (!status)
 			dp_buf_puts(&b, "out of memory");
-		dp_buf_append(&b, "", 1);
-		dp_grpc_call_finish(call, status ? status : DP_GRPC_RESOURCE_EXHAUSTED, b.data);
-		if (a)
-			free(a);
-		v1beta1__allocate_request__free_unpacked(req, NULL);
+		finish_buf(call, status ? status : DP_GRPC_RESOURCE_EXHAUSTED, &b);
+		free(a);
 		return;
 	}
 	a->ep = ep;
 	a->call = call;
-	a->req = req;
-	a->n = req->n_container_requests;
+	a->n = req->n;
+	held += req->size;
+	a->req = TAKE_PTR(req);
 	a->deadline = dp_grpc_call_deadline(call);
 	for (size_t i = 0; i < a->n; i++)
 		v1beta1__container_allocate_response__init(&a->resp[i]);
@@ -171,16 +170,15 @@ size_t dp_alloc_containers(const dp_alloc *a) { return a->n; }
 
 char **dp_alloc_ids(const dp_alloc *a, size_t c, size_t *ret_n)
 {
-	*ret_n = a->req->container_requests[c]->n_devices_ids;
-	return a->req->container_requests[c]->devices_ids;
+	*ret_n = a->req->c[c].ids.n;
+	return a->req->c[c].ids.ids;
 }
 
 bool dp_alloc_cancelled(const dp_alloc *a) { return !a->call; }
 uint64_t dp_alloc_deadline(const dp_alloc *a) { return a->deadline; }
 
-/* gcc 12 -fanalyzer loses pointers stored through a run-time index (na[*n] = e, and
- * rs[i].deviceids in prefer_one) and reports them leaked: they are owned by the response and
- * freed with it (alloc_free, rpc_preferred). */
+/* gcc 12 -fanalyzer loses pointers stored through a run-time index (na[*n] = e) and reports
+ * them leaked: they are owned by the response and freed with it (alloc_free). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
@@ -285,49 +283,20 @@ void dp_alloc_finish(dp_alloc *a, int status, const char *message)
 	alloc_free(a);
 }
 
-/* ---- GetPreferredAllocation: must-include first, then available in the given order ---- */
-
-static bool in_list(char **ids, size_t n, const char *id)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(ids[i], id) == 0)
-			return true;
-	return false;
-}
-
-/* See push(): the analyzer loses out->deviceids, which rpc_preferred frees. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
-#endif
-static int prefer_one(const V1beta1__ContainerPreferredAllocationRequest *c,
-		      V1beta1__ContainerPreferredAllocationResponse *out)
-{
-	size_t want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0;
-	out->deviceids = calloc(want ? want : 1, sizeof(char *));
-	if (!out->deviceids)
-		return -ENOMEM;
-	out->n_deviceids = 0; /* already 0 from _init(); stated for the analyzers */
-	for (size_t i = 0; i < c->n_must_include_deviceids && out->n_deviceids < want; i++)
-		if (!in_list(out->deviceids, out->n_deviceids, c->must_include_deviceids[i]))
-			out->deviceids[out->n_deviceids++] = c->must_include_deviceids[i];
-	for (size_t i = 0; i < c->n_available_deviceids && out->n_deviceids < want; i++)
-		if (!in_list(out->deviceids, out->n_deviceids, c->available_deviceids[i]))
-			out->deviceids[out->n_deviceids++] = c->available_deviceids[i];
-	return 0;
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+/* ---- GetPreferredAllocation: dp_ep_prefer (endpoint_decode.c) per container request ---- */
 
 static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
-	V1beta1__PreferredAllocationRequest *req = v1beta1__preferred_allocation_request__unpack(NULL, len, msg);
-	if (!req) {
-		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "cannot decode PreferredAllocationRequest");
+	dp_endpoint *ep = userdata;
+	_cleanup_(dp_buf_done) dp_buf b = { 0 };
+	struct dp_ep_index x = ep_index(ep);
+	_cleanup_free_ struct dp_ep_request *req = NULL;
+	int status = dp_ep_decode(DP_EP_PREFERRED, &x, msg, len, &req, &b);
+	if (status != DP_GRPC_OK) {
+		finish_buf(call, status, &b);
 		return;
 	}
-	size_t n = req->n_container_requests;
+	size_t n = req->n;
 	V1beta1__ContainerPreferredAllocationResponse *rs = calloc(n ? n : 1, sizeof(*rs));
 	/* an array of pointers: sizeof(*ptrs) is the size of one pointer, as meant */
 	V1beta1__ContainerPreferredAllocationResponse **ptrs = calloc(n ? n : 1, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression)
@@ -335,7 +304,7 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 	for (size_t i = 0; i < n && r == 0; i++) {
 		v1beta1__container_preferred_allocation_response__init(&rs[i]);
 		ptrs[i] = &rs[i];
-		r = prefer_one(req->container_requests[i], &rs[i]);
+		r = dp_ep_prefer(&req->c[i], &rs[i].deviceids, &rs[i].n_deviceids);
 	}
 	if (r < 0) {
 		dp_grpc_call_finish(call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -349,7 +318,6 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 		free(rs[i].deviceids);
 	free(rs);
 	free(ptrs);
-	v1beta1__preferred_allocation_request__free_unpacked(req, NULL);
 }
 
 size_t dp_endpoint_methods(dp_endpoint *ep, dp_grpc_method *out)
@@ -359,12 +327,16 @@ size_t dp_endpoint_methods(dp_endpoint *ep, dp_grpc_method *out)
 				     rpc_options, ep };
 	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/ListAndWatch", DP_GRPC_METHOD_SERVER_STREAM,
 				     dp_endpoint_list_and_watch, ep };
-	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/GetPreferredAllocation", DP_GRPC_METHOD_UNARY,
-				     rpc_preferred, ep };
 	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/Allocate", DP_GRPC_METHOD_UNARY, rpc_allocate,
 				     ep };
-	out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/PreStartContainer", DP_GRPC_METHOD_UNARY,
-				     rpc_prestart, ep };
+	/* The optional methods only where the options advertise them: kubelet calls neither
+	 * otherwise, and an unrouted method is UNIMPLEMENTED like any unknown one. */
+	if (ep->preferred_allocation)
+		out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/GetPreferredAllocation",
+					     DP_GRPC_METHOD_UNARY, rpc_preferred, ep };
+	if (ep->pre_start_required)
+		out[n++] = (dp_grpc_method){ "/v1beta1.DevicePlugin/PreStartContainer", DP_GRPC_METHOD_UNARY,
+					     rpc_prestart, ep };
 	n += dp_health_methods(ep->health, out + n);
 	return n;
 }

@@ -11,6 +11,10 @@
 
 #include "dp/log.h"
 #include "health.pb-c.h"
+#include "pbwire.h"
+
+/* Longest service name accepted: the known ones are "" and "readiness"; a Watch keeps its name. */
+#define SERVICE_MAX 256
 
 struct watcher {
 	struct watcher *next;
@@ -81,20 +85,47 @@ static int send_status(dp_grpc_call *call, int status)
 	return dp_grpc_call_send_pb(call, &resp.base);
 }
 
+/*
+ * The service a HealthCheckRequest names (field 1; the last one wins) into out, SERVICE_MAX + 1
+ * bytes, read from the wire without unpacking (unknown fields skipped, never stored). NULL, or
+ * why the request is refused (INVALID_ARGUMENT).
+ */
+static const char *decode_service(const uint8_t *msg, size_t len, char *out)
+{
+	dp_pbreader r;
+	dp_pbfield f;
+	int k;
+	out[0] = '\0';
+	dp_pb_reader_init(&r, msg, len);
+	while ((k = dp_pb_next(&r, &f)) > 0) {
+		if (f.number != 1)
+			continue;
+		if (f.wire != DP_PB_LEN)
+			return "cannot decode HealthCheckRequest";
+		if (f.len > SERVICE_MAX)
+			return "service name longer than 256 bytes";
+		if (memchr(f.data, '\0', f.len))
+			return "service name holds a NUL byte";
+		memcpy(out, f.data, f.len);
+		out[f.len] = '\0';
+	}
+	return k < 0 ? "cannot decode HealthCheckRequest" : NULL;
+}
+
 static void rpc_check(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
 	dp_health *h = userdata;
-	Grpc__Health__V1__HealthCheckRequest *req = grpc__health__v1__health_check_request__unpack(NULL, len, msg);
-	if (!req) {
-		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, "cannot decode HealthCheckRequest");
+	char service[SERVICE_MAX + 1];
+	const char *why = decode_service(msg, len, service);
+	if (why) {
+		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, why);
 		return;
 	}
-	int s = status_of(h, req->service, false);
+	int s = status_of(h, service, false);
 	if (s < 0)
 		dp_grpc_call_finish(call, DP_GRPC_NOT_FOUND, "unknown service");
 	else
 		(void)send_status(call, s);
-	grpc__health__v1__health_check_request__free_unpacked(req, NULL);
 }
 
 static void on_watch_cancel(dp_grpc_call *call, int status, void *userdata)
@@ -106,16 +137,18 @@ static void on_watch_cancel(dp_grpc_call *call, int status, void *userdata)
 static void rpc_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
 	dp_health *h = userdata;
-	Grpc__Health__V1__HealthCheckRequest *req = grpc__health__v1__health_check_request__unpack(NULL, len, msg);
-	struct watcher *w = req ? calloc(1, sizeof(*w)) : NULL;
+	char service[SERVICE_MAX + 1];
+	const char *why = decode_service(msg, len, service);
+	if (why) {
+		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, why);
+		return;
+	}
+	struct watcher *w = calloc(1, sizeof(*w));
 	if (w)
-		w->service = strdup(req->service);
-	if (req)
-		grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+		w->service = strdup(service);
 	if (!w || !w->service) {
 		free(w);
-		dp_grpc_call_finish(call, req ? DP_GRPC_RESOURCE_EXHAUSTED : DP_GRPC_INVALID_ARGUMENT,
-				    req ? "out of memory" : "cannot decode HealthCheckRequest");
+		dp_grpc_call_finish(call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	w->h = h;

@@ -617,20 +617,31 @@ static void cache_follows_the_root(void **state)
 	assert_int_equal(scanned_class(&o), 0x030200);
 }
 
+/* More GPUs than max_entries: the first by PCI address are kept, whatever order the directory
+ * lists them in (names and creation order scrambled against the addresses), logged once. */
 static void entries_are_bounded(void **state)
 {
 	struct kata_scan s;
 	struct kata_scan_opts small = opts;
 	small.max_entries = 4;
-	for (unsigned i = 1; i <= 6; i++) {
+	/* vfio<i> gets bus (i * 7) % 13 + 1: 12 distinct buses, 8 of them beyond the first four */
+	for (unsigned i = 1; i <= 12; i++) {
 		char bdf[32];
-		snprintf(bdf, sizeof(bdf), "0000:%02u:00.0", i);
+		snprintf(bdf, sizeof(bdf), "0000:%02x:00.0", (i * 7) % 13 + 1);
 		gpu(i, bdf, "0\n");
 	}
 	char *log = scan_logged(&small, &s);
+	static const struct want first[] = {
+		{ "vfio2", "0000:02:00.0", 0 }, /* (2 * 7) % 13 + 1 */
+		{ "vfio4", "0000:03:00.0", 0 },
+		{ "vfio6", "0000:04:00.0", 0 },
+		{ "vfio8", "0000:05:00.0", 0 },
+	};
+	assert_row(&s, 0, first, 4);
 	assert_int_equal(s.n_devices, 4);
-	assert_int_equal(count_lines(log, "too many entries", "dir=/dev/vfio/devices entries=6 considered=4"), 1);
-	assert_int_equal(count_lines(log, "too many entries", "dir=/sys/class/vfio-dev entries=6 considered=4"), 1);
+	assert_int_equal(count_lines(log, "too many VFIO devices, advertising the first by PCI address",
+				     "devices=12 advertised=4 last=0000:05:00.0"), 1);
+	assert_int_equal(count_lines(log, "too many entries", "dir=/sys/class/vfio-dev entries=12 considered=4"), 1);
 	assert_int_equal(count_all(log), 2);
 	free(log);
 	kata_scan_done(&s);
