@@ -21,11 +21,12 @@ const instrumentedLimit = 1 << 30
 
 // podScenario: a simulated node, the mock kubelet on its kubelet directory, one pod.
 type podScenario struct {
-	t    *testing.T
-	node *Node
-	k    *MockKubelet
-	pod  *Pod
-	m    *Manifest
+	t      *testing.T
+	node   *Node
+	k      *MockKubelet
+	pod    *Pod
+	m      *Manifest
+	target hostileDaemon // the daemon under hostile input (podshape_hostile_test.go)
 }
 
 // newPodNode makes the node (with /dev/kvm when kvm) and the mock kubelet.
