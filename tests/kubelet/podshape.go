@@ -27,7 +27,12 @@ package kubelet
 // unix sockets), no NODE_NAME (no API server), the exec probe keeps nsenter's capabilities and
 // runs without the hypervisor shim (it opens no device), and the pod root's mounts live in the
 // test process's mount namespace (which must be private: tests/run.sh runs the scenarios under
-// `unshare -m --propagation private`).
+// `unshare -m --propagation private`). A pod with Shim false runs the real hypervisor device
+// (for a live-KVM run).
+//
+// Files: this one (the pod's life), podshape_root.go (the root), podshape_cgroup.go (the memory
+// cgroup), podshape_manifest.go (the manifests and the daemons' PodSpecs), podshape_hostile.go
+// (hostile clients).
 
 import (
 	"bufio"
