@@ -315,3 +315,50 @@ func TestRegistrationStraySignalsIgnored(t *testing.T) {
 		})
 	}
 }
+
+// kubelet cannot dial the plugin back: kubelet's own message, said once; the next kubelet
+// registers it, and the line says it recovered.
+func TestRegistrationDialBackFailureSaid(t *testing.T) {
+	node := newNode(t, true)
+	s := &scenario{t: t, node: node, bin: daemonBinary(t)}
+	s.k = newMock(t, Config{Dir: node.KubeletDir, DialTimeout: time.Nanosecond})
+	s.startDaemon("DEVICE_COUNT=3")
+	waitLine(t, s.d, startBound, "warn", regFailedMsg, "failed to dial device plugin")
+	before := len(logLines(s.d, "debug", "registration attempt failed"))
+	if !Poll(backoffBound, func() bool { return len(logLines(s.d, "debug", "registration attempt failed")) >= before+2 }) {
+		t.Fatalf("no further attempts after the dial-back failure")
+	}
+	if l := logLines(s.d, "warn", regFailedMsg, "failed to dial device plugin"); len(l) != 1 {
+		t.Errorf("the dial-back failure said %d times, want once: %q", len(l), l)
+	}
+	s.k.Stop()
+	s.k = newMock(t, Config{Dir: node.KubeletDir})
+	s.registered(1, backoffBound)
+	if l := waitLine(t, s.d, eventBound, "info", registeredMsg); !strings.Contains(l, "recovered_after_failures=") {
+		t.Errorf("the registration after failures does not say it recovered: %q", l)
+	}
+}
+
+// The plugin cannot create its socket (the device-plugins directory is read-only): said once
+// with the reason while retried; registered once the directory is writable again.
+func TestRegistrationSocketFailureSaid(t *testing.T) {
+	privateMountNamespace(t)
+	s := prepare(t, newNode(t, true))
+	dir := s.node.KubeletDir
+	mount(t, dir, "--bind", dir, dir)
+	mount(t, "", "-o", "remount,bind,ro", dir)
+	s.startDaemon("DEVICE_COUNT=3")
+	waitLine(t, s.d, startBound, "warn", regFailedMsg, "cannot serve", "Read-only file system")
+	waitLine(t, s.d, backoffBound, "debug", "registration attempt failed", "attempts=3")
+	if l := logLines(s.d, "warn", regFailedMsg); len(l) != 1 {
+		t.Errorf("%d %q lines over 3 attempts, want 1: %q", len(l), regFailedMsg, l)
+	}
+	if n := s.k.Registrations(HyperlightResource); n != 0 {
+		t.Fatalf("%d registrations without a socket", n)
+	}
+	mount(t, "", "-o", "remount,bind,rw", dir)
+	s.registered(1, backoffBound)
+	if l := waitLine(t, s.d, eventBound, "info", registeredMsg); !strings.Contains(l, "recovered_after_failures=") {
+		t.Errorf("the registration after failures does not say it recovered: %q", l)
+	}
+}
