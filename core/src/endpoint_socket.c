@@ -86,13 +86,13 @@ int dp_ep_socket_stale(const char *path)
 	return r == 0 || r == -EAGAIN || r == -EINPROGRESS ? 0 : r;
 }
 
-/* 1 when dir/name was a stale socket of ours and is gone now, 0 when left alone. */
-static int remove_if_stale(dp_endpoint *ep, const char *name)
+/* 1 when dir/name was a stale socket of prefix and is gone now, 0 when left alone. */
+static int remove_if_stale(const char *dir, const char *prefix, const char *name)
 {
 	char path[PATH_MAX];
 	struct stat before, after;
-	if (!dp_ep_socket_ours(ep->prefix, name) ||
-	    (size_t)snprintf(path, sizeof(path), "%s/%s", ep->dir, name) >= sizeof(path))
+	if (!dp_ep_socket_ours(prefix, name) ||
+	    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
 		return 0;
 	if (lstat(path, &before) < 0 || dp_ep_socket_stale(path) != 1)
 		return 0;
@@ -104,24 +104,47 @@ static int remove_if_stale(dp_endpoint *ep, const char *name)
 		return 0;
 	}
 	dp_debug("removed stale socket", "socket=%s", path);
+	return 1;
+}
+
+unsigned dp_socket_sweep(const char *dir, const char *prefix, const char *keep,
+			 void (*removed)(const char *name, void *userdata), void *userdata)
+{
+	unsigned n = 0;
+	DIR *d = opendir(dir);
+	if (!d) {
+		dp_debug("cannot list device-plugins directory", "dir=%s error=%d", dir, -errno);
+		return 0;
+	}
+	for (struct dirent *de; (de = readdir(d));) {
+		if ((de->d_type != DT_SOCK && de->d_type != DT_UNKNOWN) || (keep && strcmp(de->d_name, keep) == 0))
+			continue;
+		if (remove_if_stale(dir, prefix, de->d_name) > 0) {
+			n++;
+			if (removed)
+				removed(de->d_name, userdata);
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+static void ep_removed(const char *name, void *userdata)
+{
+	dp_endpoint *ep = userdata;
 	if (ep->events.on_stale_removed)
 		ep->events.on_stale_removed(ep, name, ep->events.userdata);
-	return 1;
 }
 
 unsigned dp_ep_socket_sweep(dp_endpoint *ep)
 {
-	unsigned removed = 0;
-	DIR *d = opendir(ep->dir);
-	if (!d) {
-		dp_debug("cannot list device-plugins directory", "dir=%s error=%d", ep->dir, -errno);
-		return 0;
-	}
-	for (struct dirent *de; (de = readdir(d));)
-		if ((de->d_type == DT_SOCK || de->d_type == DT_UNKNOWN) && strcmp(de->d_name, ep->socket_name) != 0)
-			removed += (unsigned)remove_if_stale(ep, de->d_name);
-	closedir(d);
-	return removed;
+	return dp_socket_sweep(ep->dir, ep->prefix, ep->socket_name, ep_removed, ep);
+}
+
+int dp_socket_name(char *buf, size_t size, const char *prefix)
+{
+	int n = snprintf(buf, size, "%s-%d-%u.sock", prefix, (int)getpid(), socket_n());
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
 int dp_ep_socket_serve(dp_endpoint *ep, const dp_grpc_method *methods, size_t n_methods)
@@ -132,9 +155,10 @@ int dp_ep_socket_serve(dp_endpoint *ep, const dp_grpc_method *methods, size_t n_
 	bool fresh = true;
 
 	for (int i = 0; i < NAME_ATTEMPTS && r == -EADDRINUSE; i++) {
-		if (fresh)
-			snprintf(ep->socket_name, sizeof(ep->socket_name), "%s-%d-%u.sock", ep->prefix,
-				 (int)getpid(), socket_n());
+		if (fresh && dp_socket_name(ep->socket_name, sizeof(ep->socket_name), ep->prefix) < 0) {
+			r = -ENAMETOOLONG;
+			break;
+		}
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s", ep->dir, ep->socket_name) >= sizeof(path)) {
 			r = -ENAMETOOLONG;
 			break;
@@ -142,7 +166,9 @@ int dp_ep_socket_serve(dp_endpoint *ep, const dp_grpc_method *methods, size_t n_
 		r = dp_grpc_server_new(ep->loop, path, methods, n_methods, NULL, &ep->server);
 		/* Our name is taken: a stale socket of ours is removed and the name bound again at
 		 * once; anything else (live, not a socket) keeps its name and we take the next. */
-		fresh = !(r == -EADDRINUSE && remove_if_stale(ep, ep->socket_name) > 0);
+		fresh = !(r == -EADDRINUSE && remove_if_stale(ep->dir, ep->prefix, ep->socket_name) > 0);
+		if (!fresh)
+			ep_removed(ep->socket_name, ep);
 	}
 	if (r < 0)
 		return r; /* socket_name kept: the caller says which name failed */

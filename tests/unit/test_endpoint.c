@@ -354,6 +354,37 @@ static void bind_collision(void **state)
 	dp_loop_free(loop);
 }
 
+static void on_swept(const char *name, void *ud)
+{
+	on_stale(NULL, name, ud);
+}
+
+/* The public naming and sweep, as kata's idle socket can use them. */
+static void socket_names_and_sweep(void **state)
+{
+	char a[64], b[64], tiny[8];
+	int pid;
+	unsigned n1, n2;
+	assert_int_equal(dp_socket_name(a, sizeof(a), "idle"), 0);
+	assert_int_equal(dp_socket_name(b, sizeof(b), "idle"), 0);
+	assert_int_equal(sscanf(a, "idle-%d-%u.sock", &pid, &n1), 2);
+	assert_int_equal(sscanf(b, "idle-%d-%u.sock", &pid, &n2), 2);
+	assert_int_equal(pid, (int)getpid());
+	assert_int_equal(n2, n1 + 1);
+	assert_true(dp_ep_socket_ours("idle", a));
+	assert_int_equal(dp_socket_name(tiny, sizeof(tiny), "idle"), -ENAMETOOLONG);
+
+	make_socket(a, false);
+	make_socket(b, false);
+	assert_int_equal(dp_socket_sweep(dir, "idle", b, on_swept, NULL), 1); /* b kept */
+	assert_string_equal(last_stale, a);
+	assert_false(exists(a));
+	assert_true(exists(b));
+	assert_int_equal(dp_socket_sweep(dir, "idle", NULL, NULL, NULL), 1);
+	assert_false(exists(b));
+	assert_int_equal(dp_socket_sweep("/nonexistent", "idle", NULL, NULL, NULL), 0);
+}
+
 /* ---- the direct ListAndWatchResponse encoder against protobuf-c's pack ---- */
 
 /* protobuf-c's bytes for the same list: the reference the direct encoder must equal. */
@@ -497,6 +528,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(refused_kubelet_told_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(sweeps_only_own_stale_sockets, setup, teardown),
 		cmocka_unit_test_setup_teardown(bind_collision, setup, teardown),
+		cmocka_unit_test_setup_teardown(socket_names_and_sweep, setup, teardown),
 		cmocka_unit_test(encoder_matches_protobuf_c),
 		cmocka_unit_test(encoder_rejects_bad_ids),
 	};

@@ -126,5 +126,16 @@ extern const dp_endpoint_events dp_endpoint_log_events;
 /* Why the endpoint is unhealthy, or why registration is pending ("" otherwise). */
 const char *dp_endpoint_reason(const dp_endpoint *ep);
 size_t dp_endpoint_devices(const dp_endpoint *ep);
+/*
+ * Socket names in the device-plugins directory, for any socket a daemon serves there (the
+ * endpoint uses them; kata's idle health socket can): "<prefix>-<pid>-<n>.sock", <n> counting
+ * from a random start drawn once per process (-ENAMETOOLONG). dp_socket_sweep removes every
+ * stale socket of prefix in dir: named exactly "<prefix>-<digits>-<digits>.sock", a socket, and
+ * nobody listening (connect: ECONNREFUSED); keep (may be NULL) is skipped; removed (may be NULL)
+ * is called with each name removed. Returns how many were.
+ */
+int dp_socket_name(char *buf, size_t size, const char *prefix);
+unsigned dp_socket_sweep(const char *dir, const char *prefix, const char *keep,
+			 void (*removed)(const char *name, void *userdata), void *userdata);
 /* Failed registration attempts since the last successful one. */
 unsigned dp_endpoint_failures(const dp_endpoint *ep);
