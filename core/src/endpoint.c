@@ -291,10 +291,12 @@ static enum ep_fail ep_fail_kind(int status, const char *message)
 	return EP_FAIL_REFUSED;
 }
 
-static void ep_backoff(dp_endpoint *ep)
+/* keep: go on serving meanwhile (nothing reached kubelet), so liveness probes reach the loop. */
+static void ep_backoff(dp_endpoint *ep, bool keep)
 {
 	ep->state = EP_BACKOFF;
-	ep_stop_server(ep, "plugin re-registering");
+	if (!keep)
+		ep_stop_server(ep, "plugin re-registering");
 	uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
 	ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
 	ep_schedule_register(ep, b);
@@ -334,7 +336,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 			 dp_grpc_status_name(status), m);
 		dp_debug("register failed", "resource=%s status=%s", ep->resource,
 			 dp_grpc_status_name(status));
-		ep_backoff(ep);
+		ep_backoff(ep, false);
 		ep_failed(ep, ep_fail_kind(status, m));
 		return;
 	}
@@ -414,7 +416,7 @@ static void ep_register_now(dp_endpoint *ep)
 	r = ep_start_server(ep);
 	if (r < 0) {
 		ep_serve_failed(ep, r);
-		ep_backoff(ep);
+		ep_backoff(ep, false);
 		ep_failed(ep, EP_FAIL_SOCKET);
 		return;
 	}
@@ -423,7 +425,7 @@ static void ep_register_now(dp_endpoint *ep)
 		if (r != -ECONNREFUSED)
 			snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot call %s/kubelet.sock: %s",
 				 ep->dir, strerror(-r));
-		ep_backoff(ep);
+		ep_backoff(ep, r == -ECONNREFUSED);
 		ep_failed(ep, r == -ECONNREFUSED ? EP_FAIL_CONNECT : EP_FAIL_SOCKET);
 		return;
 	}
