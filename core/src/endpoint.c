@@ -318,6 +318,9 @@ static void ep_stream_ended(dp_endpoint *ep)
 	}
 	uint64_t d = ep->contend_backoff ? ep->contend_backoff : CONTEND_MIN_USEC;
 	ep->contend_backoff = d * 2 > CONTEND_MAX_USEC ? CONTEND_MAX_USEC : d * 2;
+	snprintf(ep->reason_register, sizeof(ep->reason_register),
+		 "another plugin is registering %s: re-registering in %llu ms", ep->resource,
+		 (unsigned long long)(d / DP_USEC_PER_MSEC));
 	if (ep->quick_ends == 2 && ep->events.on_contended)
 		ep->events.on_contended(ep, d, ep->events.userdata);
 	ep_restart_after(ep, why, d);
