@@ -142,6 +142,32 @@ static int on_signal(dp_source *s, const struct signalfd_siginfo *si, void *user
 	return 0;
 }
 
+/* Signals whose default would end the daemon silently and leave its socket behind: none means
+ * anything to it, so each is ignored, said at info the first time it arrives (a stray signal must
+ * not take a device away from kubelet). SIGQUIT keeps its core dump (the next start removes the
+ * stale socket). */
+static const int ignored_signals[] = { SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR };
+
+static int on_ignored_signal(dp_source *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	static uint64_t told; /* one bit per signal number */
+	unsigned sig = si->ssi_signo;
+	if (sig < 64 && !(told & (1ULL << sig))) {
+		told |= 1ULL << sig;
+		dp_info("ignoring signal", "signal=%s sender_pid=%u", sigabbrev_np((int)sig), si->ssi_pid);
+	}
+	return 0;
+}
+
+static int ignore_signals(dp_loop *loop)
+{
+	dp_source *src = NULL; /* freed with the loop */
+	int r = 0;
+	for (size_t i = 0; r >= 0 && i < DP_ELEMENTSOF(ignored_signals); i++)
+		r = dp_signal_add(loop, ignored_signals[i], on_ignored_signal, NULL, &src);
+	return r;
+}
+
 /* removed=vfio3 added=vfio12 changed=vfio5: only the non-empty lists. */
 static void on_changed(const char *removed, const char *added, const char *changed, void *userdata)
 {
@@ -222,7 +248,8 @@ static int setup_loop(struct daemon *d)
 	int r;
 	(void)signal(SIGPIPE, SIG_IGN);
 	if ((r = dp_loop_new(&d->loop)) < 0 || (r = dp_signal_add(d->loop, SIGTERM, on_signal, d->loop, &sigterm)) < 0 ||
-	    (r = dp_signal_add(d->loop, SIGINT, on_signal, d->loop, &sigint)) < 0)
+	    (r = dp_signal_add(d->loop, SIGINT, on_signal, d->loop, &sigint)) < 0 ||
+	    (r = ignore_signals(d->loop)) < 0)
 		return r;
 	return 0;
 }

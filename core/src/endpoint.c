@@ -21,10 +21,14 @@
 #define STAT_FALLBACK_USEC (5 * DP_USEC_PER_SEC)
 #define RECHECK_MIN_USEC (1 * DP_USEC_PER_SEC)
 #define DEFAULT_CHECK_USEC (30 * DP_USEC_PER_SEC)
-
-static unsigned socket_generation;
+#define FAIL_RETELL_USEC (5 * 60 * DP_USEC_PER_SEC)
+#define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
+#define CONTEND_MAX_USEC (60 * DP_USEC_PER_SEC)
+#define STABLE_USEC (30 * DP_USEC_PER_SEC)
 
 static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
+static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
+static void ep_stream_ended(dp_endpoint *ep);
 
 /* ---- devices ---- */
 
@@ -209,7 +213,7 @@ static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
 	if (ep->n_streams == 0 && ep->state == EP_REGISTERING)
 		ep->stream_ended_registering = true;
 	if (ep->n_streams == 0 && ep->state == EP_REGISTERED && !ep->stopping)
-		dp_endpoint_restart(ep, "ListAndWatch stream ended");
+		ep_stream_ended(ep);
 }
 
 void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
@@ -249,39 +253,77 @@ static void ep_stop_server(dp_endpoint *ep, const char *why)
 	ep_close_streams(ep, why);
 	ep->server = dp_grpc_server_free(ep->server);
 	ep->stopping = false;
-	if (!ep->socket_name[0])
-		return;
-	char path[PATH_MAX];
-	struct stat st;
-	snprintf(path, sizeof(path), "%s/%s", ep->dir, ep->socket_name);
-	/* Delete only the socket we created: same inode, still a socket. */
-	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ep->socket_ino &&
-	    st.st_dev == ep->socket_dev)
-		(void)unlink(path);
-	ep->socket_name[0] = '\0';
+	dp_ep_socket_remove(ep);
 }
 
 static int ep_start_server(dp_endpoint *ep)
 {
-	char path[PATH_MAX];
 	dp_grpc_method methods[8];
 	size_t n = dp_endpoint_methods(ep, methods);
-	struct stat st;
+	return dp_ep_socket_serve(ep, methods, n);
+}
 
-	snprintf(ep->socket_name, sizeof(ep->socket_name), "%s-%d-%u.sock", ep->prefix, (int)getpid(),
-		 ++socket_generation);
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ep->dir, ep->socket_name) >= sizeof(path))
-		return -ENAMETOOLONG;
-	int r = dp_grpc_server_new(ep->loop, path, methods, n, NULL, &ep->server);
-	if (r < 0) {
-		ep->socket_name[0] = '\0';
-		return r;
+/* ---- failures: each kind told once, again every 5 minutes while it lasts ---- */
+
+static void ep_failed(dp_endpoint *ep, enum ep_fail kind)
+{
+	uint64_t now = dp_now_usec();
+	ep->failures++;
+	dp_debug("registration attempt failed", "resource=%s kind=%d attempts=%u", ep->resource, (int)kind,
+		 ep->failures);
+	if (kind == ep->fail_kind && now - ep->fail_told < FAIL_RETELL_USEC)
+		return;
+	ep->fail_kind = kind;
+	ep->fail_told = now;
+	if (ep->events.on_register_failed)
+		ep->events.on_register_failed(ep, ep->reason_register, ep->events.userdata);
+}
+
+static enum ep_fail ep_fail_kind(int status, const char *message)
+{
+	if (status == DP_GRPC_DEADLINE_EXCEEDED)
+		return strstr(message, "while connecting") ? EP_FAIL_CONNECT : EP_FAIL_TIMEOUT;
+	if (status == DP_GRPC_UNAVAILABLE && strncmp(message, "connect to ", 11) == 0)
+		return EP_FAIL_CONNECT;
+	/* kubelet's errFailedToDialDevicePlugin */
+	if (strstr(message, "failed to dial device plugin"))
+		return EP_FAIL_DIAL_BACK;
+	return EP_FAIL_REFUSED;
+}
+
+/* keep: go on serving meanwhile (nothing reached kubelet), so liveness probes reach the loop. */
+static void ep_backoff(dp_endpoint *ep, bool keep)
+{
+	ep->state = EP_BACKOFF;
+	if (!keep)
+		ep_stop_server(ep, "plugin re-registering");
+	uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
+	ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
+	ep_schedule_register(ep, b);
+}
+
+/* ---- two plugins registering one resource: each Register ends the other's stream ---- */
+
+static void ep_stream_ended(dp_endpoint *ep)
+{
+	const char *why = "ListAndWatch stream ended";
+	if (dp_now_usec() - ep->registered_at >= STABLE_USEC) {
+		ep->quick_ends = 0;
+		ep->contend_backoff = 0;
 	}
-	if (lstat(path, &st) == 0) {
-		ep->socket_ino = st.st_ino;
-		ep->socket_dev = st.st_dev;
+	/* One quick end is kubelet restarting or a replaced registration: register at once. */
+	if (++ep->quick_ends < 2) {
+		ep_restart_after(ep, why, 0);
+		return;
 	}
-	return 0;
+	uint64_t d = ep->contend_backoff ? ep->contend_backoff : CONTEND_MIN_USEC;
+	ep->contend_backoff = d * 2 > CONTEND_MAX_USEC ? CONTEND_MAX_USEC : d * 2;
+	snprintf(ep->reason_register, sizeof(ep->reason_register),
+		 "another plugin is registering %s: re-registering in %llu ms", ep->resource,
+		 (unsigned long long)(d / DP_USEC_PER_MSEC));
+	if (ep->quick_ends == 2 && ep->events.on_contended)
+		ep->events.on_contended(ep, d, ep->events.userdata);
+	ep_restart_after(ep, why, d);
 }
 
 /* ---- registration ---- */
@@ -292,22 +334,19 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	dp_endpoint *ep = userdata;
 	ep->register_call = NULL;
 	if (status != DP_GRPC_OK) {
+		const char *m = message ? message : "";
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "%s: %s",
-			 dp_grpc_status_name(status), message ? message : "");
+			 dp_grpc_status_name(status), m);
 		dp_debug("register failed", "resource=%s status=%s", ep->resource,
 			 dp_grpc_status_name(status));
-		ep->state = EP_BACKOFF;
-		ep_stop_server(ep, "plugin re-registering");
-		uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
-		ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
-		ep_schedule_register(ep, b);
-		if (ep->events.on_register_failed)
-			ep->events.on_register_failed(ep, ep->reason_register, ep->events.userdata);
+		ep_backoff(ep, false);
+		ep_failed(ep, ep_fail_kind(status, m));
 		return;
 	}
 	ep->state = EP_REGISTERED;
 	ep->backoff = 0;
 	ep->registrations++;
+	ep->registered_at = dp_now_usec();
 	ep->reason_register[0] = '\0';
 	dp_endpoint_watch_remember(ep);
 	dp_debug("registered", "resource=%s socket=%s", ep->resource, ep->socket_name);
@@ -315,9 +354,11 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 		dp_health_changed(ep->health);
 	if (ep->events.on_registered)
 		ep->events.on_registered(ep, ep->events.userdata);
+	ep->failures = 0;
+	ep->fail_kind = EP_FAIL_NONE;
 	if (ep->stream_ended_registering && ep->n_streams == 0 && ep->state == EP_REGISTERED &&
 	    !ep->stopping)
-		dp_endpoint_restart(ep, "ListAndWatch stream ended");
+		ep_stream_ended(ep);
 }
 
 static int ep_send_register(dp_endpoint *ep)
@@ -333,9 +374,21 @@ static int ep_send_register(dp_endpoint *ep)
 	req.resource_name = ep->resource;
 	req.options = &opts;
 	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
+	/* A kubelet.sock nobody listens on would only show as a timeout 20 s later. */
+	if (dp_ep_socket_stale(kubelet_sock) == 1) {
+		snprintf(ep->reason_register, sizeof(ep->reason_register), "connect to %s: %s", kubelet_sock,
+			 strerror(ECONNREFUSED));
+		return -ECONNREFUSED;
+	}
 	return dp_grpc_client_call_pb(ep->loop, kubelet_sock, "localhost", "/v1beta1.Registration/Register",
 				      &req.base, REGISTER_TIMEOUT_USEC, ep_on_registered, ep,
 				      &ep->register_call);
+}
+
+static void ep_serve_failed(dp_endpoint *ep, int r)
+{
+	snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot serve %s/%s: %s", ep->dir,
+		 ep->socket_name, strerror(-r));
 }
 
 static void ep_register_now(dp_endpoint *ep)
@@ -354,20 +407,29 @@ static void ep_register_now(dp_endpoint *ep)
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "waiting for %s",
 			 kubelet_sock);
 		/* Keep serving meanwhile so liveness probes still reach the loop. */
-		if (ep_start_server(ep) < 0)
+		r = ep_start_server(ep);
+		if (r < 0) {
+			ep_serve_failed(ep, r);
 			ep_stop_server(ep, "plugin re-registering");
+		}
+		ep_failed(ep, r < 0 ? EP_FAIL_SOCKET : EP_FAIL_KUBELET);
 		return;
 	}
 	ep->stream_ended_registering = false;
 	r = ep_start_server(ep);
-	if (r >= 0)
-		r = ep_send_register(ep);
 	if (r < 0) {
-		snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot serve %s/%s: %s",
-			 ep->dir, ep->socket_name, strerror(-r));
-		ep_stop_server(ep, "plugin re-registering");
-		ep->state = EP_BACKOFF;
-		ep_schedule_register(ep, BACKOFF_MAX_USEC);
+		ep_serve_failed(ep, r);
+		ep_backoff(ep, false);
+		ep_failed(ep, EP_FAIL_SOCKET);
+		return;
+	}
+	r = ep_send_register(ep);
+	if (r < 0) {
+		if (r != -ECONNREFUSED)
+			snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot call %s/kubelet.sock: %s",
+				 ep->dir, strerror(-r));
+		ep_backoff(ep, r == -ECONNREFUSED);
+		ep_failed(ep, r == -ECONNREFUSED ? EP_FAIL_CONNECT : EP_FAIL_SOCKET);
 		return;
 	}
 	ep->state = EP_REGISTERING;
@@ -388,18 +450,26 @@ static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
 		(void)dp_timer_set(ep->register_timer, usec, 0);
 }
 
-void dp_endpoint_restart(dp_endpoint *ep, const char *why)
+static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 {
 	if (ep->stopping)
 		return;
-	dp_debug("re-registering", "resource=%s reason=%s", ep->resource, why);
+	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
+		 (unsigned long long)usec);
 	if (ep->events.on_restart)
 		ep->events.on_restart(ep, why, ep->events.userdata);
 	ep->state = EP_IDLE;
 	ep->backoff = 0;
-	ep_schedule_register(ep, 0);
+	ep_schedule_register(ep, usec);
 	if (ep->health)
 		dp_health_changed(ep->health);
+}
+
+/* kubelet restarted (or our socket went): at once, and not counted as contention. */
+void dp_endpoint_restart(dp_endpoint *ep, const char *why)
+{
+	ep->quick_ends = 0;
+	ep_restart_after(ep, why, 0);
 }
 
 /* ---- public ---- */
@@ -463,6 +533,7 @@ int dp_endpoint_start(dp_endpoint *ep)
 	int r = dp_endpoint_watch_start(ep);
 	if (r < 0)
 		return r;
+	(void)dp_ep_socket_sweep(ep);
 	ep_register_now(ep);
 	dp_endpoint_request_check(ep);
 	return 0;
@@ -516,3 +587,4 @@ const char *dp_endpoint_reason(const dp_endpoint *ep)
 	return ep->healthy ? ep->reason_register : ep->reason;
 }
 size_t dp_endpoint_devices(const dp_endpoint *ep) { return ep->n_devices; }
+unsigned dp_endpoint_failures(const dp_endpoint *ep) { return ep->failures; }

@@ -11,6 +11,17 @@
 
 enum ep_state { EP_IDLE, EP_WAIT_KUBELET, EP_REGISTERING, EP_REGISTERED, EP_BACKOFF };
 
+/* Why a registration attempt failed: each kind is told once (endpoint.c ep_failed). */
+enum ep_fail {
+	EP_FAIL_NONE,
+	EP_FAIL_SOCKET,    /* cannot create or bind our socket */
+	EP_FAIL_KUBELET,   /* kubelet.sock missing: waiting for it */
+	EP_FAIL_CONNECT,   /* kubelet.sock refuses connections */
+	EP_FAIL_DIAL_BACK, /* kubelet could not dial our socket back */
+	EP_FAIL_TIMEOUT,   /* no answer to Register in time */
+	EP_FAIL_REFUSED,   /* kubelet answered Register with an error */
+};
+
 struct ep_stream {
 	struct ep_stream *next;
 	dp_endpoint *ep;
@@ -59,6 +70,12 @@ struct dp_endpoint {
 	uint64_t backoff;
 	unsigned registrations;
 	char reason_register[2 * PATH_MAX + 256];
+	enum ep_fail fail_kind; /* the failure last told through on_register_failed */
+	uint64_t fail_told;     /* when */
+	unsigned failures;      /* failed attempts since the last registration */
+	uint64_t registered_at; /* when Register last succeeded */
+	unsigned quick_ends;    /* streams in a row that ended soon after registering */
+	uint64_t contend_backoff;
 	struct ep_stream *streams;
 	unsigned n_streams;
 
@@ -75,6 +92,16 @@ bool dp_endpoint_has_device(const dp_endpoint *ep, const char *id);
 void dp_endpoint_restart(dp_endpoint *ep, const char *why);
 int dp_endpoint_health_status(const char *service, void *userdata);
 void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata);
+
+/* endpoint_socket.c: serve on a fresh "<prefix>-<pid>-<n>.sock" (ep->socket_name), removing a
+ * stale socket of ours that holds the name; remove our socket (only the inode we created);
+ * remove every stale socket of our prefix (returns how many); "<prefix>-<digits>-<digits>.sock";
+ * 1 when path is a socket no one listens on, 0 when live or not a socket, else -errno. */
+int dp_ep_socket_serve(dp_endpoint *ep, const dp_grpc_method *methods, size_t n_methods);
+void dp_ep_socket_remove(dp_endpoint *ep);
+unsigned dp_ep_socket_sweep(dp_endpoint *ep);
+bool dp_ep_socket_ours(const char *prefix, const char *name);
+int dp_ep_socket_stale(const char *path);
 
 /* endpoint_rpc.c: fills out (at least 8 entries) with the served methods; returns the count. */
 size_t dp_endpoint_methods(dp_endpoint *ep, dp_grpc_method *out);

@@ -19,14 +19,15 @@
 #include <cmocka.h>
 
 #include "../../core/src/endpoint_encode.h"
+#include "../../core/src/endpoint_internal.h"
 #include "api.pb-c.h"
 #include "dp/endpoint.h"
 
 static char dir[64];
 static int checks;
 static bool verdict = true;
-static int failures, accepted;
-static char last_failure[512];
+static int failures, accepted, stale_removed;
+static char last_failure[512], last_stale[128];
 
 static void drv_check(dp_endpoint *ep, void *ud)
 {
@@ -54,9 +55,9 @@ static dp_endpoint_config config(void)
 static int setup(void **state)
 {
 	snprintf(dir, sizeof(dir), "/tmp/test_endpoint.XXXXXX");
-	checks = failures = accepted = 0;
+	checks = failures = accepted = stale_removed = 0;
 	verdict = true;
-	last_failure[0] = '\0';
+	last_failure[0] = last_stale[0] = '\0';
 	return mkdtemp(dir) ? 0 : -1;
 }
 
@@ -124,7 +125,7 @@ static bool run_until(dp_loop *loop, bool (*cond)(void), int ms)
 }
 
 static bool checked(void) { return checks > 0; }
-static bool failed_once(void) { return failures > 0; }
+static bool failed_twice(void) { return failures > 1; }
 
 static void waits_for_kubelet(void **state)
 {
@@ -187,6 +188,9 @@ static void failed_register_removes_socket(void **state)
 	dp_endpoint_set_events(ep, &ev);
 	assert_int_equal(dp_endpoint_start(ep), 0);
 	assert_true(run_until(loop, checked, 2000));
+	/* The wait for kubelet.sock is told, once. */
+	assert_int_equal(failures, 1);
+	assert_non_null(strstr(last_failure, "waiting for"));
 
 	/* kubelet.sock appears: the endpoint notices (inotify), serves and registers. */
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/kubelet.sock", dir);
@@ -196,8 +200,9 @@ static void failed_register_removes_socket(void **state)
 	assert_int_equal(listen(fd, 8), 0);
 	assert_int_equal(dp_io_add(loop, fd, EPOLLIN, on_accept, NULL, &src), 0);
 
-	assert_true(run_until(loop, failed_once, 5000));
+	assert_true(run_until(loop, failed_twice, 5000));
 	assert_true(accepted >= 1);
+	assert_null(strstr(last_failure, "waiting for"));
 	assert_true(strlen(last_failure) > 0);
 	assert_false(dp_endpoint_registered(ep));
 	/* The failed server was stopped and its socket removed before the back-off. */
@@ -207,6 +212,179 @@ static void failed_register_removes_socket(void **state)
 	close(fd);
 	dp_endpoint_free(ep);
 	dp_loop_free(loop);
+}
+
+/* A socket file at dir/name; listening or not (then nobody ever will: stale). */
+static int make_socket(const char *name, bool listening)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s", dir, name);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	if (listening) {
+		assert_int_equal(listen(fd, 8), 0);
+		return fd;
+	}
+	close(fd);
+	return -1;
+}
+
+static bool exists(const char *name)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return access(path, F_OK) == 0;
+}
+
+static void on_stale(dp_endpoint *ep, const char *socket, void *ud)
+{
+	stale_removed++;
+	snprintf(last_stale, sizeof(last_stale), "%s", socket);
+}
+
+/* kubelet.sock exists but nobody listens: the reason is said at once, and once. */
+static void refused_kubelet_told_once(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_endpoint *ep = NULL;
+	dp_endpoint_config c = config();
+	dp_endpoint_events ev = { .on_register_failed = on_failed };
+
+	make_socket("kubelet.sock", false);
+	assert_int_equal(dp_loop_new(&loop), 0);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
+	dp_endpoint_set_events(ep, &ev);
+	assert_int_equal(dp_endpoint_start(ep), 0);
+	assert_int_equal(failures, 1);
+	assert_non_null(strstr(last_failure, "kubelet.sock: Connection refused"));
+	assert_int_equal(dp_endpoint_failures(ep), 1);
+	/* The retries (100 ms doubling) fail for the same reason: counted, not told again. */
+	uint64_t end = dp_now_usec() + 5 * DP_USEC_PER_SEC;
+	while (dp_endpoint_failures(ep) < 3 && dp_now_usec() < end)
+		dp_loop_run_once(loop, 10);
+	assert_true(dp_endpoint_failures(ep) >= 3);
+	assert_int_equal(failures, 1);
+	assert_false(dp_endpoint_registered(ep));
+	/* Served meanwhile for liveness probes (kubelet never saw it): one socket, not one per try. */
+	assert_non_null(dp_endpoint_socket(ep));
+	assert_int_equal(count_plugin_sockets(), 1);
+	dp_endpoint_free(ep);
+	dp_loop_free(loop);
+}
+
+/* At start: stale sockets of our prefix go, nothing else does. */
+static void sweeps_only_own_stale_sockets(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_endpoint *ep = NULL;
+	dp_endpoint_config c = config();
+	dp_endpoint_events ev = { .on_stale_removed = on_stale };
+	char path[256];
+
+	make_socket("thing-1-7.sock", false);                 /* ours, stale: removed */
+	int live = make_socket("thing-1-8.sock", true);       /* same prefix, live: kept */
+	make_socket("other-1-7.sock", false);                 /* another plugin: kept */
+	make_socket("thingx-1-7.sock", false);                /* a longer prefix: kept */
+	make_socket("thing-extra-1-7.sock", false);           /* another pattern: kept */
+	make_socket("thing-1-7.sock.old", false);             /* not our name: kept */
+	snprintf(path, sizeof(path), "%s/thing-2-2.sock", dir); /* not a socket: kept */
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+
+	assert_int_equal(dp_loop_new(&loop), 0);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
+	dp_endpoint_set_events(ep, &ev);
+	assert_int_equal(dp_endpoint_start(ep), 0);
+	assert_int_equal(stale_removed, 1);
+	assert_string_equal(last_stale, "thing-1-7.sock");
+	assert_false(exists("thing-1-7.sock"));
+	assert_true(exists("thing-1-8.sock"));
+	assert_true(exists("other-1-7.sock"));
+	assert_true(exists("thingx-1-7.sock"));
+	assert_true(exists("thing-extra-1-7.sock"));
+	assert_true(exists("thing-1-7.sock.old"));
+	assert_true(exists("thing-2-2.sock"));
+	assert_true(dp_ep_socket_ours("thing", dp_endpoint_socket(ep)));
+	dp_endpoint_free(ep);
+	assert_true(exists("thing-1-8.sock")); /* free removes only our own socket */
+	close(live);
+	dp_loop_free(loop);
+}
+
+/* The next name is taken by a stale socket of ours (a predecessor with our PID): removed and
+ * bound at once; taken by a live one: left alone, the name after it is used. */
+static void bind_collision(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_endpoint *ep = NULL;
+	dp_endpoint_config c = config();
+	dp_endpoint_events ev = { .on_stale_removed = on_stale, .on_register_failed = on_failed };
+	char next[128], after[128];
+	int pid;
+	unsigned n;
+
+	assert_int_equal(dp_loop_new(&loop), 0);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
+	dp_endpoint_set_events(ep, &ev);
+	assert_int_equal(dp_endpoint_start(ep), 0); /* no kubelet: serves for liveness */
+	assert_non_null(dp_endpoint_socket(ep));
+	assert_int_equal(sscanf(dp_endpoint_socket(ep), "thing-%d-%u.sock", &pid, &n), 2);
+	assert_int_equal(pid, (int)getpid());
+
+	snprintf(next, sizeof(next), "thing-%d-%u.sock", pid, n + 1);
+	make_socket(next, false);
+	dp_endpoint_restart(ep, "test");
+	dp_loop_run_once(loop, 100);
+	assert_int_equal(stale_removed, 1);
+	assert_string_equal(last_stale, next);
+	assert_string_equal(dp_endpoint_socket(ep), next); /* the same name, bound again */
+
+	snprintf(next, sizeof(next), "thing-%d-%u.sock", pid, n + 2);
+	snprintf(after, sizeof(after), "thing-%d-%u.sock", pid, n + 3);
+	int live = make_socket(next, true);
+	dp_endpoint_restart(ep, "test");
+	dp_loop_run_once(loop, 100);
+	assert_int_equal(stale_removed, 1);
+	assert_true(exists(next));
+	assert_string_equal(dp_endpoint_socket(ep), after);
+	assert_non_null(strstr(last_failure, "waiting for")); /* no bind failure was told */
+	dp_endpoint_free(ep);
+	assert_true(exists(next));
+	close(live);
+	dp_loop_free(loop);
+}
+
+static void on_swept(const char *name, void *ud)
+{
+	on_stale(NULL, name, ud);
+}
+
+/* The public naming and sweep, as kata's idle socket can use them. */
+static void socket_names_and_sweep(void **state)
+{
+	char a[64], b[64], tiny[8];
+	int pid;
+	unsigned n1, n2;
+	assert_int_equal(dp_socket_name(a, sizeof(a), "idle"), 0);
+	assert_int_equal(dp_socket_name(b, sizeof(b), "idle"), 0);
+	assert_int_equal(sscanf(a, "idle-%d-%u.sock", &pid, &n1), 2);
+	assert_int_equal(sscanf(b, "idle-%d-%u.sock", &pid, &n2), 2);
+	assert_int_equal(pid, (int)getpid());
+	assert_int_equal(n2, n1 + 1);
+	assert_true(dp_ep_socket_ours("idle", a));
+	assert_int_equal(dp_socket_name(tiny, sizeof(tiny), "idle"), -ENAMETOOLONG);
+
+	make_socket(a, false);
+	make_socket(b, false);
+	assert_int_equal(dp_socket_sweep(dir, "idle", b, on_swept, NULL), 1); /* b kept */
+	assert_string_equal(last_stale, a);
+	assert_false(exists(a));
+	assert_true(exists(b));
+	assert_int_equal(dp_socket_sweep(dir, "idle", NULL, NULL, NULL), 1);
+	assert_false(exists(b));
+	assert_int_equal(dp_socket_sweep("/nonexistent", "idle", NULL, NULL, NULL), 0);
 }
 
 /* ---- the direct ListAndWatchResponse encoder against protobuf-c's pack ---- */
@@ -349,6 +527,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(rejects_bad_config, setup, teardown),
 		cmocka_unit_test_setup_teardown(waits_for_kubelet, setup, teardown),
 		cmocka_unit_test_setup_teardown(failed_register_removes_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(refused_kubelet_told_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(sweeps_only_own_stale_sockets, setup, teardown),
+		cmocka_unit_test_setup_teardown(bind_collision, setup, teardown),
+		cmocka_unit_test_setup_teardown(socket_names_and_sweep, setup, teardown),
 		cmocka_unit_test(encoder_matches_protobuf_c),
 		cmocka_unit_test(encoder_rejects_bad_ids),
 	};

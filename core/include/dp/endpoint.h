@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * endpoint: one advertised resource. Owns the plugin's gRPC server on a socket with a fresh
- * name per server instance ("<prefix>-<pid>-<n>.sock" in the device-plugins directory), the
+ * name per server instance ("<prefix>-<pid>-<n>.sock" in the device-plugins directory, <n>
+ * starting at a random value per process: endpoint_socket.c), the
  * registration life cycle with kubelet, the ListAndWatch streams, the device list, the health
  * service and the periodic/backoff check timers. Hardware knowledge stays in the driver.
  *
@@ -10,8 +11,11 @@
  * retry with a fresh server. kubelet restarts are seen by inotify on the device-plugins
  * directory (kubelet.sock created, our socket deleted, directory replaced: the watch is re-armed)
  * plus a 5 s stat fallback, and by the last ListAndWatch stream ending: old streams are closed,
- * a fresh server is created and registered at once. Only sockets this endpoint created are
- * ever deleted.
+ * a fresh server is created and registered at once, except when streams keep ending soon after
+ * registering (another plugin registers the same resource): then 100 ms doubling to 60 s,
+ * reset by a registration that stayed up 30 s. Only sockets this endpoint created are deleted,
+ * and stale ones of our prefix (nobody listening, exact name pattern): at start, and when one
+ * holds the name we bind.
  *
  * Health (decision 7): devices start Unhealthy until the driver reports its first check; the
  * first ListAndWatch response is sent only after it. Later responses only on change, to every
@@ -96,10 +100,22 @@ void dp_alloc_finish(dp_alloc *a, int status, const char *message);
 
 /* ---- events for the daemon's own (info-level) logging ---- */
 
+/*
+ * on_register_failed is told each reason once: when an attempt fails for another kind of reason
+ * than the last one told (socket, kubelet.sock missing, connect refused, dial-back failed, no
+ * answer, Register refused), and again every 5 minutes while the same kind keeps failing;
+ * dp_endpoint_failures counts every failed attempt (in on_registered: the attempts before this
+ * success, 0 when the first one worked). on_stale_removed: a stale socket of ours (no listener,
+ * our exact name pattern) was deleted. on_contended: the ListAndWatch stream keeps ending soon
+ * after registering (another plugin registers the same resource); re-registration backs off,
+ * told once per episode with the first delay.
+ */
 typedef struct dp_endpoint_events {
 	void (*on_registered)(dp_endpoint *ep, void *userdata);
 	void (*on_register_failed)(dp_endpoint *ep, const char *reason, void *userdata);
 	void (*on_restart)(dp_endpoint *ep, const char *why, void *userdata);
+	void (*on_stale_removed)(dp_endpoint *ep, const char *socket, void *userdata);
+	void (*on_contended)(dp_endpoint *ep, uint64_t delay_usec, void *userdata);
 	void *userdata;
 } dp_endpoint_events;
 
@@ -110,3 +126,16 @@ extern const dp_endpoint_events dp_endpoint_log_events;
 /* Why the endpoint is unhealthy, or why registration is pending ("" otherwise). */
 const char *dp_endpoint_reason(const dp_endpoint *ep);
 size_t dp_endpoint_devices(const dp_endpoint *ep);
+/*
+ * Socket names in the device-plugins directory, for any socket a daemon serves there (the
+ * endpoint uses them; kata's idle health socket can): "<prefix>-<pid>-<n>.sock", <n> counting
+ * from a random start drawn once per process (-ENAMETOOLONG). dp_socket_sweep removes every
+ * stale socket of prefix in dir: named exactly "<prefix>-<digits>-<digits>.sock", a socket, and
+ * nobody listening (connect: ECONNREFUSED); keep (may be NULL) is skipped; removed (may be NULL)
+ * is called with each name removed. Returns how many were.
+ */
+int dp_socket_name(char *buf, size_t size, const char *prefix);
+unsigned dp_socket_sweep(const char *dir, const char *prefix, const char *keep,
+			 void (*removed)(const char *name, void *userdata), void *userdata);
+/* Failed registration attempts since the last successful one. */
+unsigned dp_endpoint_failures(const dp_endpoint *ep);
