@@ -566,3 +566,8 @@ const char *dp_cdi_file_path(const dp_cdi_file *f)
 {
 	return f ? f->path : NULL;
 }
+
+uint64_t dp_cdi_file_backoff_usec(const dp_cdi_file *f)
+{
+	return f ? dp_cdi_backoff_delay(&f->backoff) : 0;
+}

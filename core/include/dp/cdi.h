@@ -117,3 +117,5 @@ int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired);
  * "" after a successful one. */
 const char *dp_cdi_file_error(const dp_cdi_file *f);
 const char *dp_cdi_file_path(const dp_cdi_file *f);
+/* The current wait between repairs: 0 outside an episode, else 1 s doubling up to 60 s. */
+uint64_t dp_cdi_file_backoff_usec(const dp_cdi_file *f);
