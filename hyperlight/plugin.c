@@ -106,8 +106,14 @@ static void waiter_unlink(struct hl_plugin *p, struct hl_waiter *w)
 static void on_probe_done(const dp_helper_result *res, void *userdata)
 {
 	struct hl_waiter *w = userdata;
+	const char *cdi = dp_cdi_file_error(w->p->cdi);
 	waiter_unlink(w->p, w);
-	check_done(w->p, w->a, res->ok, res->ok ? "" : res->reason);
+	/* A check that failed on the CDI spec while this probe ran (another writer took it over)
+	 * wins over the probe's verdict: the spec's last sync failed. */
+	if (res->ok && cdi[0])
+		check_done(w->p, w->a, false, cdi);
+	else
+		check_done(w->p, w->a, res->ok, res->ok ? "" : res->reason);
 	free(w);
 }
 

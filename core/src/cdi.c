@@ -458,10 +458,12 @@ static int retry_fired(dp_source *s, void *userdata)
 static void arm_retry(dp_cdi_file *f, uint64_t at)
 {
 	uint64_t now = dp_now_usec(), usec = at > now ? at - now : 1;
-	int r = !at && !f->retry ? 0
-		: f->retry	 ? dp_timer_set(f->retry, at ? usec : 0, 0)
-				 : dp_timer_add(f->loop, usec, 0, retry_fired, f, &f->retry);
+	int r = 0;
 
+	if (f->retry)
+		r = dp_timer_set(f->retry, at ? usec : 0, 0);
+	else if (at)
+		r = dp_timer_add(f->loop, usec, 0, retry_fired, f, &f->retry);
 	if (r < 0)
 		dp_debug("cdi: cannot arm the retry timer", "path=%s errno=%d", f->path, -r);
 }

@@ -83,11 +83,19 @@ func TestHyperlightCDIFight(t *testing.T) {
 			c.s.fatalf("the episode warning does not name the other content (%s)", c.other)
 		}
 	}
-	// Both advertise their devices Unhealthy, and say why.
+	// Both advertise their devices Unhealthy, say why, and never Healthy again during the
+	// episode (not even from a probe that was running when it began).
 	for _, s := range []*scenario{a, b} {
 		s.devices(3, Unhealthy, eventBound)
 		if countLines(s.d, `msg="device unusable, advertising every device Unhealthy"`, cdiFightReason) == 0 {
 			s.fatalf("no Unhealthy verdict giving the fight as its reason in the log")
+		}
+		fighting := false
+		for _, l := range s.d.Stderr.Lines() {
+			fighting = fighting || strings.Contains(l, cdiFightMsg)
+			if fighting && strings.Contains(l, `msg="device usable"`) {
+				s.fatalf("Healthy again during the episode: %s", l)
+			}
 		}
 	}
 	if n, m := countLines(a.d, cdiWrittenMsg), countLines(b.d, cdiWrittenMsg); n > maxWrites || m > maxWrites {
