@@ -120,8 +120,12 @@ static void describe_line(const unsigned char *other, size_t n, size_t d, char *
 		line += other[i] == '\n';
 	while (start < n && (other[start] == ' ' || other[start] == '\t'))
 		start++;
-	for (size_t i = start; i < n && other[i] != '\n' && k < LINE_MAX_SHOWN; i++)
-		text[k++] = other[i] >= 0x20 && other[i] < 0x7f ? (char)other[i] : '?';
+	for (size_t i = start; i < n && other[i] != '\n' && k < LINE_MAX_SHOWN; i++) {
+		text[k] = '?';
+		if (other[i] >= 0x20 && other[i] < 0x7f)
+			text[k] = ((const char *)other)[i];
+		k++;
+	}
 	if (k == LINE_MAX_SHOWN && start + k < n && other[start + k] != '\n')
 		k += (size_t)snprintf(text + k, sizeof(text) - k, "...");
 	text[k] = '\0';
