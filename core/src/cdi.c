@@ -13,63 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cdi_backoff.h"
 #include "dp/log.h"
-
-/* ---- cdiVersion and names ---- */
-
-const char *dp_cdi_min_version(const dp_cdi_features *f)
-{
-	if (!f)
-		return "0.3.0";
-	if (f->net_devices || f->intel_rdt_schemata)
-		return "1.1.0";
-	if (f->additional_gids || f->intel_rdt)
-		return "0.7.0";
-	if (f->annotations || f->class_has_dot)
-		return "0.6.0";
-	if (f->device_node_host_path || f->device_name_starts_with_digit)
-		return "0.5.0";
-	if (f->mount_type)
-		return "0.4.0";
-	return "0.3.0";
-}
-
-static bool is_letter(char c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
-}
-
-static bool is_alnum(char c)
-{
-	return is_letter(c) || (c >= '0' && c <= '9');
-}
-
-/* s[0..n): first char accepted by first(), last alnum, the others alnum or in extra. */
-static bool name_chars_valid(const char *s, size_t n, bool (*first)(char), const char *extra)
-{
-	if (n == 0 || !first(s[0]) || !is_alnum(s[n - 1]))
-		return false;
-	for (size_t i = 1; i + 1 < n; i++)
-		if (!is_alnum(s[i]) && !strchr(extra, s[i]))
-			return false;
-	return true;
-}
-
-bool dp_cdi_kind_valid(const char *kind)
-{
-	const char *slash = kind ? strchr(kind, '/') : NULL;
-
-	if (!slash)
-		return false;
-	/* A second '/' lands in the class and fails the character check there. */
-	return name_chars_valid(kind, (size_t)(slash - kind), is_letter, "_.-") &&
-	       name_chars_valid(slash + 1, strlen(slash + 1), is_letter, "_.-");
-}
-
-bool dp_cdi_device_name_valid(const char *name)
-{
-	return name && name_chars_valid(name, strlen(name), is_alnum, "_.:-");
-}
 
 /* ---- compare and replace ---- */
 
@@ -277,6 +222,10 @@ struct dp_cdi_file {
 	dp_source *notify;       /* one-shot timer: coalesces a burst of events into one call */
 	unsigned own_renames;    /* IN_MOVED_TO of name still expected from our own replaces */
 	char error[PATH_MAX + 128];
+	dp_cdi_backoff backoff; /* repairs of a file another writer keeps replacing */
+	dp_source *retry;       /* one-shot timer: the wait or the episode is over -> changed */
+	dp_cdi_fight_fn fight;
+	char other[160];        /* the other writer's content, described when an episode starts */
 };
 
 static int notify_fired(dp_source *s, void *userdata);
@@ -395,6 +344,7 @@ int dp_cdi_file_new(dp_loop *loop, const char *dir, const char *name, dp_cdi_cha
 	f->loop = loop;
 	f->changed = changed;
 	f->userdata = userdata;
+	dp_cdi_backoff_init(&f->backoff);
 	if (split_dir(f, dir) < 0)
 		/* f is freed by its _cleanup_ attribute, which the analyzer does not model */
 		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
@@ -420,6 +370,7 @@ dp_cdi_file *dp_cdi_file_free(dp_cdi_file *f)
 	free(f->name);
 	free(f->path);
 	free(f->content);
+	dp_source_free(f->retry);
 	free(f);
 	return NULL;
 }
@@ -487,6 +438,89 @@ static int file_error(dp_cdi_file *f, int r, const char *verb)
 	return set_error(f, r, "cannot %s %s: %s", verb, f->path, strerror(-r));
 }
 
+/* ---- writers that disagree back off (the rule: cdi_backoff.h) ---- */
+
+void dp_cdi_file_set_fight_fn(dp_cdi_file *f, dp_cdi_fight_fn fn)
+{
+	if (f)
+		f->fight = fn;
+}
+
+static int retry_fired(dp_source *s, void *userdata)
+{
+	dp_cdi_file *f = userdata;
+
+	f->changed(f, f->userdata); /* may free f */
+	return 0;
+}
+
+/* changed is called at time at (0: disarm). */
+static void arm_retry(dp_cdi_file *f, uint64_t at)
+{
+	uint64_t now = dp_now_usec(), usec = at > now ? at - now : 1;
+	int r = 0;
+
+	if (f->retry)
+		r = dp_timer_set(f->retry, at ? usec : 0, 0);
+	else if (at)
+		r = dp_timer_add(f->loop, usec, 0, retry_fired, f, &f->retry);
+	if (r < 0)
+		dp_debug("cdi: cannot arm the retry timer", "path=%s errno=%d", f->path, -r);
+}
+
+static void tell(dp_cdi_file *f, dp_cdi_backoff_event ev)
+{
+	dp_cdi_fight fight = {
+		.started = ev == DP_CDI_BACKOFF_STARTED,
+		.other = f->other,
+		.delay_usec = dp_cdi_backoff_delay(&f->backoff),
+		.overwrites = dp_cdi_backoff_streak(&f->backoff),
+	};
+
+	if (ev == DP_CDI_BACKOFF_NONE)
+		return;
+	dp_debug(fight.started ? "cdi: another writer keeps replacing the spec, backing off"
+			       : "cdi: the spec is no longer replaced, back-off over",
+		 "path=%s overwrites=%u", f->path, fight.overwrites);
+	if (f->fight)
+		f->fight(f, &fight, f->userdata);
+}
+
+/* Other bytes were found: may our repair be written now? Otherwise the timer is armed. */
+static bool repair_now(dp_cdi_file *f, int dirfd)
+{
+	dp_cdi_backoff_event ev;
+	uint64_t now = dp_now_usec(), at = dp_cdi_backoff_foreign(&f->backoff, now, &ev);
+
+	if (ev == DP_CDI_BACKOFF_STARTED)
+		dp_cdi_backoff_describe(dirfd, f->name, f->content, f->len, f->other, sizeof(f->other));
+	tell(f, ev);
+	if (at <= now)
+		return true;
+	dp_debug("cdi: repair backed off", "path=%s delay_ms=%llu overwrites=%u", f->path,
+		 (unsigned long long)(dp_cdi_backoff_delay(&f->backoff) / DP_USEC_PER_MSEC),
+		 dp_cdi_backoff_streak(&f->backoff));
+	arm_retry(f, at);
+	return false;
+}
+
+/* Our bytes are in place: is the episode still on? The timer is armed for its end. */
+static bool fighting(dp_cdi_file *f)
+{
+	dp_cdi_backoff_event ev;
+	uint64_t end = dp_cdi_backoff_in_place(&f->backoff, dp_now_usec(), &ev);
+
+	tell(f, ev);
+	arm_retry(f, end);
+	return end != 0;
+}
+
+static int fight_error(dp_cdi_file *f)
+{
+	return set_error(f, -EBUSY, "another writer keeps replacing %s; repairs backed off (its content: %s)",
+			 f->path, f->other);
+}
+
 int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired)
 {
 	_cleanup_close_ int dirfd = -1;
@@ -505,6 +539,8 @@ int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired)
 	r = dp_cdi_compare(dirfd, f->name, f->content, f->len);
 	if (r < 0)
 		return file_error(f, r, "read");
+	if (r == 1 && !repair_now(f, dirfd))
+		return fight_error(f);
 	if (r == 1) {
 		r = dp_cdi_replace(dirfd, f->name, f->content, f->len);
 		if (r < 0)
@@ -512,7 +548,11 @@ int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired)
 		if (f->dir_watch)
 			f->own_renames++;
 		repaired = true;
+		dp_debug("cdi: spec written", "path=%s bytes=%zu", f->path, f->len);
+		dp_cdi_backoff_written(&f->backoff, dp_now_usec());
 	}
+	if (fighting(f))
+		return fight_error(f);
 	f->error[0] = '\0';
 	if (ret_repaired)
 		*ret_repaired = repaired;
@@ -527,4 +567,9 @@ const char *dp_cdi_file_error(const dp_cdi_file *f)
 const char *dp_cdi_file_path(const dp_cdi_file *f)
 {
 	return f ? f->path : NULL;
+}
+
+uint64_t dp_cdi_file_backoff_usec(const dp_cdi_file *f)
+{
+	return f ? dp_cdi_backoff_delay(&f->backoff) : 0;
 }

@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "../../core/src/cdi_backoff.h"
 #include "dp/cdi.h"
 #include "dp/log.h"
 #include "dp/loop.h"
@@ -1119,6 +1120,288 @@ static void test_permission_denied(void **state)
 	rm_rf(d);
 }
 
+/* ---- writers that disagree back off: the rule on made-up times (cdi_backoff.h) ---- */
+
+#define SEC DP_USEC_PER_SEC
+#define MS DP_USEC_PER_MSEC
+
+/* Our write at *t, replaced 1 ms later: the time the repair may be written. */
+static uint64_t overwrite_after_write(dp_cdi_backoff *b, uint64_t *t, dp_cdi_backoff_event *ev)
+{
+	dp_cdi_backoff_written(b, *t);
+	*t += MS;
+	return dp_cdi_backoff_foreign(b, *t, ev);
+}
+
+static void test_backoff_edits_repaired_at_once(void **state)
+{
+	dp_cdi_backoff b;
+	dp_cdi_backoff_event ev;
+	uint64_t t = 1000 * SEC;
+
+	dp_cdi_backoff_init(&b);
+	/* the first writer's file is replaced before we ever wrote: repaired at once */
+	assert_int_equal(dp_cdi_backoff_foreign(&b, t, &ev), t);
+	assert_int_equal(ev, DP_CDI_BACKOFF_NONE);
+	/* four edits in a row, each right after our repair: all repaired at once */
+	for (unsigned i = 1; i <= DP_CDI_BACKOFF_FREE; i++) {
+		uint64_t at = overwrite_after_write(&b, &t, &ev);
+		assert_int_equal(at, t);
+		assert_int_equal(ev, DP_CDI_BACKOFF_NONE);
+		assert_int_equal(dp_cdi_backoff_streak(&b), i);
+	}
+	assert_int_equal(dp_cdi_backoff_delay(&b), 0);
+	/* edits 120 s or more after our write never add up, however many */
+	dp_cdi_backoff_init(&b);
+	for (int i = 0; i < 20; i++) {
+		dp_cdi_backoff_written(&b, t);
+		t += DP_CDI_BACKOFF_STABLE_USEC;
+		assert_int_equal(dp_cdi_backoff_foreign(&b, t, &ev), t);
+		assert_int_equal(ev, DP_CDI_BACKOFF_NONE);
+		assert_int_equal(dp_cdi_backoff_in_place(&b, t, &ev), 0);
+	}
+	assert_int_equal(dp_cdi_backoff_streak(&b), 0);
+}
+
+static void test_backoff_doubles_up_to_max(void **state)
+{
+	static const uint64_t want[] = { 1, 2, 4, 8, 16, 32, 60, 60, 60 };
+	dp_cdi_backoff b;
+	dp_cdi_backoff_event ev;
+	uint64_t t = 1000 * SEC, at;
+
+	dp_cdi_backoff_init(&b);
+	for (unsigned i = 0; i < DP_CDI_BACKOFF_FREE; i++)
+		(void)overwrite_after_write(&b, &t, &ev);
+	for (size_t i = 0; i < DP_ELEMENTSOF(want); i++) {
+		at = overwrite_after_write(&b, &t, &ev);
+		assert_int_equal(ev, i == 0 ? DP_CDI_BACKOFF_STARTED : DP_CDI_BACKOFF_NONE);
+		assert_int_equal(dp_cdi_backoff_delay(&b), want[i] * SEC);
+		assert_int_equal(at, t + want[i] * SEC);
+		/* replaced again while we wait (our write was already counted): no change */
+		assert_int_equal(dp_cdi_backoff_foreign(&b, t + 500 * MS, &ev), at);
+		assert_int_equal(ev, DP_CDI_BACKOFF_NONE);
+		t = at;
+	}
+	assert_int_equal(dp_cdi_backoff_streak(&b), DP_CDI_BACKOFF_FREE + DP_ELEMENTSOF(want));
+}
+
+static void test_backoff_episode_ends(void **state)
+{
+	dp_cdi_backoff b;
+	dp_cdi_backoff_event ev;
+	uint64_t t = 1000 * SEC, at;
+
+	dp_cdi_backoff_init(&b);
+	for (unsigned i = 0; i <= DP_CDI_BACKOFF_FREE; i++)
+		at = overwrite_after_write(&b, &t, &ev);
+	assert_int_equal(ev, DP_CDI_BACKOFF_STARTED);
+	/* our repair after the wait stays: the episode lasts until it stayed 120 s */
+	dp_cdi_backoff_written(&b, at);
+	assert_int_equal(dp_cdi_backoff_in_place(&b, at, &ev), at + DP_CDI_BACKOFF_STABLE_USEC);
+	assert_int_equal(dp_cdi_backoff_in_place(&b, at + DP_CDI_BACKOFF_STABLE_USEC - 1, &ev),
+			 at + DP_CDI_BACKOFF_STABLE_USEC);
+	assert_int_equal(ev, DP_CDI_BACKOFF_NONE);
+	assert_int_equal(dp_cdi_backoff_in_place(&b, at + DP_CDI_BACKOFF_STABLE_USEC, &ev), 0);
+	assert_int_equal(ev, DP_CDI_BACKOFF_ENDED);
+	assert_int_equal(dp_cdi_backoff_delay(&b), 0);
+	assert_int_equal(dp_cdi_backoff_streak(&b), 0);
+	/* a later single edit is repaired at once */
+	t = at + 200 * SEC;
+	assert_int_equal(dp_cdi_backoff_foreign(&b, t, &ev), t);
+	assert_int_equal(ev, DP_CDI_BACKOFF_NONE);
+
+	/* or: no sync saw our bytes in place, but the next overwrite finds our write old enough */
+	dp_cdi_backoff_init(&b);
+	for (unsigned i = 0; i <= DP_CDI_BACKOFF_FREE; i++)
+		at = overwrite_after_write(&b, &t, &ev);
+	dp_cdi_backoff_written(&b, at);
+	t = at + DP_CDI_BACKOFF_STABLE_USEC;
+	assert_int_equal(dp_cdi_backoff_foreign(&b, t, &ev), t);
+	assert_int_equal(ev, DP_CDI_BACKOFF_ENDED);
+	assert_int_equal(dp_cdi_backoff_delay(&b), 0);
+}
+
+/* Two daemons that both back off, each repairing 1 ms after it sees the other's write (or at
+ * the end of its wait), over a simulated hour: each episode starts once, never ends, and once
+ * both wait the maximum each writes at most once a minute. */
+static void test_backoff_two_writers_settle(void **state)
+{
+	dp_cdi_backoff w[2];
+	dp_cdi_backoff_event ev;
+	uint64_t start = 1000 * SEC, end = start + 3600 * SEC;
+	uint64_t due[2] = { start, UINT64_MAX }; /* when each one writes next */
+	unsigned writes[2] = { 0 }, late_writes[2] = { 0 }, started[2] = { 0 }, ended[2] = { 0 };
+
+	dp_cdi_backoff_init(&w[0]);
+	dp_cdi_backoff_init(&w[1]);
+	for (;;) {
+		int i = due[0] <= due[1] ? 0 : 1, o = 1 - i;
+		uint64_t t = due[i];
+		if (t >= end)
+			break;
+		dp_cdi_backoff_written(&w[i], t);
+		writes[i]++;
+		late_writes[i] += t >= start + 600 * SEC;
+		(void)dp_cdi_backoff_in_place(&w[i], t, &ev);
+		ended[i] += ev == DP_CDI_BACKOFF_ENDED;
+		due[i] = UINT64_MAX;
+		/* the other one sees our write 1 ms later */
+		due[o] = dp_cdi_backoff_foreign(&w[o], t + MS, &ev);
+		started[o] += ev == DP_CDI_BACKOFF_STARTED;
+		ended[o] += ev == DP_CDI_BACKOFF_ENDED;
+	}
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(started[i], 1);
+		assert_int_equal(ended[i], 0);
+		assert_int_equal(dp_cdi_backoff_delay(&w[i]), DP_CDI_BACKOFF_MAX_USEC);
+		assert_true(writes[i] <= 3600 / 60 + DP_CDI_BACKOFF_FREE + 8);
+		assert_true(late_writes[i] <= 3000 / 60 + 1);
+	}
+}
+
+/* A file of ours with another uid on line 3, and the descriptions of other writers' files. */
+static void test_backoff_describe(void **state)
+{
+	static const char ours[] = "{\n  \"kind\": \"x/y\",\n  \"uid\": 1000,\n  \"gid\": 7\n}\n";
+	static const char theirs[] = "{\n  \"kind\": \"x/y\",\n  \"uid\": 2000,\n  \"gid\": 7\n}\n";
+	char *d = make_tmpdir(), out[160], want[160];
+	int dfd = open_dir(d);
+	char long_line[200];
+
+	dp_cdi_backoff_describe(dfd, NAME, ours, strlen(ours), out, sizeof(out));
+	assert_string_equal(out, "no file");
+	write_str(d, NAME, theirs);
+	dp_cdi_backoff_describe(dfd, NAME, ours, strlen(ours), out, sizeof(out));
+	/* its size and hash (the hash is checked against reference values below) */
+	snprintf(want, sizeof(want), "%zu bytes, fnv1a ", strlen(theirs));
+	assert_memory_equal(out, want, strlen(want));
+	assert_string_equal(out + strlen(want) + 8, ", line 3: \"uid\": 2000,");
+	/* a prefix of ours (truncated) */
+	write_file(d, NAME, ours, 10);
+	dp_cdi_backoff_describe(dfd, NAME, ours, strlen(ours), out, sizeof(out));
+	assert_non_null(strstr(out, "10 bytes, fnv1a "));
+	assert_non_null(strstr(out, ", ends early"));
+	/* a long line is cut, control and non-ASCII bytes are shown as '?' */
+	memset(long_line, 'a', sizeof(long_line));
+	long_line[0] = '\x1b';
+	long_line[1] = (char)0xc3;
+	write_file(d, NAME, long_line, sizeof(long_line));
+	dp_cdi_backoff_describe(dfd, NAME, ours, strlen(ours), out, sizeof(out));
+	assert_non_null(strstr(out, ", line 1: ??aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa..."));
+	/* not a regular file */
+	char *p = join(d, NAME);
+	assert_int_equal(unlink(p), 0);
+	assert_int_equal(symlink("elsewhere", p), 0);
+	dp_cdi_backoff_describe(dfd, NAME, ours, strlen(ours), out, sizeof(out));
+	assert_string_equal(out, "not a regular file");
+	/* a tiny buffer still gets a terminated string */
+	dp_cdi_backoff_describe(dfd, NAME, ours, strlen(ours), out, 4);
+	assert_string_equal(out, "not");
+	free(p);
+	close(dfd);
+	rm_rf(d);
+}
+
+static void test_backoff_fnv1a(void **state)
+{
+	char *d = make_tmpdir(), out[160];
+	int dfd = open_dir(d);
+
+	/* reference values of FNV-1a 32: "" 811c9dc5, "a" e40c292c, "foobar" bf9cf968 (the FNV test vectors) */
+	write_str(d, NAME, "a");
+	dp_cdi_backoff_describe(dfd, NAME, "b", 1, out, sizeof(out));
+	assert_string_equal(out, "1 bytes, fnv1a e40c292c, line 1: a");
+	write_str(d, NAME, "foobar");
+	dp_cdi_backoff_describe(dfd, NAME, "foobaz", 6, out, sizeof(out));
+	assert_string_equal(out, "6 bytes, fnv1a bf9cf968, line 1: foobar");
+	write_str(d, NAME, "");
+	dp_cdi_backoff_describe(dfd, NAME, "x", 1, out, sizeof(out));
+	assert_string_equal(out, "0 bytes, fnv1a 811c9dc5, ends early");
+	close(dfd);
+	rm_rf(d);
+}
+
+/* ---- writers that disagree back off: the owned file on a real loop ---- */
+
+typedef struct fight_ctx {
+	int started, ended;
+	char other[160];
+	uint64_t delay;
+} fight_ctx;
+
+static fight_ctx fights;
+
+static void on_fight(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata)
+{
+	if (ev->started) {
+		fights.started++;
+		snprintf(fights.other, sizeof(fights.other), "%s", ev->other);
+		fights.delay = ev->delay_usec;
+	} else {
+		fights.ended++;
+	}
+}
+
+static bool file_is(const char *dir, const char *name, const char *s)
+{
+	char *p = join(dir, name), buf[256];
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf)) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	free(p);
+	return n == (ssize_t)strlen(s) && memcmp(buf, s, (size_t)n) == 0;
+}
+
+/* Another writer that puts its own bytes back (by rename, as a daemon does) every time it
+ * finds ours, in the owner's loop: the owner writes 4 + 1 times at once, then waits 1 s, writes
+ * once more and then waits 2 s. Counted, not timed: without the back-off the two would
+ * alternate until the bound of 100 rival writes. */
+static void test_file_rival_backed_off(void **state)
+{
+	watch_ctx *c = *state;
+	char *tmp = join(c->dir, ".rival"), *p = join(c->dir, NAME), *want;
+	int rival_writes = 0;
+	uint64_t end = dp_now_usec() + 10 * SEC;
+
+	memset(&fights, 0, sizeof(fights));
+	dp_cdi_file_set_fight_fn(c->f, on_fight);
+	initial_sync(c);
+	while (dp_cdi_file_backoff_usec(c->f) < 2 * SEC && rival_writes < 100 && dp_now_usec() < end) {
+		assert_true(dp_loop_run_once(c->loop, 10) >= 0);
+		if (!file_is(c->dir, NAME, NEW))
+			continue;
+		write_str(c->dir, ".rival", OLD);
+		assert_int_equal(rename(tmp, p), 0);
+		rival_writes++;
+	}
+	/* the owner's writes: the initial one, 4 at once, 1 after the first wait */
+	assert_int_equal(rival_writes, 1 + DP_CDI_BACKOFF_FREE + 1);
+	assert_int_equal(dp_cdi_file_backoff_usec(c->f), 2 * SEC);
+	assert_int_equal(fights.started, 1);
+	assert_int_equal(fights.ended, 0);
+	assert_int_equal(fights.delay, 1 * SEC);
+	assert_string_equal(fights.other, "34 bytes, fnv1a ac6aa2ff, line 1: {\"cdiVersion\":\"0.3.0\",\"old\":true}");
+	/* unhealthy meanwhile, with the reason; a sync while waiting writes nothing */
+	assert_int_equal(c->last_sync, -EBUSY);
+	assert_int_equal(dp_cdi_file_sync(c->f, NULL), -EBUSY);
+	assert_true(asprintf(&want, "another writer keeps replacing %s; repairs backed off (its content: %s)",
+			     p, fights.other) > 0);
+	assert_string_equal(dp_cdi_file_error(c->f), want);
+	assert_file_str(c->dir, NAME, OLD);
+	/* the rival's changes during the wait neither write nor log again */
+	write_str(c->dir, NAME, "{}\n");
+	assert_true(run_until_quiet(c));
+	assert_file_str(c->dir, NAME, "{}\n");
+	assert_int_equal(fights.started, 1);
+	assert_no_temp(c->dir);
+	free(want);
+	free(tmp);
+	free(p);
+}
+
 /* Enter a private mount namespace so that no mount of these tests reaches the host. */
 static void setup_private_ns(void)
 {
@@ -1164,6 +1447,13 @@ int main(void)
 		cmocka_unit_test(test_file_sync_read_only),
 		cmocka_unit_test(test_file_sync_full),
 		cmocka_unit_test(test_permission_denied),
+		cmocka_unit_test(test_backoff_edits_repaired_at_once),
+		cmocka_unit_test(test_backoff_doubles_up_to_max),
+		cmocka_unit_test(test_backoff_episode_ends),
+		cmocka_unit_test(test_backoff_two_writers_settle),
+		cmocka_unit_test(test_backoff_describe),
+		cmocka_unit_test(test_backoff_fnv1a),
+		WATCH_TEST(test_file_rival_backed_off),
 	};
 
 	setup_private_ns();

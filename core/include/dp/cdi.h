@@ -72,6 +72,18 @@ typedef struct dp_cdi_file dp_cdi_file;
  * appear, go or be replaced); both are armed by dp_cdi_file_sync(), best effort. */
 typedef void (*dp_cdi_changed_fn)(dp_cdi_file *f, void *userdata);
 
+/* Another writer keeps replacing the file (see dp_cdi_file_sync: the repairs back off). */
+typedef struct dp_cdi_fight {
+	bool started;        /* true: an episode began; false: it ended (our bytes stayed) */
+	const char *other;   /* started: the other writer's content, short and printable:
+			      * "412 bytes, fnv1a 9c0e3f21, line 9: \"uid\": 2000," or "no file" */
+	uint64_t delay_usec; /* started: the wait before the next repair */
+	unsigned overwrites; /* started: our writes replaced early, in a row */
+} dp_cdi_fight;
+/* Called from inside dp_cdi_file_sync() once when an episode starts and once when it ends: the
+ * daemon logs it (library code logs only at debug). It must not free f nor call sync. */
+typedef void (*dp_cdi_fight_fn)(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata);
+
 /* dir: absolute host path (already resolved under the test root; trailing '/' dropped), name:
  * e.g. "hyperlight.json". The directory need not exist yet. Nothing is watched before the
  * first sync. -EINVAL: NULL loop/changed/ret, relative dir, bad name; -ENAMETOOLONG; -ENOMEM. */
@@ -79,6 +91,8 @@ int dp_cdi_file_new(dp_loop *loop, const char *dir, const char *name, dp_cdi_cha
 		    void *userdata, dp_cdi_file **ret);
 dp_cdi_file *dp_cdi_file_free(dp_cdi_file *f);
 DP_DEFINE_CLEANUP(dp_cdi_file, dp_cdi_file_free)
+/* Be told of the episodes (fn NULL: not told); userdata is the one given to new. */
+void dp_cdi_file_set_fight_fn(dp_cdi_file *f, dp_cdi_fight_fn fn);
 /* Set the exact bytes the file must hold (copied). */
 int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len);
 /* Make the file match: compare, replace when it differs (creating the directory 0755 when
@@ -86,10 +100,22 @@ int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len);
  * given, says whether it was written); negative errno otherwise, with a human reason in
  * dp_cdi_file_error(): -EINVAL "no content set for P", -ELOOP "refusing symlink at P",
  * -EEXIST "refusing non-regular file at P", "cannot read P: <strerror>", "cannot write P:
- * <strerror>", "cannot create directory D: <strerror>", "cannot open directory D: <strerror>".
- * The watches are (re)armed as a side effect. */
+ * <strerror>", "cannot create directory D: <strerror>", "cannot open directory D: <strerror>",
+ * -EBUSY "another writer keeps replacing P; repairs backed off (its content: ...)".
+ * The watches are (re)armed as a side effect.
+ *
+ * Writers that disagree back off (core/src/cdi_backoff.h has the rule): a write of ours that
+ * another writer replaces within 120 s extends a streak; the first 4 replacements in a row are
+ * repaired at once (an operator's or a tool's edits); from the 5th on the file is fought over
+ * (an episode, told once to the fight callback): the repair waits 1 s, then twice as long each
+ * time our write is replaced again, up to 60 s, and every sync returns -EBUSY, also right
+ * after our own write, until our bytes have stayed in place for 120 s. A one-shot timer calls
+ * `changed` when the wait or the episode is over, so the receiver's usual sync repairs or
+ * recovers. Every write is logged at debug ("cdi: spec written"). */
 int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired);
 /* Reason of the last failed sync ("refusing symlink at /var/run/cdi/hyperlight.json", ...);
  * "" after a successful one. */
 const char *dp_cdi_file_error(const dp_cdi_file *f);
 const char *dp_cdi_file_path(const dp_cdi_file *f);
+/* The current wait between repairs: 0 outside an episode, else 1 s doubling up to 60 s. */
+uint64_t dp_cdi_file_backoff_usec(const dp_cdi_file *f);
