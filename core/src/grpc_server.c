@@ -8,6 +8,9 @@
 #include "dp/grpc.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@ const dp_grpc_limits dp_grpc_default_limits = {
 	.max_outbuf = (size_t)8 << 20, /* 8 MiB */
 	.handshake_usec = 10 * DP_USEC_PER_SEC,
 	.idle_usec = 300 * DP_USEC_PER_SEC,
+	.max_stream_connections = 48,
 };
 
 static void conn_shutdown(sconn *conn);
@@ -134,20 +138,38 @@ static int call_on_message(void *userdata, const uint8_t *msg, size_t len)
 		c->extra_msg = true;
 		return 1;
 	}
-	c->req = malloc(len ? len : 1);
+	c->req = dp_grpc_deframer_take(&c->deframer); /* no copy: held once */
+	if (!c->req)
+		c->req = malloc(1); /* an empty message */
 	if (!c->req)
 		return -ENOMEM;
-	memcpy(c->req, msg, len);
 	c->req_len = len;
 	c->have_req = true;
 	return 0;
 }
 
+/* Over the process's request budget: this request is the one refused. */
+static void call_refuse_memory(dp_grpc_call *c)
+{
+	grpc_call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, "grpc: the server's request memory is full",
+		      false, 200);
+	dp_grpc_deframer_done(&c->deframer);
+	free(c->req);
+	c->req = NULL;
+	grpc_in_update(c);
+}
+
 static void call_data(dp_grpc_call *c, const uint8_t *data, size_t len)
 {
 	char msg[128];
-	int r = dp_grpc_deframer_feed(&c->deframer, data, len, call_on_message, c);
+	int r;
 
+	if (grpc_in_reserve(c, len) < 0) {
+		call_refuse_memory(c);
+		return;
+	}
+	r = dp_grpc_deframer_feed(&c->deframer, data, len, call_on_message, c);
+	grpc_in_update(c);
 	if (r == 0)
 		return;
 	if (r == -EMSGSIZE) {
@@ -168,9 +190,43 @@ static void call_data(dp_grpc_call *c, const uint8_t *data, size_t len)
 	}
 }
 
+/* The connection holds a server-streaming call its handler owns. */
+static bool conn_streams(const sconn *conn)
+{
+	for (const dp_grpc_call *c = conn->calls; c; c = c->next)
+		if (c->state == CALL_OWNED && c->method.kind == DP_GRPC_METHOD_SERVER_STREAM)
+			return true;
+	return false;
+}
+
+/* A stream was just handed to its handler on conn: beyond max_stream_connections, the most
+ * recently accepted other connection holding one (not protected) is closed, so that streams
+ * never take the slots short calls need, and a new stream (kubelet's after it registered
+ * again) is always served. */
+static void server_streams_cap(dp_grpc_server *s, sconn *conn)
+{
+	unsigned n = 0;
+	sconn *victim = NULL;
+
+	for (sconn *c = s->conns; c; c = c->next) {
+		if (c->shutting_down || !conn_streams(c))
+			continue;
+		n++;
+		if (c != conn && !c->protected_ && (!victim || c->accepted >= victim->accepted))
+			victim = c;
+	}
+	if (n <= s->limits.max_stream_connections || !victim)
+		return;
+	grpc_limit_hit("streams", "newest other connection holding a stream closed", n,
+		       s->limits.max_stream_connections);
+	conn_shutdown(victim);
+}
+
 /* END_STREAM from the peer: hand the request to the handler. */
 static void call_request_end(dp_grpc_call *c)
 {
+	sconn *conn = c->conn;
+
 	c->req_ended = true;
 	if (c->discard || c->state != CALL_RECV)
 		return;
@@ -186,6 +242,9 @@ static void call_request_end(dp_grpc_call *c)
 	c->method.handler(c, c->req, c->req_len, c->method.userdata);
 	free(c->req);
 	c->req = NULL;
+	grpc_in_update(c);
+	if (c->method.kind == DP_GRPC_METHOD_SERVER_STREAM && conn->server)
+		server_streams_cap(conn->server, conn);
 }
 
 /* ---- nghttp2 callbacks (user_data = sconn) ---- */
@@ -383,6 +442,7 @@ static void conn_unlink(sconn *conn)
 
 	if (!s)
 		return;
+	grpc_budget_unlink(conn);
 	if (conn->prev)
 		conn->prev->next = conn->next;
 	else
@@ -420,6 +480,32 @@ static bool conn_busy(const sconn *conn)
 	return false;
 }
 
+/* An evicted connection's owners are told, then it is closed (nothing sent: it does not read). */
+static void conn_evicted(sconn *conn)
+{
+	dp_h2 *h = conn->h2;
+
+	dp_h2_enter(h);
+	for (dp_grpc_call *c = conn->calls; c; c = c->next)
+		grpc_call_notify_cancel(c, DP_GRPC_RESOURCE_EXHAUSTED);
+	dp_h2_leave(h); /* closes it (frozen) */
+}
+
+void grpc_conn_evict(sconn *conn)
+{
+	conn_unlink(conn);
+	conn->shutting_down = true;
+	conn->evicted = true;
+	for (dp_grpc_call *c = conn->calls; c; c = c->next) {
+		grpc_call_drop_queue(c, false);
+		c->discard = true;
+	}
+	dp_h2_freeze(conn->h2, -ENOBUFS);
+	/* The owners hear of it from the loop, not inside the send that made room. */
+	if (dp_timer_set_asap(conn->timer) < 0)
+		conn_evicted(conn);
+}
+
 /* Handshake deadline, then idle check: a connection that is not busy and received no frame for
  * idle_usec gets GOAWAY (its unfinished requests REFUSED_STREAM) and is closed. */
 static int conn_timer(dp_source *src, void *userdata)
@@ -428,6 +514,10 @@ static int conn_timer(dp_source *src, void *userdata)
 	dp_grpc_server *s = conn->server;
 	uint64_t now = dp_now_usec();
 
+	if (conn->evicted) {
+		conn_evicted(conn);
+		return 0;
+	}
 	if (!s || conn->shutting_down)
 		return 0;
 	if (!conn->handshaken) {
@@ -461,7 +551,7 @@ static int conn_new(dp_grpc_server *s, int fd)
 	conn->server = s;
 	conn->max_header_list = s->limits.max_header_list;
 	conn->max_outbuf = s->limits.max_outbuf;
-	conn->last_active = dp_now_usec();
+	conn->last_active = conn->accepted = dp_now_usec();
 	r = dp_timer_add(s->loop, s->limits.handshake_usec, 0, conn_timer, conn, &conn->timer);
 	if (r < 0) {
 		free(conn);
@@ -497,15 +587,21 @@ static int server_backoff_done(dp_source *src, void *userdata)
 	return 0;
 }
 
-/* The least recently active connection that is not busy, or NULL. */
+/* The least recently active connection that is not busy, else the least recently active one
+ * holding no stream (at most max_stream_connections do), never a protected one; or NULL. */
 static sconn *server_evictable(const dp_grpc_server *s)
 {
-	sconn *victim = NULL;
+	sconn *idle = NULL, *nostream = NULL;
 
-	for (sconn *c = s->conns; c; c = c->next)
-		if (!c->shutting_down && !conn_busy(c) && (!victim || c->last_active <= victim->last_active))
-			victim = c;
-	return victim;
+	for (sconn *c = s->conns; c; c = c->next) {
+		if (c->shutting_down || c->protected_)
+			continue;
+		if (!conn_busy(c) && (!idle || c->last_active <= idle->last_active))
+			idle = c;
+		if (!conn_streams(c) && (!nostream || c->last_active <= nostream->last_active))
+			nostream = c;
+	}
+	return idle ? idle : nostream;
 }
 
 static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdata)
@@ -528,8 +624,8 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 		}
 		sconn *victim = s->n_conns >= s->limits.max_connections ? server_evictable(s) : NULL;
 		if (victim) {
-			dp_debug("grpc: connection limit reached, evicting an idle connection",
-				 "limit=%u", s->limits.max_connections);
+			grpc_limit_hit("connections", "least recently active connection closed",
+				       s->n_conns, s->limits.max_connections);
 			conn_shutdown(victim);
 		}
 		if (s->n_conns >= s->limits.max_connections) {
@@ -628,6 +724,9 @@ int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_met
 	s->loop = loop;
 	s->fd = -1;
 	s->limits = limits ? *limits : dp_grpc_default_limits;
+	if (s->limits.max_stream_connections == 0 ||
+	    s->limits.max_stream_connections >= s->limits.max_connections)
+		s->limits.max_stream_connections = s->limits.max_connections * 3 / 4;
 	s->n_methods = n_methods;
 	s->methods = calloc(n_methods ? n_methods : 1, sizeof(*methods));
 	r = s->methods ? server_callbacks(s) : -ENOMEM;
@@ -647,6 +746,14 @@ int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_met
 		unlink(socket_path);
 		goto fail;
 	}
+	grpc_budget_add_server(s);
+#ifdef __GLIBC__
+	/* Messages up to 4 MiB come and go: glibc's default raises its mmap threshold when such a
+	 * block is freed and then keeps the next ones on the heap, resident after free(), so the
+	 * peak grows past what the budget holds. A fixed threshold returns them to the kernel, as
+	 * musl (the shipped builds) always does. */
+	(void)mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
 	*ret = s;
 	return 0;
 fail:
@@ -683,6 +790,7 @@ dp_grpc_server *dp_grpc_server_free(dp_grpc_server *s)
 	if (!s || s->freeing)
 		return NULL;
 	s->freeing = true;
+	grpc_budget_remove_server(s);
 	s->listen_io = dp_source_free(s->listen_io);
 	s->backoff = dp_source_free(s->backoff);
 	if (s->fd >= 0)

@@ -23,6 +23,7 @@ struct dp_h2 {
 	uint8_t *out; /* what the socket did not take of the last mem_send chunk */
 	size_t out_off, out_len, out_cap;
 	size_t queued; /* owner-accounted stream bytes */
+	uint64_t progress; /* when the socket last took output, or output was queued on an empty queue */
 	size_t max_outbuf;
 	uint32_t events;
 	unsigned depth;
@@ -52,6 +53,8 @@ bool dp_h2_closing(const dp_h2 *h)
 
 void dp_h2_account(dp_h2 *h, ptrdiff_t delta)
 {
+	if (delta > 0 && dp_h2_pending(h) == 0)
+		h->progress = dp_now_usec();
 	if (delta < 0 && (size_t)-delta > h->queued)
 		h->queued = 0;
 	else
@@ -63,6 +66,12 @@ size_t dp_h2_pending(const dp_h2 *h)
 	return h->queued + (h->out_len - h->out_off);
 }
 
+uint64_t dp_h2_progress(const dp_h2 *h)
+{
+	return h->progress;
+}
+
+
 static void h2_fail(dp_h2 *h, int error)
 {
 	if (!h->closing) {
@@ -73,12 +82,20 @@ static void h2_fail(dp_h2 *h, int error)
 	h->broken = true;
 }
 
+void dp_h2_freeze(dp_h2 *h, int error)
+{
+	if (h->events != 0 && !h->finishing && dp_io_set_events(h->io, 0) == 0)
+		h->events = 0;
+	h2_fail(h, error);
+	h->want_flush = false;
+}
+
 static void h2_update_events(dp_h2 *h)
 {
 	bool blocked = h->out_off < h->out_len;
 	uint32_t ev = 0;
 
-	if (h->closing)
+	if (h->closing || h->broken)
 		return;
 	/* Pause reading only while the peer does not take our output and too much is waiting:
 	 * pausing while we merely wait for its WINDOW_UPDATE would deadlock. */
@@ -175,6 +192,7 @@ static void h2_flush(dp_h2 *h)
 				h2_fail(h, (int)w);
 			if (w <= 0)
 				break;
+			h->progress = dp_now_usec();
 			h->out_off += (size_t)w;
 			continue;
 		}
@@ -188,6 +206,8 @@ static void h2_flush(dp_h2 *h)
 			h2_fail(h, (int)w);
 			break;
 		}
+		if (w > 0)
+			h->progress = dp_now_usec();
 		if (data == h->out) {
 			h->out_off = (size_t)w;
 			continue;
