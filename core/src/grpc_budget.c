@@ -64,6 +64,7 @@ void dp_grpc_set_limit_hook(dp_grpc_limit_fn fn, void *userdata)
 {
 	limit_fn = fn;
 	limit_ud = userdata;
+	memset(lim_last, 0, sizeof(lim_last)); /* every limit starts a new episode */
 }
 
 void dp_grpc_log_limit(const char *what, const char *action, size_t held, size_t max,

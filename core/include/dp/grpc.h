@@ -202,9 +202,9 @@ size_t dp_grpc_output_held(void);
 
 /* A limit was hit (what: "input", "output", "streams", "connections"; action: what was done;
  * held/max: the measure and its limit). Called once per episode of each limit (an episode ends
- * after a minute without that limit being hit), from the loop, never inside a user callback of
- * the connection concerned. Library code only logs at debug: a daemon opts into the warn line
- * with dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL). */
+ * after a minute without that limit being hit; setting the hook starts new episodes), from
+ * inside the server's work: it must only log or count. Library code only logs at debug: a
+ * daemon opts into the warn line with dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL). */
 typedef void (*dp_grpc_limit_fn)(const char *what, const char *action, size_t held, size_t max,
 				 void *userdata);
 void dp_grpc_set_limit_hook(dp_grpc_limit_fn fn, void *userdata);
