@@ -625,7 +625,7 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 		sconn *victim = s->n_conns >= s->limits.max_connections ? server_evictable(s) : NULL;
 		if (victim) {
 			grpc_limit_hit("connections", "least recently active connection closed",
-				       s->n_conns, s->limits.max_connections);
+				       s->n_conns + 1, s->limits.max_connections);
 			conn_shutdown(victim);
 		}
 		if (s->n_conns >= s->limits.max_connections) {
