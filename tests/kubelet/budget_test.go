@@ -419,3 +419,73 @@ func TestBudgetSlotsHeldByStreams(t *testing.T) {
 		t.Errorf("%d log lines %q what=streams, want 1", n, overloadLine)
 	}
 }
+
+// 64 hostile clients at once (one more than the slots kubelet leaves), at 100,000 devices: 32
+// hold unfinished 4 MiB requests, 32 hold two ListAndWatch streams each and never read.
+func TestBudgetManyClients(t *testing.T) {
+	const devices = 100000
+	s := newScenario(t, append([]string{fmt.Sprintf("DEVICE_COUNT=%d", devices)}, quarantineOff()...)...)
+	p := s.registered(1, startBound)
+	s.devices(devices, Healthy, periodBound)
+	base := vmHWM(t, s.d.Pid())
+	limit := budgetInputMiB + budgetOutputMiB + hostileSlackMiB
+	stop := base + (limit+64)<<10
+	var senders []*hostile
+	for i := 0; i < 32; i++ {
+		senders = append(senders, dialHostile(t, p.Socket, true))
+	}
+	s.attackUnfinished(senders, 2, stop)
+	for i := 0; i < 32 && vmHWM(t, s.d.Pid()) <= stop; i++ {
+		unreadStreams(dialHostile(t, p.Socket, false), 2)
+	}
+	s.wait(eventBound, func() bool {
+		return vmHWM(t, s.d.Pid()) > stop || overloadLines(s.d, "output") > 0
+	})
+	s.checkHWM(base, limit, "64 clients: unfinished 4 MiB requests, unread ListAndWatch streams")
+	removeKVM(t, s.node)
+	s.devices(devices, Unhealthy, eventBound)
+	mknodKVM(t, s.node)
+	s.devices(devices, Healthy, periodBound)
+	s.checkHWM(base, limit, "64 clients, after two health changes")
+	s.stillServing(p, "hyperlight-0")
+	for _, what := range []string{"input", "output"} {
+		if n := overloadLines(s.d, what); n != 1 {
+			t.Errorf("%d log lines %q what=%s, want 1 (one episode)", n, overloadLine, what)
+		}
+	}
+}
+
+// kata serves one socket per resource, each its own server: the budget is the process's.
+func TestBudgetKataAcrossResources(t *testing.T) {
+	s := newKata(t)
+	s.add(kataMain...)
+	want := kataExpect(kataMain)
+	s.startDaemon(quarantineOff()...)
+	ps := s.kataReady(want)
+	base := vmHWM(t, s.d.Pid())
+	limit := budgetInputMiB + hostileSlackMiB
+	var clients []*hostile
+	for _, r := range []string{KataGPU, KataNVSwitch} {
+		clients = append(clients, dialHostile(t, ps[r].Socket, true), dialHostile(t, ps[r].Socket, true))
+	}
+	ids := s.attackUnfinished(clients, 8, base+(limit+64)<<10)
+	s.checkHWM(base, limit, "4 clients on two resources' sockets, 8 unfinished 4 MiB requests each")
+	refused := 0
+	for i, h := range clients {
+		refused += h.countStatus(ids[i], "8")
+	}
+	if refused == 0 {
+		t.Errorf("no unfinished request was refused with RESOURCE_EXHAUSTED")
+	}
+	a, err := s.k.Allocate(KataGPU, []string{"1"})
+	if err != nil {
+		s.fatalf("kubelet's Allocate while hostile clients hold the daemon: %v", err)
+	}
+	checkKataAllocation(t, a.Response, KataGPU, []string{"1"})
+	if r := s.run(s.env, "--health-check"); r.Code != 0 {
+		t.Errorf("--health-check while hostile clients hold the daemon: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if n := overloadLines(s.d, "input"); n != 1 {
+		t.Errorf("%d log lines %q what=input, want 1 (one episode)", n, overloadLine)
+	}
+}
