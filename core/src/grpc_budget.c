@@ -25,10 +25,10 @@
 
 const dp_grpc_budget dp_grpc_default_budget = {
 	.max_input = (size_t)5 << 20,  /* one 4 MiB request and every small one */
-	.max_output = (size_t)10 << 20, /* two 4 MiB ListAndWatch answers in flight and the rest */
+	.max_output = (size_t)13 << 20, /* three 4 MiB answers in flight, 1 MiB of small ones */
 };
 
-static dp_grpc_budget budget = { (size_t)5 << 20, (size_t)10 << 20 };
+static dp_grpc_budget budget = { (size_t)5 << 20, (size_t)13 << 20 };
 static size_t in_total, out_total;
 static dp_grpc_server *servers;
 static dp_grpc_limit_fn limit_fn;

@@ -32,7 +32,7 @@ import (
 // working memory around them (encoding a ListAndWatch answer, nghttp2, the allocator's slack).
 const (
 	budgetInputMiB  = 5
-	budgetOutputMiB = 10
+	budgetOutputMiB = 13
 	hostileSlackMiB = 8
 	overloadLine    = "gRPC limit reached"
 )

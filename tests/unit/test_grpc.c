@@ -1259,7 +1259,7 @@ static void test_budget_args(void **state)
 	assert_int_equal(dp_grpc_set_budget(&b), 0);
 	assert_int_equal(dp_grpc_set_budget(NULL), 0);
 	assert_int_equal(dp_grpc_default_budget.max_input, 5u << 20);
-	assert_int_equal(dp_grpc_default_budget.max_output, 10u << 20);
+	assert_int_equal(dp_grpc_default_budget.max_output, 13u << 20);
 	assert_int_equal(dp_grpc_input_held(), 0);
 	assert_int_equal(dp_grpc_output_held(), 0);
 }

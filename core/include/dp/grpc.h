@@ -188,7 +188,7 @@ unsigned dp_grpc_server_calls(const dp_grpc_server *s);
  * cancelled with RESOURCE_EXHAUSTED, no GOAWAY: they do not read), oldest first, until it
  * fits; when no other connection holds output, the send fails with -ENOBUFS (the call ends
  * with RESOURCE_EXHAUSTED).
- * Defaults (docs/architecture.md): 5 MiB input, 10 MiB output. Each must be at least
+ * Defaults (docs/architecture.md): 5 MiB input, 13 MiB output. Each must be at least
  * DP_GRPC_MAX_MESSAGE + 5 (-EINVAL). NULL restores the defaults. */
 typedef struct dp_grpc_budget {
 	size_t max_input;
