@@ -11,6 +11,8 @@
  * Output: what costs memory is a peer that does not read. The connection whose output has
  * waited longest without the peer taking any is closed first; a reader (kubelet takes its
  * ListAndWatch answers as they come) always has a recent progress time.
+ * Slots: streams may hold at most max_stream_connections of a server's connections, so a new
+ * connection always finds one to evict (the exec probe, a short call always gets in).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -220,4 +222,81 @@ int grpc_out_reserve(sconn *conn, size_t len)
 		grpc_conn_evict(victim);
 	}
 	return 0;
+}
+
+/* ---- connection slots ---- */
+
+/* The connection holds a server-streaming call its handler owns. */
+static bool conn_streams(const sconn *conn)
+{
+	for (const dp_grpc_call *c = conn->calls; c; c = c->next)
+		if (c->state == CALL_OWNED && c->method.kind == DP_GRPC_METHOD_SERVER_STREAM)
+			return true;
+	return false;
+}
+
+/* A stream was just handed to its handler on conn: beyond max_stream_connections, the most
+ * recently accepted other connection holding one (not protected) is closed, so that streams
+ * never take the slots short calls need, and a new stream (kubelet's after it registered
+ * again) is always served. */
+void grpc_streams_cap(dp_grpc_server *s, sconn *conn)
+{
+	unsigned n = 0;
+	sconn *victim = NULL;
+
+	for (sconn *c = s->conns; c; c = c->next) {
+		if (c->shutting_down || !conn_streams(c))
+			continue;
+		n++;
+		if (c != conn && !c->protected_ && (!victim || c->accepted >= victim->accepted))
+			victim = c;
+	}
+	if (n <= s->limits.max_stream_connections || !victim)
+		return;
+	grpc_limit_hit("streams", "newest other connection holding a stream closed", n,
+		       s->limits.max_stream_connections);
+	grpc_conn_shutdown(victim);
+}
+
+/* An evicted connection's owners are told, then it is closed (nothing sent: it does not read). */
+void grpc_conn_evicted(sconn *conn)
+{
+	dp_h2 *h = conn->h2;
+
+	dp_h2_enter(h);
+	for (dp_grpc_call *c = conn->calls; c; c = c->next)
+		grpc_call_notify_cancel(c, DP_GRPC_RESOURCE_EXHAUSTED);
+	dp_h2_leave(h); /* closes it (frozen) */
+}
+
+void grpc_conn_evict(sconn *conn)
+{
+	grpc_conn_unlink(conn);
+	conn->shutting_down = true;
+	conn->evicted = true;
+	for (dp_grpc_call *c = conn->calls; c; c = c->next) {
+		grpc_call_drop_queue(c, false);
+		c->discard = true;
+	}
+	dp_h2_freeze(conn->h2, -ENOBUFS);
+	/* The owners hear of it from the loop, not inside the send that made room. */
+	if (dp_timer_set_asap(conn->timer) < 0)
+		grpc_conn_evicted(conn);
+}
+
+/* The least recently active connection that is not busy, else the least recently active one
+ * holding no stream (at most max_stream_connections do), never a protected one; or NULL. */
+sconn *grpc_evictable(const dp_grpc_server *s)
+{
+	sconn *idle = NULL, *nostream = NULL;
+
+	for (sconn *c = s->conns; c; c = c->next) {
+		if (c->shutting_down || c->protected_)
+			continue;
+		if (!grpc_conn_busy(c) && (!idle || c->last_active <= idle->last_active))
+			idle = c;
+		if (!conn_streams(c) && (!nostream || c->last_active <= nostream->last_active))
+			nostream = c;
+	}
+	return idle ? idle : nostream;
 }

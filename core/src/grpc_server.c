@@ -37,7 +37,6 @@ const dp_grpc_limits dp_grpc_default_limits = {
 	.max_stream_connections = 48,
 };
 
-static void conn_shutdown(sconn *conn);
 
 /* ---- request processing ---- */
 
@@ -190,38 +189,6 @@ static void call_data(dp_grpc_call *c, const uint8_t *data, size_t len)
 	}
 }
 
-/* The connection holds a server-streaming call its handler owns. */
-static bool conn_streams(const sconn *conn)
-{
-	for (const dp_grpc_call *c = conn->calls; c; c = c->next)
-		if (c->state == CALL_OWNED && c->method.kind == DP_GRPC_METHOD_SERVER_STREAM)
-			return true;
-	return false;
-}
-
-/* A stream was just handed to its handler on conn: beyond max_stream_connections, the most
- * recently accepted other connection holding one (not protected) is closed, so that streams
- * never take the slots short calls need, and a new stream (kubelet's after it registered
- * again) is always served. */
-static void server_streams_cap(dp_grpc_server *s, sconn *conn)
-{
-	unsigned n = 0;
-	sconn *victim = NULL;
-
-	for (sconn *c = s->conns; c; c = c->next) {
-		if (c->shutting_down || !conn_streams(c))
-			continue;
-		n++;
-		if (c != conn && !c->protected_ && (!victim || c->accepted >= victim->accepted))
-			victim = c;
-	}
-	if (n <= s->limits.max_stream_connections || !victim)
-		return;
-	grpc_limit_hit("streams", "newest other connection holding a stream closed", n,
-		       s->limits.max_stream_connections);
-	conn_shutdown(victim);
-}
-
 /* END_STREAM from the peer: hand the request to the handler. */
 static void call_request_end(dp_grpc_call *c)
 {
@@ -244,7 +211,7 @@ static void call_request_end(dp_grpc_call *c)
 	c->req = NULL;
 	grpc_in_update(c);
 	if (c->method.kind == DP_GRPC_METHOD_SERVER_STREAM && conn->server)
-		server_streams_cap(conn->server, conn);
+		grpc_streams_cap(conn->server, conn);
 }
 
 /* ---- nghttp2 callbacks (user_data = sconn) ---- */
@@ -436,7 +403,7 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
 
 /* ---- connections ---- */
 
-static void conn_unlink(sconn *conn)
+void grpc_conn_unlink(sconn *conn)
 {
 	dp_grpc_server *s = conn->server;
 
@@ -465,45 +432,19 @@ static void conn_closed(dp_h2 *h, int error, void *userdata)
 		grpc_call_notify_cancel(c, DP_GRPC_CANCELLED);
 	while (conn->calls)
 		grpc_call_free(conn->calls);
-	conn_unlink(conn);
+	grpc_conn_unlink(conn);
 	dp_source_free(conn->timer);
 	free(conn);
 }
 
 /* A handler holds one of its calls. Streams still arriving (or stalled half-way) and answers
  * waiting for the peer to read do not count: they cannot pin a connection forever. */
-static bool conn_busy(const sconn *conn)
+bool grpc_conn_busy(const sconn *conn)
 {
 	for (const dp_grpc_call *c = conn->calls; c; c = c->next)
 		if (c->state == CALL_OWNED)
 			return true;
 	return false;
-}
-
-/* An evicted connection's owners are told, then it is closed (nothing sent: it does not read). */
-static void conn_evicted(sconn *conn)
-{
-	dp_h2 *h = conn->h2;
-
-	dp_h2_enter(h);
-	for (dp_grpc_call *c = conn->calls; c; c = c->next)
-		grpc_call_notify_cancel(c, DP_GRPC_RESOURCE_EXHAUSTED);
-	dp_h2_leave(h); /* closes it (frozen) */
-}
-
-void grpc_conn_evict(sconn *conn)
-{
-	conn_unlink(conn);
-	conn->shutting_down = true;
-	conn->evicted = true;
-	for (dp_grpc_call *c = conn->calls; c; c = c->next) {
-		grpc_call_drop_queue(c, false);
-		c->discard = true;
-	}
-	dp_h2_freeze(conn->h2, -ENOBUFS);
-	/* The owners hear of it from the loop, not inside the send that made room. */
-	if (dp_timer_set_asap(conn->timer) < 0)
-		conn_evicted(conn);
 }
 
 /* Handshake deadline, then idle check: a connection that is not busy and received no frame for
@@ -515,7 +456,7 @@ static int conn_timer(dp_source *src, void *userdata)
 	uint64_t now = dp_now_usec();
 
 	if (conn->evicted) {
-		conn_evicted(conn);
+		grpc_conn_evicted(conn);
 		return 0;
 	}
 	if (!s || conn->shutting_down)
@@ -523,17 +464,17 @@ static int conn_timer(dp_source *src, void *userdata)
 	if (!conn->handshaken) {
 		dp_debug("grpc: no HTTP/2 handshake in time, closing", "limit_usec=%llu",
 			 (unsigned long long)s->limits.handshake_usec);
-		conn_shutdown(conn);
+		grpc_conn_shutdown(conn);
 		return 0;
 	}
-	if (conn_busy(conn) || now - conn->last_active < s->limits.idle_usec) {
-		uint64_t since = conn_busy(conn) ? 0 : now - conn->last_active;
+	if (grpc_conn_busy(conn) || now - conn->last_active < s->limits.idle_usec) {
+		uint64_t since = grpc_conn_busy(conn) ? 0 : now - conn->last_active;
 		dp_timer_set_coarse(src, s->limits.idle_usec - since, 0);
 		return 0;
 	}
 	dp_debug("grpc: idle connection, closing", "limit_usec=%llu",
 		 (unsigned long long)s->limits.idle_usec);
-	conn_shutdown(conn);
+	grpc_conn_shutdown(conn);
 	return 0;
 }
 
@@ -587,23 +528,6 @@ static int server_backoff_done(dp_source *src, void *userdata)
 	return 0;
 }
 
-/* The least recently active connection that is not busy, else the least recently active one
- * holding no stream (at most max_stream_connections do), never a protected one; or NULL. */
-static sconn *server_evictable(const dp_grpc_server *s)
-{
-	sconn *idle = NULL, *nostream = NULL;
-
-	for (sconn *c = s->conns; c; c = c->next) {
-		if (c->shutting_down || c->protected_)
-			continue;
-		if (!conn_busy(c) && (!idle || c->last_active <= idle->last_active))
-			idle = c;
-		if (!conn_streams(c) && (!nostream || c->last_active <= nostream->last_active))
-			nostream = c;
-	}
-	return idle ? idle : nostream;
-}
-
 static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdata)
 {
 	dp_grpc_server *s = userdata;
@@ -622,11 +546,11 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 			}
 			break;
 		}
-		sconn *victim = s->n_conns >= s->limits.max_connections ? server_evictable(s) : NULL;
+		sconn *victim = s->n_conns >= s->limits.max_connections ? grpc_evictable(s) : NULL;
 		if (victim) {
 			grpc_limit_hit("connections", "least recently active connection closed",
 				       s->n_conns + 1, s->limits.max_connections);
-			conn_shutdown(victim);
+			grpc_conn_shutdown(victim);
 		}
 		if (s->n_conns >= s->limits.max_connections) {
 			dp_debug("grpc: connection limit reached, closing new connection", "limit=%u",
@@ -762,12 +686,12 @@ fail:
 }
 
 /* Graceful stop of one connection: owners told (UNAVAILABLE), trailers, GOAWAY, flush, close. */
-static void conn_shutdown(sconn *conn)
+void grpc_conn_shutdown(sconn *conn)
 {
 	dp_h2 *h = conn->h2;
 	nghttp2_session *session = dp_h2_session(h);
 
-	conn_unlink(conn);
+	grpc_conn_unlink(conn);
 	conn->shutting_down = true;
 	dp_h2_enter(h);
 	for (dp_grpc_call *c = conn->calls; c; c = c->next)
@@ -797,7 +721,7 @@ dp_grpc_server *dp_grpc_server_free(dp_grpc_server *s)
 		close(s->fd);
 	s->fd = -1;
 	while (s->conns)
-		conn_shutdown(s->conns);
+		grpc_conn_shutdown(s->conns);
 	nghttp2_session_callbacks_del(s->cbs);
 	nghttp2_option_del(s->opt);
 	free(s->methods);

@@ -129,3 +129,18 @@ int grpc_out_reserve(sconn *conn, size_t len);
 void grpc_limit_hit(const char *what, const char *action, size_t held, size_t max);
 /* Freeze conn (its output is dropped now), tell its owners and close it from the loop. */
 void grpc_conn_evict(sconn *conn);
+/* The evicted connection's owners are told (RESOURCE_EXHAUSTED), then it is closed. */
+void grpc_conn_evicted(sconn *conn);
+/* A stream was just handed to its handler on conn: enforce max_stream_connections. */
+void grpc_streams_cap(dp_grpc_server *s, sconn *conn);
+/* The connection a new one replaces when the server is full, or NULL. */
+sconn *grpc_evictable(const dp_grpc_server *s);
+
+/* ---- grpc_server.c ---- */
+
+/* Graceful stop of one connection: owners told (UNAVAILABLE), trailers, GOAWAY, flush, close. */
+void grpc_conn_shutdown(sconn *conn);
+/* Take the connection out of its server (and its bytes out of the budget). */
+void grpc_conn_unlink(sconn *conn);
+/* A handler holds one of its calls. */
+bool grpc_conn_busy(const sconn *conn);
