@@ -8,9 +8,10 @@
  * unfinished messages over streams is one holder); its biggest request is refused. kubelet's
  * and the health probe's requests are small: a connection holding less than max_input / (number
  * of connections) is never the biggest while the total is over the budget.
- * Output: what costs memory is a peer that does not read. The connection whose output has
- * waited longest without the peer taking any is closed first; a reader (kubelet takes its
- * ListAndWatch answers as they come) always has a recent progress time.
+ * Output: what costs memory is a peer that does not read. A connection whose socket has been
+ * full longest (the peer took nothing since) is closed first; a reader (kubelet takes its
+ * ListAndWatch answers as they come) drains its socket, which resets its time; then the
+ * newest connections holding output (kubelet's is an old one).
  * Slots: streams may hold at most max_stream_connections of a server's connections, so a new
  * connection always finds one to evict (the exec probe, a short call always gets in).
  */
@@ -189,27 +190,36 @@ void grpc_out_account(sconn *conn, ptrdiff_t delta)
 	}
 }
 
-/* The linked connection other than self holding output that moved longest ago. */
-static sconn *out_stalest(const sconn *self)
+/* Whether a should be closed before b to make room: a socket blocked (its peer not reading)
+ * before one that takes what it is given, the longest blocked first; among the others, the
+ * most recently accepted first (kubelet's connection is an old one). */
+static bool out_before(const sconn *a, const sconn *b)
+{
+	uint64_t ba = dp_h2_blocked_since(a->h2), bb = dp_h2_blocked_since(b->h2);
+
+	if ((ba != 0) != (bb != 0))
+		return ba != 0;
+	if (ba != bb)
+		return ba < bb;
+	return a->accepted > b->accepted;
+}
+
+/* The linked connection other than self holding output that should go first, or NULL. */
+static sconn *out_victim(const sconn *self)
 {
 	sconn *v = NULL;
 
 	for (dp_grpc_server *s = servers; s; s = s->gnext)
-		for (sconn *c = s->conns; c; c = c->next) {
-			uint64_t p = dp_h2_progress(c->h2);
-			if (c == self || c->protected_ || c->out_bytes == 0)
-				continue;
-			if (!v || p < dp_h2_progress(v->h2) ||
-			    (p == dp_h2_progress(v->h2) && c->out_bytes > v->out_bytes))
+		for (sconn *c = s->conns; c; c = c->next)
+			if (c != self && !c->protected_ && c->out_bytes > 0 && (!v || out_before(c, v)))
 				v = c;
-		}
 	return v;
 }
 
 int grpc_out_reserve(sconn *conn, size_t len)
 {
 	while (out_total + len > budget.max_output) {
-		sconn *victim = out_stalest(conn);
+		sconn *victim = out_victim(conn);
 		size_t held = out_total;
 
 		if (!victim) {

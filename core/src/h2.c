@@ -23,7 +23,7 @@ struct dp_h2 {
 	uint8_t *out; /* what the socket did not take of the last mem_send chunk */
 	size_t out_off, out_len, out_cap;
 	size_t queued; /* owner-accounted stream bytes */
-	uint64_t progress; /* when the socket last took output, or output was queued on an empty queue */
+	uint64_t blocked_since; /* the socket has refused output since then (0: it takes it) */
 	size_t max_outbuf;
 	uint32_t events;
 	unsigned depth;
@@ -53,8 +53,6 @@ bool dp_h2_closing(const dp_h2 *h)
 
 void dp_h2_account(dp_h2 *h, ptrdiff_t delta)
 {
-	if (delta > 0 && dp_h2_pending(h) == 0)
-		h->progress = dp_now_usec();
 	if (delta < 0 && (size_t)-delta > h->queued)
 		h->queued = 0;
 	else
@@ -66,9 +64,9 @@ size_t dp_h2_pending(const dp_h2 *h)
 	return h->queued + (h->out_len - h->out_off);
 }
 
-uint64_t dp_h2_progress(const dp_h2 *h)
+uint64_t dp_h2_blocked_since(const dp_h2 *h)
 {
-	return h->progress;
+	return h->blocked_since;
 }
 
 
@@ -192,7 +190,6 @@ static void h2_flush(dp_h2 *h)
 				h2_fail(h, (int)w);
 			if (w <= 0)
 				break;
-			h->progress = dp_now_usec();
 			h->out_off += (size_t)w;
 			continue;
 		}
@@ -206,8 +203,6 @@ static void h2_flush(dp_h2 *h)
 			h2_fail(h, (int)w);
 			break;
 		}
-		if (w > 0)
-			h->progress = dp_now_usec();
 		if (data == h->out) {
 			h->out_off = (size_t)w;
 			continue;
@@ -218,6 +213,8 @@ static void h2_flush(dp_h2 *h)
 			break;
 		}
 	}
+	if (h->out_off < h->out_len && h->blocked_since == 0)
+		h->blocked_since = dp_now_usec();
 	h2_update_events(h);
 	h->depth--;
 }
@@ -350,8 +347,10 @@ static int h2_io(dp_source *s, int fd, uint32_t revents, void *userdata)
 	dp_h2 *h = userdata;
 
 	dp_h2_enter(h);
-	if (revents & EPOLLOUT)
+	if (revents & EPOLLOUT) {
+		h->blocked_since = 0; /* the peer took some: it reads */
 		h2_flush(h);
+	}
 	if (!h->closing && (revents & EPOLLIN))
 		h2_read(h);
 	/* Hang-up or error while not reading (paused) or after reading all: the peer is gone. */

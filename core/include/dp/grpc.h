@@ -184,10 +184,11 @@ unsigned dp_grpc_server_calls(const dp_grpc_server *s);
  * of the connection holding the most is answered RESOURCE_EXHAUSTED and its bytes freed (the
  * arriving one, when it is that one).
  * max_output: response bytes queued that the peers have not taken. A send beyond it closes
- * the connections whose output has waited longest without the peer reading any (their calls
- * cancelled with RESOURCE_EXHAUSTED, no GOAWAY: they do not read), oldest first, until it
- * fits; when no other connection holds output, the send fails with -ENOBUFS (the call ends
- * with RESOURCE_EXHAUSTED).
+ * other connections holding output until it fits (their calls cancelled with
+ * RESOURCE_EXHAUSTED from the loop, nothing more sent): first those whose socket has been full
+ * longest (the peer took nothing since), then the most recently accepted; when no other
+ * connection holds output, the sender's own (the message is dropped, the send returns 0, the
+ * owner is told through the cancel callback), unless it is protected.
  * Defaults (docs/architecture.md): 5 MiB input, 13 MiB output. Each must be at least
  * DP_GRPC_MAX_MESSAGE + 5 (-EINVAL). NULL restores the defaults. */
 typedef struct dp_grpc_budget {
