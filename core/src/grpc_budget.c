@@ -9,9 +9,9 @@
  * and the health probe's requests are small: a connection holding less than max_input / (number
  * of connections) is never the biggest while the total is over the budget.
  * Output: what costs memory is a peer that does not read. A connection whose socket has been
- * full longest (the peer took nothing since) is closed first; a reader (kubelet takes its
- * ListAndWatch answers as they come) drains its socket, which resets its time; then the
- * newest connections holding output (kubelet's is an old one).
+ * full for a second or more (the peer took nothing since) is closed first, the longest first;
+ * a reader (kubelet takes its ListAndWatch answers as they come) drains its socket, which
+ * resets its time; then the newest connections holding output (kubelet's is an old one).
  * Slots: streams may hold at most max_stream_connections of a server's connections, so a new
  * connection always finds one to evict (the exec probe, a short call always gets in).
  */
@@ -25,6 +25,7 @@
 #include "grpc_server.h"
 
 #define EPISODE_USEC (60 * DP_USEC_PER_SEC) /* a limit quiet this long ends its episode */
+#define STALL_USEC DP_USEC_PER_SEC            /* a socket full this long: its peer does not read */
 
 const dp_grpc_budget dp_grpc_default_budget = {
 	.max_input = (size_t)5 << 20,  /* one 4 MiB request and every small one */
@@ -190,28 +191,34 @@ void grpc_out_account(sconn *conn, ptrdiff_t delta)
 	}
 }
 
-/* Whether a should be closed before b to make room: a socket blocked (its peer not reading)
- * before one that takes what it is given, the longest blocked first; among the others, the
- * most recently accepted first (kubelet's connection is an old one). */
-static bool out_before(const sconn *a, const sconn *b)
+/* Whether a should be closed before b to make room: a stalled socket (full, its peer took
+ * nothing for STALL_USEC: no reader pauses that long) before the others, the longest stalled
+ * first; then the most recently accepted first (kubelet's connection is an old one, and a
+ * reader's socket, blocked for a moment in the middle of a 4 MiB answer, is not ranked ahead
+ * of newcomers whose answers are not even flushed yet). */
+static bool out_before(const sconn *a, const sconn *b, uint64_t now)
 {
 	uint64_t ba = dp_h2_blocked_since(a->h2), bb = dp_h2_blocked_since(b->h2);
+	bool sa = ba != 0 && now - ba >= STALL_USEC, sb = bb != 0 && now - bb >= STALL_USEC;
 
-	if ((ba != 0) != (bb != 0))
-		return ba != 0;
-	if (ba != bb)
+	if (sa != sb)
+		return sa;
+	if (sa && ba != bb)
 		return ba < bb;
 	return a->accepted > b->accepted;
 }
 
-/* The linked connection other than self holding output that should go first, or NULL. */
-static sconn *out_victim(const sconn *self)
+/* The linked connection to close first among those holding output and self (about to hold
+ * some), or NULL. Protected connections are never chosen. */
+static sconn *out_victim(sconn *self)
 {
-	sconn *v = NULL;
+	uint64_t now = dp_now_usec();
+	sconn *v = self->protected_ ? NULL : self;
 
 	for (dp_grpc_server *s = servers; s; s = s->gnext)
 		for (sconn *c = s->conns; c; c = c->next)
-			if (c != self && !c->protected_ && c->out_bytes > 0 && (!v || out_before(c, v)))
+			if (c != self && !c->protected_ && c->out_bytes > 0 &&
+			    (!v || out_before(c, v, now)))
 				v = c;
 	return v;
 }
@@ -222,13 +229,10 @@ int grpc_out_reserve(sconn *conn, size_t len)
 		sconn *victim = out_victim(conn);
 		size_t held = out_total;
 
-		if (!victim) {
-			grpc_limit_hit("output", "non-reading connection closed", held + len,
-				       budget.max_output);
-			return -ENOBUFS;
-		}
 		grpc_limit_hit("output", "non-reading connection closed", held + len,
 			       budget.max_output);
+		if (!victim || victim == conn)
+			return -ENOBUFS;
 		grpc_conn_evict(victim);
 	}
 	return 0;

@@ -300,8 +300,8 @@ static int call_send_check(dp_grpc_call *c, size_t len)
 			 dp_h2_pending(h));
 		r = -ENOBUFS;
 	} else if (grpc_out_reserve(c->conn, len + 5) < 0 && !c->conn->protected_) {
-		/* No other connection holds output: this one is what does not read. It is closed
-		 * (the message dropped, the owner told from the loop), as if the peer had gone. */
+		/* This connection is the one to go (the newest holder, or the only one): it is
+		 * closed (the message dropped, the owner told from the loop), as if the peer had gone. */
 		grpc_conn_evict(c->conn);
 		return 0;
 	} else {

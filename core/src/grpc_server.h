@@ -122,8 +122,9 @@ void grpc_in_update(dp_grpc_call *c);
 int grpc_in_reserve(dp_grpc_call *c, size_t len);
 /* The connection queued (delta > 0) or handed over / dropped (delta < 0) response bytes. */
 void grpc_out_account(sconn *conn, ptrdiff_t delta);
-/* len more response bytes for conn: make room by closing the connections whose peers went
- * longest without reading. -ENOBUFS when no other connection holds output. */
+/* len more response bytes for conn: make room by closing the connections that should go
+ * first (stalled sockets, then the newest). -ENOBUFS when conn itself should go first (or a
+ * protected one is left over the budget). */
 int grpc_out_reserve(sconn *conn, size_t len);
 /* A limit was hit: the limit hook hears of it once per episode. */
 void grpc_limit_hit(const char *what, const char *action, size_t held, size_t max);

@@ -408,6 +408,16 @@ func TestBudgetSlotsHeldByStreams(t *testing.T) {
 		if err == nil {
 			held++
 		}
+		// A stream the daemon ends (a connection closed to keep slots free): that client gives
+		// up, as kubelet does, rather than reconnecting at once to compete for a free slot.
+		go func(st api.DevicePlugin_ListAndWatchClient, conn *grpc.ClientConn) {
+			for st != nil {
+				if _, err := st.Recv(); err != nil {
+					conn.Close()
+					return
+				}
+			}
+		}(st, conn)
 	}
 	t.Logf("%d of 64 connections hold a ListAndWatch stream", held)
 	s.stillServing(p, "hyperlight-0")

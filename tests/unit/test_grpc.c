@@ -1441,12 +1441,14 @@ static void test_loop_output_budget(void **state)
 	rawc_open(&c, "/t.T/HoldN", 0, 5);
 	rawc_pump(&c, false);
 	assert_int_equal(F.n_handler, 2);
-	assert_int_equal(dp_grpc_call_send(holds[0], big, 3u << 20), 0);
-	run_idle(); /* what a's socket takes goes, the rest waits */
+	/* c (the newer connection) holds 3 MiB: within the budget */
+	assert_int_equal(dp_grpc_call_send(holds[1], big, 3u << 20), 0);
+	run_idle(); /* what c's socket takes goes, the rest waits */
 	assert_true(dp_grpc_output_held() > (2u << 20));
 	assert_int_equal(n_limit, 0);
-	/* c's answer does not fit beside a's: a, whose output waited longest, is closed */
-	assert_int_equal(dp_grpc_call_send(holds[1], big, 3u << 20), 0);
+	/* a's answer does not fit beside c's: c, the newest holder (kubelet's connection is an old
+	 * one), is closed to make room */
+	assert_int_equal(dp_grpc_call_send(holds[0], big, 3u << 20), 0);
 	assert_int_equal(F.n_cancel, 0); /* not from inside the send */
 	assert_int_equal(n_limit, 1);
 	assert_string_equal(limit_what, "output");
@@ -1454,15 +1456,15 @@ static void test_loop_output_budget(void **state)
 	run_idle();
 	assert_int_equal(F.n_cancel, 1);
 	assert_int_equal(F.cancel_status, DP_GRPC_RESOURCE_EXHAUSTED);
-	assert_null(holds[0]);
-	assert_non_null(holds[1]);
+	assert_null(holds[1]);
+	assert_non_null(holds[0]);
 	assert_int_equal(dp_grpc_server_connections(F.server), 1);
-	assert_true(peer_closed(a.fd));
-	/* c alone goes over: nobody else holds output, so its own connection is closed */
-	assert_int_equal(dp_grpc_call_send(holds[1], big, 3u << 20), 0);
+	assert_true(peer_closed(c.fd));
+	/* a alone goes over: its own connection is the one closed */
+	assert_int_equal(dp_grpc_call_send(holds[0], big, 3u << 20), 0);
 	run_idle();
 	assert_int_equal(F.n_cancel, 2);
-	assert_null(holds[1]);
+	assert_null(holds[0]);
 	assert_int_equal(n_limit, 1); /* the same episode */
 	assert_int_equal(dp_grpc_output_held(), 0);
 	assert_int_equal(dp_grpc_server_connections(F.server), 0);

@@ -185,10 +185,11 @@ unsigned dp_grpc_server_calls(const dp_grpc_server *s);
  * arriving one, when it is that one).
  * max_output: response bytes queued that the peers have not taken. A send beyond it closes
  * other connections holding output until it fits (their calls cancelled with
- * RESOURCE_EXHAUSTED from the loop, nothing more sent): first those whose socket has been full
- * longest (the peer took nothing since), then the most recently accepted; when no other
- * connection holds output, the sender's own (the message is dropped, the send returns 0, the
- * owner is told through the cancel callback), unless it is protected.
+ * RESOURCE_EXHAUSTED from the loop, nothing more sent), in this order: sockets full for a
+ * second or more with nothing taken (the longest first), then the most recently accepted. When
+ * the sender's own connection comes first, it is the one closed (the message is dropped, the
+ * send returns 0, the owner is told through the cancel callback). Protected connections are
+ * never chosen (a protected sender may go over the budget).
  * Defaults (docs/architecture.md): 5 MiB input, 13 MiB output. Each must be at least
  * DP_GRPC_MAX_MESSAGE + 5 (-EINVAL). NULL restores the defaults. */
 typedef struct dp_grpc_budget {
