@@ -323,7 +323,7 @@ func (s *scenario) attackUnfinished(clients []*hostile, streams int, stopKiB int
 	return ids
 }
 
-func TestBudgetUnfinishedRequests(t *testing.T) {
+func TestHyperlightBudgetUnfinishedRequests(t *testing.T) {
 	s := newScenario(t, append([]string{"DEVICE_COUNT=3"}, quarantineOff()...)...)
 	p := s.ready(3)
 	base := vmHWM(t, s.d.Pid())
@@ -355,7 +355,7 @@ func unreadStreams(h *hostile, n int) {
 	}
 }
 
-func TestBudgetUnreadAnswers(t *testing.T) {
+func TestHyperlightBudgetUnreadAnswers(t *testing.T) {
 	const devices = 100000 // a ListAndWatch answer of about 3 MiB
 	s := newScenario(t, append([]string{fmt.Sprintf("DEVICE_COUNT=%d", devices)}, quarantineOff()...)...)
 	p := s.registered(1, startBound)
@@ -384,7 +384,7 @@ func TestBudgetUnreadAnswers(t *testing.T) {
 	}
 }
 
-func TestBudgetSlotsHeldByStreams(t *testing.T) {
+func TestHyperlightBudgetSlotsHeldByStreams(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3")
 	p := s.ready(3)
 	// 64 connections (the daemon's limit), each holding a ListAndWatch stream it reads.
@@ -432,7 +432,7 @@ func TestBudgetSlotsHeldByStreams(t *testing.T) {
 
 // 64 hostile clients at once (one more than the slots kubelet leaves), at 100,000 devices: 32
 // hold unfinished 4 MiB requests, 32 hold two ListAndWatch streams each and never read.
-func TestBudgetManyClients(t *testing.T) {
+func TestHyperlightBudgetManyClients(t *testing.T) {
 	const devices = 100000
 	s := newScenario(t, append([]string{fmt.Sprintf("DEVICE_COUNT=%d", devices)}, quarantineOff()...)...)
 	p := s.registered(1, startBound)
@@ -466,7 +466,7 @@ func TestBudgetManyClients(t *testing.T) {
 }
 
 // kata serves one socket per resource, each its own server: the budget is the process's.
-func TestBudgetKataAcrossResources(t *testing.T) {
+func TestKataBudgetAcrossResources(t *testing.T) {
 	s := newKata(t)
 	s.add(kataMain...)
 	want := kataExpect(kataMain)
