@@ -578,6 +578,13 @@ static void h_hold_n(dp_grpc_call *call, const uint8_t *msg, size_t len, void *u
 	dp_grpc_call_set_cancel(call, on_cancel_n, NULL);
 }
 
+/* h_hold_n, and the call's connection is protected (as kubelet's ListAndWatch would be). */
+static void h_hold_protected(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	h_hold_n(call, msg, len, ud);
+	dp_grpc_call_protect(call);
+}
+
 static const dp_grpc_method methods[] = {
 	{ "/t.T/Echo", DP_GRPC_METHOD_UNARY, h_echo, NULL },
 	{ "/t.T/Hold", DP_GRPC_METHOD_SERVER_STREAM, h_hold, NULL },
@@ -588,6 +595,7 @@ static const dp_grpc_method methods[] = {
 	{ "/t.T/StreamOne", DP_GRPC_METHOD_SERVER_STREAM, h_stream_one, NULL },
 	{ "/t.T/Pb", DP_GRPC_METHOD_UNARY, h_pb, NULL },
 	{ "/t.T/HoldN", DP_GRPC_METHOD_SERVER_STREAM, h_hold_n, NULL },
+	{ "/t.T/HoldP", DP_GRPC_METHOD_SERVER_STREAM, h_hold_protected, NULL },
 };
 
 static int loop_setup(void **state)
@@ -1515,6 +1523,31 @@ static void test_loop_stream_connections(void **state)
 	close(idle);
 }
 
+/* A protected connection (kubelet's) is never the one closed to make room for a stream. */
+static void test_loop_stream_connections_protected(void **state)
+{
+	dp_grpc_client_call *c[4];
+	const char *paths[4] = { "/t.T/HoldN", "/t.T/HoldN", "/t.T/HoldP", "/t.T/HoldN" };
+
+	F.limits.max_connections = 4; /* 3 may hold streams */
+	serve();
+	for (int i = 0; i < 4; i++) {
+		c[i] = start_call(paths[i], "", 10000);
+		run_until(&F.n_handler, i + 1);
+	}
+	/* the newest other one, the protected third, is skipped: the second makes room */
+	run_until(&F.n_cancel, 1);
+	assert_int_equal(F.cancel_status, DP_GRPC_UNAVAILABLE);
+	assert_null(holds[1]);
+	assert_non_null(holds[0]);
+	assert_non_null(holds[2]);
+	assert_non_null(holds[3]);
+	for (int i = 0; i < 4; i++)
+		if (i != 1)
+			dp_grpc_client_call_cancel(c[i]);
+	run_until(&F.n_cancel, 4);
+}
+
 #define LOOP_TEST(f) cmocka_unit_test_setup_teardown(f, loop_setup, loop_teardown)
 
 #define PURE_TESTS                                                  \
@@ -1565,6 +1598,7 @@ int main(void)
 		LOOP_TEST(test_loop_input_budget),
 		LOOP_TEST(test_loop_output_budget),
 		LOOP_TEST(test_loop_stream_connections),
+		LOOP_TEST(test_loop_stream_connections_protected),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
