@@ -11,6 +11,7 @@
 #include "config.h"
 #include "confine.h"
 #include "detect.h"
+#include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/helper.h"
 #include "dp/seccomp.h"
@@ -244,6 +245,7 @@ int main(int argc, char **argv)
 	if (o.health_check)
 		return health_check(&o);
 	int lr = dp_log_init();
+	dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL); /* the plugin socket's limits, at warn */
 	dp_info("starting", "program=" PROG " version=%s commit=%s mode=%s", DP_VERSION, DP_GIT_COMMIT,
 		o.device_access ? "device-access" : "hypervisor");
 	if (lr < 0)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
 #include "dp/paths.h"
@@ -309,6 +310,7 @@ int main(int argc, char **argv)
 	if (o.health_check)
 		return health_check(&o);
 	(void)dp_log_init(); /* an invalid LOG_LEVEL keeps info and is logged there */
+	dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL); /* the plugin socket's limits, at warn */
 	dp_info("starting", "program=" PROG " version=%s commit=%s", DP_VERSION, DP_GIT_COMMIT);
 	return run();
 }

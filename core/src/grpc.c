@@ -171,6 +171,14 @@ void dp_grpc_deframer_done(dp_grpc_deframer *d)
 	d->error = 0;
 }
 
+uint8_t *dp_grpc_deframer_take(dp_grpc_deframer *d)
+{
+	uint8_t *msg = d->msg;
+
+	d->msg = NULL;
+	return msg;
+}
+
 bool dp_grpc_deframer_idle(const dp_grpc_deframer *d)
 {
 	return d->hdr_len == 0;
@@ -202,15 +210,14 @@ static int deframer_header_done(dp_grpc_deframer *d)
 static int deframer_emit(dp_grpc_deframer *d, int (*fn)(void *, const uint8_t *, size_t), void *ud)
 {
 	static const uint8_t empty[1];
-	uint8_t *msg = d->msg;
 	size_t len = d->msg_len;
 	int r;
 
-	d->msg = NULL;
 	d->hdr_len = d->msg_len = d->msg_have = 0;
 	d->n_msgs++;
-	r = fn ? fn(ud, msg ? msg : empty, len) : 0;
-	free(msg);
+	r = fn ? fn(ud, d->msg ? d->msg : empty, len) : 0;
+	free(d->msg); /* unless fn took it */
+	d->msg = NULL;
 	return r;
 }
 

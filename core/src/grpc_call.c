@@ -21,7 +21,7 @@ static nghttp2_session *call_session(const dp_grpc_call *c)
 	return dp_h2_session(c->conn->h2);
 }
 
-static void call_drop_queue(dp_grpc_call *c, bool keep_partial)
+void grpc_call_drop_queue(dp_grpc_call *c, bool keep_partial)
 {
 	qmsg **pp = &c->qhead;
 	size_t dropped = 0;
@@ -35,7 +35,7 @@ static void call_drop_queue(dp_grpc_call *c, bool keep_partial)
 		free(m);
 	}
 	c->qtail = pp;
-	dp_h2_account(c->conn->h2, -(ptrdiff_t)dropped);
+	grpc_out_account(c->conn, -(ptrdiff_t)dropped);
 }
 
 void grpc_call_free(dp_grpc_call *c)
@@ -50,11 +50,13 @@ void grpc_call_free(dp_grpc_call *c)
 		c->next->prev = c->prev;
 	if (conn->server)
 		conn->server->n_calls--;
-	call_drop_queue(c, false);
+	grpc_call_drop_queue(c, false);
 	dp_source_free(c->timer);
 	dp_grpc_deframer_done(&c->deframer);
-	free(c->path);
 	free(c->req);
+	c->req = NULL;
+	grpc_in_update(c);
+	free(c->path);
 	free(c->message);
 	free(c);
 }
@@ -157,7 +159,7 @@ static ssize_t call_read(nghttp2_session *session, int32_t stream_id, uint8_t *b
 			free(m);
 		}
 	}
-	dp_h2_account(c->conn->h2, -(ptrdiff_t)n);
+	grpc_out_account(c->conn, -(ptrdiff_t)n);
 	if (!c->qhead && c->finish_pending) {
 		*data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
 		c->finish_pending = false;
@@ -208,7 +210,7 @@ int grpc_call_end(dp_grpc_call *c, int status, const char *message, bool drop, i
 	c->message = message ? strdup(message) : NULL;
 	c->status = status;
 	if (drop)
-		call_drop_queue(c, true);
+		grpc_call_drop_queue(c, true);
 	if (!c->headers_sent && http_status == 200 && !c->qhead) {
 		r = call_submit_status(c, true, 200);
 		c->headers_sent = r == 0;
@@ -254,6 +256,12 @@ const char *dp_grpc_call_path(const dp_grpc_call *call)
 	return call ? call->path : NULL;
 }
 
+void dp_grpc_call_protect(dp_grpc_call *call)
+{
+	if (call)
+		call->conn->protected_ = true;
+}
+
 /* Queue a framed message of len bytes; returns where to write the payload. */
 static uint8_t *call_queue(dp_grpc_call *c, size_t len)
 {
@@ -267,7 +275,7 @@ static uint8_t *call_queue(dp_grpc_call *c, size_t len)
 	dp_grpc_frame_header(m->data, len);
 	*c->qtail = m;
 	c->qtail = &m->next;
-	dp_h2_account(c->conn->h2, (ptrdiff_t)m->len);
+	grpc_out_account(c->conn, (ptrdiff_t)m->len);
 	return m->data + 5;
 }
 
@@ -291,6 +299,11 @@ static int call_send_check(dp_grpc_call *c, size_t len)
 		snprintf(msg, sizeof(msg), "grpc: output buffer of the connection is full (%zu bytes)",
 			 dp_h2_pending(h));
 		r = -ENOBUFS;
+	} else if (grpc_out_reserve(c->conn, len + 5) < 0 && !c->conn->protected_) {
+		/* This connection is the one to go (the newest holder, or the only one): it is
+		 * closed (the message dropped, the owner told from the loop), as if the peer had gone. */
+		grpc_conn_evict(c->conn);
+		return 0;
 	} else {
 		return 0;
 	}

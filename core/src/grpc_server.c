@@ -8,6 +8,9 @@
 #include "dp/grpc.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +34,9 @@ const dp_grpc_limits dp_grpc_default_limits = {
 	.max_outbuf = (size_t)8 << 20, /* 8 MiB */
 	.handshake_usec = 10 * DP_USEC_PER_SEC,
 	.idle_usec = 300 * DP_USEC_PER_SEC,
+	.max_stream_connections = 48,
 };
 
-static void conn_shutdown(sconn *conn);
 
 /* ---- request processing ---- */
 
@@ -134,20 +137,38 @@ static int call_on_message(void *userdata, const uint8_t *msg, size_t len)
 		c->extra_msg = true;
 		return 1;
 	}
-	c->req = malloc(len ? len : 1);
+	c->req = dp_grpc_deframer_take(&c->deframer); /* no copy: held once */
+	if (!c->req)
+		c->req = malloc(1); /* an empty message */
 	if (!c->req)
 		return -ENOMEM;
-	memcpy(c->req, msg, len);
 	c->req_len = len;
 	c->have_req = true;
 	return 0;
 }
 
+/* Over the process's request budget: this request is the one refused. */
+static void call_refuse_memory(dp_grpc_call *c)
+{
+	grpc_call_end(c, DP_GRPC_RESOURCE_EXHAUSTED, "grpc: the server's request memory is full",
+		      false, 200);
+	dp_grpc_deframer_done(&c->deframer);
+	free(c->req);
+	c->req = NULL;
+	grpc_in_update(c);
+}
+
 static void call_data(dp_grpc_call *c, const uint8_t *data, size_t len)
 {
 	char msg[128];
-	int r = dp_grpc_deframer_feed(&c->deframer, data, len, call_on_message, c);
+	int r;
 
+	if (grpc_in_reserve(c, len) < 0) {
+		call_refuse_memory(c);
+		return;
+	}
+	r = dp_grpc_deframer_feed(&c->deframer, data, len, call_on_message, c);
+	grpc_in_update(c);
 	if (r == 0)
 		return;
 	if (r == -EMSGSIZE) {
@@ -171,6 +192,8 @@ static void call_data(dp_grpc_call *c, const uint8_t *data, size_t len)
 /* END_STREAM from the peer: hand the request to the handler. */
 static void call_request_end(dp_grpc_call *c)
 {
+	sconn *conn = c->conn;
+
 	c->req_ended = true;
 	if (c->discard || c->state != CALL_RECV)
 		return;
@@ -186,6 +209,9 @@ static void call_request_end(dp_grpc_call *c)
 	c->method.handler(c, c->req, c->req_len, c->method.userdata);
 	free(c->req);
 	c->req = NULL;
+	grpc_in_update(c);
+	if (c->method.kind == DP_GRPC_METHOD_SERVER_STREAM && conn->server)
+		grpc_streams_cap(conn->server, conn);
 }
 
 /* ---- nghttp2 callbacks (user_data = sconn) ---- */
@@ -377,12 +403,13 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
 
 /* ---- connections ---- */
 
-static void conn_unlink(sconn *conn)
+void grpc_conn_unlink(sconn *conn)
 {
 	dp_grpc_server *s = conn->server;
 
 	if (!s)
 		return;
+	grpc_budget_unlink(conn);
 	if (conn->prev)
 		conn->prev->next = conn->next;
 	else
@@ -405,14 +432,14 @@ static void conn_closed(dp_h2 *h, int error, void *userdata)
 		grpc_call_notify_cancel(c, DP_GRPC_CANCELLED);
 	while (conn->calls)
 		grpc_call_free(conn->calls);
-	conn_unlink(conn);
+	grpc_conn_unlink(conn);
 	dp_source_free(conn->timer);
 	free(conn);
 }
 
 /* A handler holds one of its calls. Streams still arriving (or stalled half-way) and answers
  * waiting for the peer to read do not count: they cannot pin a connection forever. */
-static bool conn_busy(const sconn *conn)
+bool grpc_conn_busy(const sconn *conn)
 {
 	for (const dp_grpc_call *c = conn->calls; c; c = c->next)
 		if (c->state == CALL_OWNED)
@@ -428,22 +455,26 @@ static int conn_timer(dp_source *src, void *userdata)
 	dp_grpc_server *s = conn->server;
 	uint64_t now = dp_now_usec();
 
+	if (conn->evicted) {
+		grpc_conn_evicted(conn);
+		return 0;
+	}
 	if (!s || conn->shutting_down)
 		return 0;
 	if (!conn->handshaken) {
 		dp_debug("grpc: no HTTP/2 handshake in time, closing", "limit_usec=%llu",
 			 (unsigned long long)s->limits.handshake_usec);
-		conn_shutdown(conn);
+		grpc_conn_shutdown(conn);
 		return 0;
 	}
-	if (conn_busy(conn) || now - conn->last_active < s->limits.idle_usec) {
-		uint64_t since = conn_busy(conn) ? 0 : now - conn->last_active;
+	if (grpc_conn_busy(conn) || now - conn->last_active < s->limits.idle_usec) {
+		uint64_t since = grpc_conn_busy(conn) ? 0 : now - conn->last_active;
 		dp_timer_set_coarse(src, s->limits.idle_usec - since, 0);
 		return 0;
 	}
 	dp_debug("grpc: idle connection, closing", "limit_usec=%llu",
 		 (unsigned long long)s->limits.idle_usec);
-	conn_shutdown(conn);
+	grpc_conn_shutdown(conn);
 	return 0;
 }
 
@@ -461,7 +492,7 @@ static int conn_new(dp_grpc_server *s, int fd)
 	conn->server = s;
 	conn->max_header_list = s->limits.max_header_list;
 	conn->max_outbuf = s->limits.max_outbuf;
-	conn->last_active = dp_now_usec();
+	conn->last_active = conn->accepted = dp_now_usec();
 	r = dp_timer_add(s->loop, s->limits.handshake_usec, 0, conn_timer, conn, &conn->timer);
 	if (r < 0) {
 		free(conn);
@@ -497,17 +528,6 @@ static int server_backoff_done(dp_source *src, void *userdata)
 	return 0;
 }
 
-/* The least recently active connection that is not busy, or NULL. */
-static sconn *server_evictable(const dp_grpc_server *s)
-{
-	sconn *victim = NULL;
-
-	for (sconn *c = s->conns; c; c = c->next)
-		if (!c->shutting_down && !conn_busy(c) && (!victim || c->last_active <= victim->last_active))
-			victim = c;
-	return victim;
-}
-
 static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdata)
 {
 	dp_grpc_server *s = userdata;
@@ -526,11 +546,11 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 			}
 			break;
 		}
-		sconn *victim = s->n_conns >= s->limits.max_connections ? server_evictable(s) : NULL;
+		sconn *victim = s->n_conns >= s->limits.max_connections ? grpc_evictable(s) : NULL;
 		if (victim) {
-			dp_debug("grpc: connection limit reached, evicting an idle connection",
-				 "limit=%u", s->limits.max_connections);
-			conn_shutdown(victim);
+			grpc_limit_hit("connections", "least recently active connection closed",
+				       s->n_conns + 1, s->limits.max_connections);
+			grpc_conn_shutdown(victim);
 		}
 		if (s->n_conns >= s->limits.max_connections) {
 			dp_debug("grpc: connection limit reached, closing new connection", "limit=%u",
@@ -628,6 +648,9 @@ int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_met
 	s->loop = loop;
 	s->fd = -1;
 	s->limits = limits ? *limits : dp_grpc_default_limits;
+	if (s->limits.max_stream_connections == 0 ||
+	    s->limits.max_stream_connections >= s->limits.max_connections)
+		s->limits.max_stream_connections = s->limits.max_connections * 3 / 4;
 	s->n_methods = n_methods;
 	s->methods = calloc(n_methods ? n_methods : 1, sizeof(*methods));
 	r = s->methods ? server_callbacks(s) : -ENOMEM;
@@ -647,6 +670,14 @@ int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_met
 		unlink(socket_path);
 		goto fail;
 	}
+	grpc_budget_add_server(s);
+#ifdef __GLIBC__
+	/* Messages up to 4 MiB come and go: glibc's default raises its mmap threshold when such a
+	 * block is freed and then keeps the next ones on the heap, resident after free(), so the
+	 * peak grows past what the budget holds. A fixed threshold returns them to the kernel, as
+	 * musl (the shipped builds) always does. */
+	(void)mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
 	*ret = s;
 	return 0;
 fail:
@@ -655,12 +686,12 @@ fail:
 }
 
 /* Graceful stop of one connection: owners told (UNAVAILABLE), trailers, GOAWAY, flush, close. */
-static void conn_shutdown(sconn *conn)
+void grpc_conn_shutdown(sconn *conn)
 {
 	dp_h2 *h = conn->h2;
 	nghttp2_session *session = dp_h2_session(h);
 
-	conn_unlink(conn);
+	grpc_conn_unlink(conn);
 	conn->shutting_down = true;
 	dp_h2_enter(h);
 	for (dp_grpc_call *c = conn->calls; c; c = c->next)
@@ -683,13 +714,14 @@ dp_grpc_server *dp_grpc_server_free(dp_grpc_server *s)
 	if (!s || s->freeing)
 		return NULL;
 	s->freeing = true;
+	grpc_budget_remove_server(s);
 	s->listen_io = dp_source_free(s->listen_io);
 	s->backoff = dp_source_free(s->backoff);
 	if (s->fd >= 0)
 		close(s->fd);
 	s->fd = -1;
 	while (s->conns)
-		conn_shutdown(s->conns);
+		grpc_conn_shutdown(s->conns);
 	nghttp2_session_callbacks_del(s->cbs);
 	nghttp2_option_del(s->opt);
 	free(s->methods);

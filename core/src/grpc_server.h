@@ -47,6 +47,7 @@ struct dp_grpc_call {
 	dp_grpc_deframer deframer;
 	uint8_t *req;
 	size_t req_len;
+	size_t in_bytes; /* request bytes held (partial message + whole message), budgeted */
 	bool have_req, extra_msg, req_ended;
 	/* response */
 	bool discard;         /* the final answer is decided: ignore the rest of the request */
@@ -71,8 +72,13 @@ struct sconn {
 	size_t max_outbuf;
 	dp_source *timer;     /* handshake deadline, then idle check */
 	uint64_t last_active; /* last frame received or stream closed (dp_now_usec) */
+	uint64_t accepted;    /* when accepted (dp_now_usec) */
+	size_t in_bytes;      /* request bytes its calls hold (budgeted while linked) */
+	size_t out_bytes;     /* response bytes its calls queued (budgeted while linked) */
 	bool handshaken;      /* the client's preface and SETTINGS arrived */
 	bool shutting_down;
+	bool evicted;         /* frozen over the output budget: closed from its timer */
+	bool protected_;      /* dp_grpc_call_protect: never chosen to make room */
 };
 
 struct dp_grpc_server {
@@ -87,6 +93,7 @@ struct dp_grpc_server {
 	sconn *conns;
 	unsigned n_conns, n_calls;
 	bool freeing;
+	dp_grpc_server *gnext; /* every server of the process (the budget is the process's) */
 };
 
 /* Free a call (its queue, timer, buffers) and unlink it from its connection. */
@@ -99,3 +106,42 @@ void grpc_call_notify_cancel(dp_grpc_call *c, int status);
 int grpc_call_end(dp_grpc_call *c, int status, const char *message, bool drop, int http_status);
 /* Reset the stream with code; the request is ignored from now on. */
 void grpc_call_rst(dp_grpc_call *c, uint32_t code);
+/* Drop the queued response bytes (keep_partial: not the message half sent). */
+void grpc_call_drop_queue(dp_grpc_call *c, bool keep_partial);
+
+/* ---- the process's budget (grpc_budget.c) ---- */
+
+void grpc_budget_add_server(dp_grpc_server *s);
+void grpc_budget_remove_server(dp_grpc_server *s);
+/* The connection leaves its server: its bytes leave the totals. */
+void grpc_budget_unlink(sconn *conn);
+/* The call's request buffers changed: recount. */
+void grpc_in_update(dp_grpc_call *c);
+/* len more request bytes arrive for c: make room by refusing (RESOURCE_EXHAUSTED) the biggest
+ * request of the connection holding the most. -ENOBUFS when c itself is that request. */
+int grpc_in_reserve(dp_grpc_call *c, size_t len);
+/* The connection queued (delta > 0) or handed over / dropped (delta < 0) response bytes. */
+void grpc_out_account(sconn *conn, ptrdiff_t delta);
+/* len more response bytes for conn: make room by closing the connections that should go
+ * first (stalled sockets, then the newest). -ENOBUFS when conn itself should go first (or a
+ * protected one is left over the budget). */
+int grpc_out_reserve(sconn *conn, size_t len);
+/* A limit was hit: the limit hook hears of it once per episode. */
+void grpc_limit_hit(const char *what, const char *action, size_t held, size_t max);
+/* Freeze conn (its output is dropped now), tell its owners and close it from the loop. */
+void grpc_conn_evict(sconn *conn);
+/* The evicted connection's owners are told (RESOURCE_EXHAUSTED), then it is closed. */
+void grpc_conn_evicted(sconn *conn);
+/* A stream was just handed to its handler on conn: enforce max_stream_connections. */
+void grpc_streams_cap(dp_grpc_server *s, sconn *conn);
+/* The connection a new one replaces when the server is full, or NULL. */
+sconn *grpc_evictable(const dp_grpc_server *s);
+
+/* ---- grpc_server.c ---- */
+
+/* Graceful stop of one connection: owners told (UNAVAILABLE), trailers, GOAWAY, flush, close. */
+void grpc_conn_shutdown(sconn *conn);
+/* Take the connection out of its server (and its bytes out of the budget). */
+void grpc_conn_unlink(sconn *conn);
+/* A handler holds one of its calls. */
+bool grpc_conn_busy(const sconn *conn);

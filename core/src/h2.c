@@ -23,6 +23,7 @@ struct dp_h2 {
 	uint8_t *out; /* what the socket did not take of the last mem_send chunk */
 	size_t out_off, out_len, out_cap;
 	size_t queued; /* owner-accounted stream bytes */
+	uint64_t blocked_since; /* the socket has refused output since then (0: it takes it) */
 	size_t max_outbuf;
 	uint32_t events;
 	unsigned depth;
@@ -63,6 +64,12 @@ size_t dp_h2_pending(const dp_h2 *h)
 	return h->queued + (h->out_len - h->out_off);
 }
 
+uint64_t dp_h2_blocked_since(const dp_h2 *h)
+{
+	return h->blocked_since;
+}
+
+
 static void h2_fail(dp_h2 *h, int error)
 {
 	if (!h->closing) {
@@ -73,12 +80,20 @@ static void h2_fail(dp_h2 *h, int error)
 	h->broken = true;
 }
 
+void dp_h2_freeze(dp_h2 *h, int error)
+{
+	if (h->events != 0 && !h->finishing && dp_io_set_events(h->io, 0) == 0)
+		h->events = 0;
+	h2_fail(h, error);
+	h->want_flush = false;
+}
+
 static void h2_update_events(dp_h2 *h)
 {
 	bool blocked = h->out_off < h->out_len;
 	uint32_t ev = 0;
 
-	if (h->closing)
+	if (h->closing || h->broken)
 		return;
 	/* Pause reading only while the peer does not take our output and too much is waiting:
 	 * pausing while we merely wait for its WINDOW_UPDATE would deadlock. */
@@ -198,6 +213,8 @@ static void h2_flush(dp_h2 *h)
 			break;
 		}
 	}
+	if (h->out_off < h->out_len && h->blocked_since == 0)
+		h->blocked_since = dp_now_usec();
 	h2_update_events(h);
 	h->depth--;
 }
@@ -330,8 +347,10 @@ static int h2_io(dp_source *s, int fd, uint32_t revents, void *userdata)
 	dp_h2 *h = userdata;
 
 	dp_h2_enter(h);
-	if (revents & EPOLLOUT)
+	if (revents & EPOLLOUT) {
+		h->blocked_since = 0; /* the peer took some: it reads */
 		h2_flush(h);
+	}
 	if (!h->closing && (revents & EPOLLIN))
 		h2_read(h);
 	/* Hang-up or error while not reading (paused) or after reading all: the peer is gone. */

@@ -65,3 +65,11 @@ void dp_h2_close(dp_h2 *h, bool flush, int error);
 void dp_h2_account(dp_h2 *h, ptrdiff_t delta);
 /* Bytes waiting: the owner's queued bytes plus what the socket has not taken yet. */
 size_t dp_h2_pending(const dp_h2 *h);
+/* Since when (dp_now_usec) the socket has refused output without the peer taking any since;
+ * 0 when it takes what it is given. A peer that does not read keeps an old value; one that
+ * reads resets it each time it drains the socket. */
+uint64_t dp_h2_blocked_since(const dp_h2 *h);
+/* End the connection without a word: nothing more is read or written from now on, and the
+ * closed callback (with error) runs at the next outermost dp_h2_leave() (the owner brackets
+ * one when it wants it to run). dp_h2_closing() is true from now on. */
+void dp_h2_freeze(dp_h2 *h, int error);

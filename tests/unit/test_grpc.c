@@ -555,6 +555,36 @@ static void h_pb(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
 	assert_int_equal(dp_grpc_call_send_pb(call, &resp.base), 0);
 }
 
+/* Holds every call it gets (holds[]); a cancelled one becomes NULL there. */
+static dp_grpc_call *holds[8];
+static int n_holds;
+static int n_limit; /* calls of the limit hook (on_limit) */
+static char limit_what[32];
+
+static void on_cancel_n(dp_grpc_call *call, int status, void *userdata)
+{
+	F.n_cancel++;
+	F.cancel_status = status;
+	for (int i = 0; i < n_holds; i++)
+		if (holds[i] == call)
+			holds[i] = NULL;
+}
+
+static void h_hold_n(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	F.n_handler++;
+	assert_true(n_holds < (int)DP_ELEMENTSOF(holds));
+	holds[n_holds++] = call;
+	dp_grpc_call_set_cancel(call, on_cancel_n, NULL);
+}
+
+/* h_hold_n, and the call's connection is protected (as kubelet's ListAndWatch would be). */
+static void h_hold_protected(dp_grpc_call *call, const uint8_t *msg, size_t len, void *ud)
+{
+	h_hold_n(call, msg, len, ud);
+	dp_grpc_call_protect(call);
+}
+
 static const dp_grpc_method methods[] = {
 	{ "/t.T/Echo", DP_GRPC_METHOD_UNARY, h_echo, NULL },
 	{ "/t.T/Hold", DP_GRPC_METHOD_SERVER_STREAM, h_hold, NULL },
@@ -564,11 +594,16 @@ static const dp_grpc_method methods[] = {
 	{ "/t.T/Oversize", DP_GRPC_METHOD_UNARY, h_oversize, NULL },
 	{ "/t.T/StreamOne", DP_GRPC_METHOD_SERVER_STREAM, h_stream_one, NULL },
 	{ "/t.T/Pb", DP_GRPC_METHOD_UNARY, h_pb, NULL },
+	{ "/t.T/HoldN", DP_GRPC_METHOD_SERVER_STREAM, h_hold_n, NULL },
+	{ "/t.T/HoldP", DP_GRPC_METHOD_SERVER_STREAM, h_hold_protected, NULL },
 };
 
 static int loop_setup(void **state)
 {
 	memset(&F, 0, sizeof(F));
+	memset(holds, 0, sizeof(holds));
+	n_holds = 0;
+	n_limit = 0;
 	F.status = -1;
 	strcpy(F.dir, "/tmp/test_grpc.XXXXXX");
 	assert_non_null(mkdtemp(F.dir));
@@ -585,6 +620,10 @@ static int loop_teardown(void **state)
 	for (int i = 0; i < 10 && F.loop; i++)
 		dp_loop_run_once(F.loop, 0);
 	F.loop = dp_loop_free(F.loop);
+	assert_int_equal(dp_grpc_input_held(), 0); /* nothing left counted */
+	assert_int_equal(dp_grpc_output_held(), 0);
+	dp_grpc_set_budget(NULL);
+	dp_grpc_set_limit_hook(NULL, NULL);
 	unlink(F.sock);
 	rmdir(F.dir);
 	return 0;
@@ -899,6 +938,12 @@ static bool peer_closed(int fd)
 	return n == 0;
 }
 
+/* peer_closed, or reset (the server closed it before reading what fd sent). */
+static bool peer_gone(int fd)
+{
+	return peer_closed(fd) || errno == ECONNRESET;
+}
+
 static void test_loop_handshake_deadline(void **state)
 {
 	int silent, half, good;
@@ -1201,6 +1246,308 @@ static void test_loop_server_free_in_cancel(void **state)
 	nghttp2_session_callbacks_del(cbs);
 }
 
+/* ---- the process's budget ---- */
+
+
+static void on_limit(const char *what, const char *action, size_t held, size_t max, void *ud)
+{
+	n_limit++;
+	snprintf(limit_what, sizeof(limit_what), "%s", what);
+	assert_true(held > max);
+}
+
+static void test_budget_args(void **state)
+{
+	dp_grpc_budget b = { DP_GRPC_MAX_MESSAGE + 4, DP_GRPC_MAX_MESSAGE + 5 };
+
+	assert_int_equal(dp_grpc_set_budget(&b), -EINVAL);
+	b = (dp_grpc_budget){ DP_GRPC_MAX_MESSAGE + 5, DP_GRPC_MAX_MESSAGE };
+	assert_int_equal(dp_grpc_set_budget(&b), -EINVAL);
+	b.max_output = DP_GRPC_MAX_MESSAGE + 5;
+	assert_int_equal(dp_grpc_set_budget(&b), 0);
+	assert_int_equal(dp_grpc_set_budget(NULL), 0);
+	assert_int_equal(dp_grpc_default_budget.max_input, 5u << 20);
+	assert_int_equal(dp_grpc_default_budget.max_output, 13u << 20);
+	assert_int_equal(dp_grpc_input_held(), 0);
+	assert_int_equal(dp_grpc_output_held(), 0);
+}
+
+/* A raw nghttp2 client: huge receive windows; its request message declares `declared` bytes
+ * and sends the first to_send of them (prefix included), never ending the stream unless the
+ * message is complete. */
+struct rawc {
+	int fd;
+	nghttp2_session *s;
+	nghttp2_session_callbacks *cbs;
+	size_t declared, to_send, sent;
+	int status; /* grpc-status received, -1 none */
+	bool closed;
+};
+
+static ssize_t rawc_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
+			 uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
+{
+	struct rawc *r = source->ptr;
+	size_t n = r->to_send - r->sent < length ? r->to_send - r->sent : length;
+
+	if (n == 0)
+		return NGHTTP2_ERR_DEFERRED;
+	memset(buf, 'x', n);
+	if (r->sent == 0) {
+		assert_true(n >= 5);
+		dp_grpc_frame_header(buf, r->declared);
+	}
+	r->sent += n;
+	if (r->sent == r->declared + 5)
+		*data_flags |= NGHTTP2_DATA_FLAG_EOF;
+	return (ssize_t)n;
+}
+
+static int rawc_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
+		       size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+		       void *user_data)
+{
+	struct rawc *r = user_data;
+
+	if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
+		r->status = atoi((const char *)value);
+	return 0;
+}
+
+static int rawc_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
+		      void *user_data)
+{
+	((struct rawc *)user_data)->closed = true;
+	return 0;
+}
+
+static void rawc_open(struct rawc *r, const char *path, size_t declared, size_t to_send)
+{
+	const nghttp2_settings_entry iv[] = { { NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0x7fffffff } };
+	const nghttp2_nv nva[] = {
+		{ (uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0 },
+		{ (uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0 },
+		{ (uint8_t *)":path", (uint8_t *)path, 5, strlen(path), 0 },
+		{ (uint8_t *)":authority", (uint8_t *)"localhost", 10, 9, 0 },
+		{ (uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0 },
+	};
+	nghttp2_data_provider prd = { .source.ptr = r, .read_callback = rawc_read };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	*r = (struct rawc){ .declared = declared, .to_send = to_send, .status = -1 };
+	strcpy(sa.sun_path, F.sock);
+	r->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(r->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(nghttp2_session_callbacks_new(&r->cbs), 0);
+	nghttp2_session_callbacks_set_on_header_callback(r->cbs, rawc_header);
+	nghttp2_session_callbacks_set_on_stream_close_callback(r->cbs, rawc_close);
+	assert_int_equal(nghttp2_session_client_new(&r->s, r->cbs, r), 0);
+	assert_int_equal(nghttp2_submit_settings(r->s, NGHTTP2_FLAG_NONE, iv, 1), 0);
+	assert_int_equal(nghttp2_session_set_local_window_size(r->s, NGHTTP2_FLAG_NONE, 0,
+							       0x7fffffff), 0);
+	assert_true(nghttp2_submit_request(r->s, NULL, nva, DP_ELEMENTSOF(nva), &prd, NULL) > 0);
+}
+
+static void rawc_free(struct rawc *r)
+{
+	nghttp2_session_del(r->s);
+	nghttp2_session_callbacks_del(r->cbs);
+	close(r->fd);
+}
+
+/* One round: the client writes what it may (within the server's windows), the server runs,
+ * the client takes in the answers (when read is set). */
+static void rawc_pump(struct rawc *r, bool read)
+{
+	const uint8_t *data;
+	uint8_t buf[65536];
+	ssize_t n;
+
+	nghttp2_session_resume_data(r->s, 1);
+	while ((n = nghttp2_session_mem_send(r->s, &data)) > 0)
+		if (!r->closed)
+			assert_int_equal(send(r->fd, data, (size_t)n, MSG_NOSIGNAL), n);
+	run_idle();
+	while (read && (n = recv(r->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		assert_int_equal(nghttp2_session_mem_recv(r->s, buf, (size_t)n), n);
+	if (read && n == 0)
+		r->closed = true;
+}
+
+/* Pump until r sent all it should or was answered. */
+static void rawc_send_all(struct rawc *r)
+{
+	for (int i = 0; i < 100000 && r->sent < r->to_send && r->status < 0 && !r->closed; i++)
+		rawc_pump(r, true);
+}
+
+static void test_loop_input_budget(void **state)
+{
+	const dp_grpc_budget b = { DP_GRPC_MAX_MESSAGE + 5, DP_GRPC_MAX_MESSAGE + 5 };
+	struct rawc a, c, d;
+
+	assert_int_equal(dp_grpc_set_budget(&b), 0);
+	dp_grpc_set_limit_hook(on_limit, NULL);
+	serve();
+	/* a holds 3 MiB of an unfinished 4 MiB request: within the budget */
+	rawc_open(&a, "/t.T/Echo", 4u << 20, 3u << 20);
+	rawc_send_all(&a);
+	assert_int_equal(a.sent, 3u << 20);
+	assert_int_equal(a.status, -1);
+	assert_int_equal(dp_grpc_input_held(), (3u << 20) - 5);
+	assert_int_equal(n_limit, 0);
+	/* c sends 2 MiB: the total passes the budget on the way, a (the biggest) is refused */
+	rawc_open(&c, "/t.T/Echo", 4u << 20, 2u << 20);
+	rawc_send_all(&c);
+	assert_int_equal(c.sent, 2u << 20);
+	assert_int_equal(c.status, -1);
+	rawc_pump(&a, true);
+	assert_int_equal(a.status, DP_GRPC_RESOURCE_EXHAUSTED);
+	assert_int_equal(n_limit, 1);
+	assert_string_equal(limit_what, "input");
+	assert_int_equal(dp_grpc_input_held(), (2u << 20) - 5);
+	/* a small request is served meanwhile */
+	start_call("/t.T/Echo", "small", 5000);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	/* d grows past c: the arriving request is the biggest, so it is the one refused */
+	rawc_open(&d, "/t.T/Echo", 4u << 20, 3u << 20);
+	rawc_send_all(&d);
+	assert_int_equal(d.status, DP_GRPC_RESOURCE_EXHAUSTED);
+	assert_true(d.sent < (3u << 20));
+	rawc_pump(&c, true);
+	assert_int_equal(c.status, -1);
+	assert_int_equal(dp_grpc_input_held(), (2u << 20) - 5);
+	assert_int_equal(n_limit, 1); /* one episode */
+	/* c completes its request: handled, and nothing is held any more */
+	c.to_send = (4u << 20) + 5;
+	rawc_send_all(&c);
+	for (int i = 0; i < 100 && c.status < 0; i++)
+		rawc_pump(&c, true);
+	assert_int_equal(c.status, DP_GRPC_OK);
+	assert_int_equal(F.n_handler, 2);
+	assert_int_equal(dp_grpc_input_held(), 0);
+	rawc_free(&a);
+	rawc_free(&c);
+	rawc_free(&d);
+}
+
+static void test_loop_output_budget(void **state)
+{
+	const dp_grpc_budget b = { DP_GRPC_MAX_MESSAGE + 5, DP_GRPC_MAX_MESSAGE + 5 };
+	uint8_t *big = calloc(1, 3u << 20);
+	struct rawc a, c;
+
+	assert_non_null(big);
+	assert_int_equal(dp_grpc_set_budget(&b), 0);
+	dp_grpc_set_limit_hook(on_limit, NULL);
+	F.limits.max_outbuf = 16u << 20; /* the per-connection limit out of the way */
+	serve();
+	/* two streams on two connections that never read */
+	rawc_open(&a, "/t.T/HoldN", 0, 5);
+	rawc_pump(&a, false);
+	rawc_open(&c, "/t.T/HoldN", 0, 5);
+	rawc_pump(&c, false);
+	assert_int_equal(F.n_handler, 2);
+	/* c (the newer connection) holds 3 MiB: within the budget */
+	assert_int_equal(dp_grpc_call_send(holds[1], big, 3u << 20), 0);
+	run_idle(); /* what c's socket takes goes, the rest waits */
+	assert_true(dp_grpc_output_held() > (2u << 20));
+	assert_int_equal(n_limit, 0);
+	/* a's answer does not fit beside c's: c, the newest holder (kubelet's connection is an old
+	 * one), is closed to make room */
+	assert_int_equal(dp_grpc_call_send(holds[0], big, 3u << 20), 0);
+	assert_int_equal(F.n_cancel, 0); /* not from inside the send */
+	assert_int_equal(n_limit, 1);
+	assert_string_equal(limit_what, "output");
+	assert_true(dp_grpc_output_held() <= DP_GRPC_MAX_MESSAGE + 5);
+	run_idle();
+	assert_int_equal(F.n_cancel, 1);
+	assert_int_equal(F.cancel_status, DP_GRPC_RESOURCE_EXHAUSTED);
+	assert_null(holds[1]);
+	assert_non_null(holds[0]);
+	assert_int_equal(dp_grpc_server_connections(F.server), 1);
+	assert_true(peer_closed(c.fd));
+	/* a alone goes over: its own connection is the one closed */
+	assert_int_equal(dp_grpc_call_send(holds[0], big, 3u << 20), 0);
+	run_idle();
+	assert_int_equal(F.n_cancel, 2);
+	assert_null(holds[0]);
+	assert_int_equal(n_limit, 1); /* the same episode */
+	assert_int_equal(dp_grpc_output_held(), 0);
+	assert_int_equal(dp_grpc_server_connections(F.server), 0);
+	rawc_free(&a);
+	rawc_free(&c);
+	free(big);
+}
+
+/* Streams cannot take every slot: beyond max_stream_connections the newest other connection
+ * holding one is closed, and a new connection always gets in. */
+static void test_loop_stream_connections(void **state)
+{
+	dp_grpc_client_call *c[4];
+
+	F.limits.max_connections = 4; /* 3 may hold streams */
+	dp_grpc_set_limit_hook(on_limit, NULL);
+	serve();
+	for (int i = 0; i < 3; i++) {
+		c[i] = start_call("/t.T/HoldN", "", 10000);
+		run_until(&F.n_handler, i + 1);
+	}
+	assert_int_equal(n_limit, 0);
+	/* a fourth stream is served; the third (the newest other) makes room */
+	c[3] = start_call("/t.T/HoldN", "", 10000);
+	run_until(&F.n_handler, 4);
+	run_until(&F.n_cancel, 1);
+	assert_int_equal(F.cancel_status, DP_GRPC_UNAVAILABLE);
+	assert_null(holds[2]);
+	assert_non_null(holds[0]);
+	assert_non_null(holds[1]);
+	assert_non_null(holds[3]);
+	run_until(&F.n_done, 1);
+	assert_int_equal(F.status, DP_GRPC_UNAVAILABLE);
+	assert_int_equal(n_limit, 1);
+	assert_string_equal(limit_what, "streams");
+	/* the slots are full of streams and an idle connection: a short call still gets in */
+	int idle = raw_connect();
+	raw_handshake(idle, SIZE_MAX);
+	run_until_conns(4);
+	start_call("/t.T/Echo", "hi", 5000);
+	run_until(&F.n_done, 2);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	assert_true(peer_gone(idle));
+	for (int i = 0; i < 4; i++)
+		if (i != 2)
+			dp_grpc_client_call_cancel(c[i]);
+	run_until(&F.n_cancel, 4);
+	close(idle);
+}
+
+/* A protected connection (kubelet's) is never the one closed to make room for a stream. */
+static void test_loop_stream_connections_protected(void **state)
+{
+	dp_grpc_client_call *c[4];
+	const char *paths[4] = { "/t.T/HoldN", "/t.T/HoldN", "/t.T/HoldP", "/t.T/HoldN" };
+
+	F.limits.max_connections = 4; /* 3 may hold streams */
+	serve();
+	for (int i = 0; i < 4; i++) {
+		c[i] = start_call(paths[i], "", 10000);
+		run_until(&F.n_handler, i + 1);
+	}
+	/* the newest other one, the protected third, is skipped: the second makes room */
+	run_until(&F.n_cancel, 1);
+	assert_int_equal(F.cancel_status, DP_GRPC_UNAVAILABLE);
+	assert_null(holds[1]);
+	assert_non_null(holds[0]);
+	assert_non_null(holds[2]);
+	assert_non_null(holds[3]);
+	for (int i = 0; i < 4; i++)
+		if (i != 1)
+			dp_grpc_client_call_cancel(c[i]);
+	run_until(&F.n_cancel, 4);
+}
+
 #define LOOP_TEST(f) cmocka_unit_test_setup_teardown(f, loop_setup, loop_teardown)
 
 #define PURE_TESTS                                                  \
@@ -1221,7 +1568,8 @@ static void test_loop_server_free_in_cancel(void **state)
 	cmocka_unit_test(test_deframer_partial_freed),              \
 	cmocka_unit_test(test_content_type),                        \
 	cmocka_unit_test(test_parse_status),                        \
-	cmocka_unit_test(test_status_maps)
+	cmocka_unit_test(test_status_maps),                         \
+	cmocka_unit_test(test_budget_args)
 
 int main(void)
 {
@@ -1247,6 +1595,10 @@ int main(void)
 		LOOP_TEST(test_loop_idle_deadline),
 		LOOP_TEST(test_loop_connection_eviction),
 		LOOP_TEST(test_loop_bad_args),
+		LOOP_TEST(test_loop_input_budget),
+		LOOP_TEST(test_loop_output_budget),
+		LOOP_TEST(test_loop_stream_connections),
+		LOOP_TEST(test_loop_stream_connections_protected),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

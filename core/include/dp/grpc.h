@@ -96,6 +96,9 @@ void dp_grpc_deframer_done(dp_grpc_deframer *d);
  * are sticky. Nothing is buffered beyond max + 5 bytes. */
 int dp_grpc_deframer_feed(dp_grpc_deframer *d, const uint8_t *data, size_t len,
 			  int (*fn)(void *ud, const uint8_t *msg, size_t len), void *ud);
+/* Inside fn only: take the message buffer (malloc'd, the caller frees it; NULL for an empty
+ * message), so that it is not copied. */
+uint8_t *dp_grpc_deframer_take(dp_grpc_deframer *d);
 /* True when no partial message is pending. */
 bool dp_grpc_deframer_idle(const dp_grpc_deframer *d);
 
@@ -129,8 +132,9 @@ typedef struct dp_grpc_method {
 typedef struct dp_grpc_limits {
 	unsigned max_connections;       /* accepted at once; at the limit a new connection evicts
 					  * the least recently active one where no handler holds a
-					  * call (GOAWAY, close), or is closed at once when every
-					  * one has such a call */
+					  * call, else the least recently active one holding no
+					  * server-streaming call (GOAWAY, close): a new connection
+					  * always gets in (max_stream_connections < this) */
 	unsigned max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
 	unsigned max_header_list;        /* SETTINGS_MAX_HEADER_LIST_SIZE, bytes (>= 1024); a larger
 					  * request header list -> RESOURCE_EXHAUSTED */
@@ -142,11 +146,18 @@ typedef struct dp_grpc_limits {
 	uint64_t idle_usec;              /* a connection where no handler holds a call and no
 					  * frame arrived for this long gets GOAWAY and is closed
 					  * (requests still arriving are refused) */
+	unsigned max_stream_connections; /* connections where a handler holds a server-streaming
+					  * call (ListAndWatch, Watch); a new such call beyond it is
+					  * served and the most recently accepted other such
+					  * connection not protected gets GOAWAY and is closed.
+					  * 0 or not below max_connections:
+					  * max_connections * 3 / 4 */
 } dp_grpc_limits;
 
 /* The defaults used when limits is NULL (documented in docs/architecture.md):
  * 64 connections, 128 streams per connection, 16 KiB header list, 8 MiB output, 10 s
- * handshake, 5 min idle. Every field must be non-zero (-EINVAL). */
+ * handshake, 5 min idle, 48 connections holding streams. Every field but
+ * max_stream_connections must be non-zero (-EINVAL). */
 extern const dp_grpc_limits dp_grpc_default_limits;
 
 /* Create the socket (unlinking nothing: an existing path is -EADDRINUSE), listen and serve.
@@ -166,6 +177,46 @@ DP_DEFINE_CLEANUP(dp_grpc_server, dp_grpc_server_free)
 unsigned dp_grpc_server_connections(const dp_grpc_server *s);
 /* Calls (streams) the server holds right now, including ended ones still being flushed. */
 unsigned dp_grpc_server_calls(const dp_grpc_server *s);
+
+/* The memory budget of the process, shared by every server (all their connections):
+ * max_input: request bytes held before their handlers run (partial messages being reassembled,
+ * whole messages whose request has not ended). When more arrive beyond it, the biggest request
+ * of the connection holding the most is answered RESOURCE_EXHAUSTED and its bytes freed (the
+ * arriving one, when it is that one).
+ * max_output: response bytes queued that the peers have not taken. A send beyond it closes
+ * other connections holding output until it fits (their calls cancelled with
+ * RESOURCE_EXHAUSTED from the loop, nothing more sent), in this order: sockets full for a
+ * second or more with nothing taken (the longest first), then the most recently accepted. When
+ * the sender's own connection comes first, it is the one closed (the message is dropped, the
+ * send returns 0, the owner is told through the cancel callback). Protected connections are
+ * never chosen (a protected sender may go over the budget).
+ * Defaults (docs/architecture.md): 5 MiB input, 13 MiB output. Each must be at least
+ * DP_GRPC_MAX_MESSAGE + 5 (-EINVAL). NULL restores the defaults. */
+typedef struct dp_grpc_budget {
+	size_t max_input;
+	size_t max_output;
+} dp_grpc_budget;
+extern const dp_grpc_budget dp_grpc_default_budget;
+int dp_grpc_set_budget(const dp_grpc_budget *b);
+/* Request and response bytes held now (all servers of the process). */
+size_t dp_grpc_input_held(void);
+size_t dp_grpc_output_held(void);
+
+/* A limit was hit (what: "input", "output", "streams", "connections"; action: what was done;
+ * held/max: the measure and its limit). Called once per episode of each limit (an episode ends
+ * after a minute without that limit being hit; setting the hook starts new episodes), from
+ * inside the server's work: it must only log or count. Library code only logs at debug: a
+ * daemon opts into the warn line with dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL). */
+typedef void (*dp_grpc_limit_fn)(const char *what, const char *action, size_t held, size_t max,
+				 void *userdata);
+void dp_grpc_set_limit_hook(dp_grpc_limit_fn fn, void *userdata);
+/* level=warn msg="gRPC limit reached" what=... action=... held=... max=... */
+void dp_grpc_log_limit(const char *what, const char *action, size_t held, size_t max,
+		       void *userdata);
+
+/* The call's connection is one that must keep working (the kubelet's ListAndWatch): it is
+ * never closed to make room for another connection or stream, nor for the output budget. */
+void dp_grpc_call_protect(dp_grpc_call *call);
 
 /* Set who is told when the call is cancelled. May be called from the handler or later. */
 void dp_grpc_call_set_cancel(dp_grpc_call *call, dp_grpc_cancel_fn fn, void *userdata);
