@@ -29,6 +29,7 @@
 static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
 static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
 static void ep_stream_ended(dp_endpoint *ep);
+static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st);
 
 /* ---- devices ---- */
 
@@ -115,10 +116,16 @@ static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 		dp_debug("cannot encode device list", "resource=%s error=%d", ep->resource, r);
 		return;
 	}
-	for (struct ep_stream *st = only ? only : ep->streams; st; st = only ? NULL : st->next) {
+	struct ep_stream *next;
+	for (struct ep_stream *st = only ? only : ep->streams; st; st = only ? NULL : next) {
+		next = st->next;
 		r = dp_grpc_call_send(st->call, buf, len);
-		if (r < 0)
+		if (r < 0) {
+			/* The gRPC layer ended the call (a size or buffer limit): it will not call
+			 * ep_on_stream_cancel, and frees the call when its stream closes. */
 			dp_debug("cannot send device list", "resource=%s error=%d", ep->resource, r);
+			ep_stream_gone(ep, st);
+		}
 	}
 }
 
@@ -196,7 +203,31 @@ static void ep_stream_remove(dp_endpoint *ep, struct ep_stream *st)
 			break;
 		}
 	ep->n_streams--;
+	if (ep->kubelet_stream == st)
+		ep->kubelet_stream = NULL;
 	free(st);
+}
+
+/*
+ * A stream is over (cancelled by the peer, or ended by the gRPC layer). kubelet never re-dials:
+ * its stream ending means register again (once Register has returned, when it ends before).
+ * kubelet's stream is the one marked at ListAndWatch; any other client's stream ending changes
+ * nothing, so a stream held by another client cannot keep us from re-registering.
+ */
+static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st)
+{
+	bool kubelet = st == ep->kubelet_stream;
+	if (kubelet)
+		ep->kubelet_stream = NULL;
+	ep_stream_remove(ep, st);
+	if (ep->health)
+		dp_health_changed(ep->health);
+	if (!kubelet && ep->n_streams > 0)
+		return;
+	if (ep->state == EP_REGISTERING)
+		ep->stream_ended_registering = true;
+	if (ep->state == EP_REGISTERED && !ep->stopping)
+		ep_stream_ended(ep);
 }
 
 static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
@@ -205,15 +236,7 @@ static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
 	dp_endpoint *ep = st->ep;
 	dp_debug("call cancelled", "path=%s status=%s resource=%s", dp_grpc_call_path(call),
 		 dp_grpc_status_name(status), ep->resource);
-	ep_stream_remove(ep, st);
-	if (ep->health)
-		dp_health_changed(ep->health);
-	/* kubelet never re-dials: its stream ending means register again (once Register has
-	 * returned, when it ends before). */
-	if (ep->n_streams == 0 && ep->state == EP_REGISTERING)
-		ep->stream_ended_registering = true;
-	if (ep->n_streams == 0 && ep->state == EP_REGISTERED && !ep->stopping)
-		ep_stream_ended(ep);
+	ep_stream_gone(ep, st);
 }
 
 void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
@@ -230,6 +253,12 @@ void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t l
 	ep->streams = st;
 	ep->n_streams++;
 	dp_grpc_call_set_cancel(call, ep_on_stream_cancel, st);
+	/* kubelet opens its stream right after our Register: the first one since is taken as
+	 * kubelet's, and its connection is protected from the gRPC budget's evictions. */
+	if (!ep->kubelet_stream && (ep->state == EP_REGISTERING || ep->state == EP_REGISTERED)) {
+		ep->kubelet_stream = st;
+		dp_grpc_call_protect(call);
+	}
 	if (ep->checked)
 		ep_send_list(ep, st);
 	if (ep->health)
@@ -356,7 +385,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 		ep->events.on_registered(ep, ep->events.userdata);
 	ep->failures = 0;
 	ep->fail_kind = EP_FAIL_NONE;
-	if (ep->stream_ended_registering && ep->n_streams == 0 && ep->state == EP_REGISTERED &&
+	if (ep->stream_ended_registering && !ep->kubelet_stream && ep->state == EP_REGISTERED &&
 	    !ep->stopping)
 		ep_stream_ended(ep);
 }

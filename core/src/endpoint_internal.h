@@ -77,6 +77,7 @@ struct dp_endpoint {
 	unsigned quick_ends;    /* streams in a row that ended soon after registering */
 	uint64_t contend_backoff;
 	struct ep_stream *streams;
+	struct ep_stream *kubelet_stream; /* the first stream opened since Register was sent */
 	unsigned n_streams;
 
 	/* kubelet directory watch */

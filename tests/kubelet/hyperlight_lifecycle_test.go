@@ -4,6 +4,7 @@ package kubelet
 // the --health-check probe modes, and the first check without a registration.
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	api "sdp/v1beta1"
 )
 
 func TestHyperlightKubeletRestart(t *testing.T) {
@@ -299,4 +301,28 @@ func TestHyperlightFirstCheckWithoutRegistration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Another client holds a ListAndWatch stream of its own when kubelet's stream ends: the plugin
+// must still register again (kubelet never re-dials), and the other stream must not count as
+// kubelet's. Before, any open stream kept the plugin from re-registering.
+func TestHyperlightKubeletStreamEndsWhileAnotherIsOpen(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	conn := s.dial(p)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other, err := api.NewDevicePluginClient(conn).ListAndWatch(ctx, &api.Empty{})
+	if err != nil {
+		s.fatalf("extra ListAndWatch: %v", err)
+	}
+	if first, err := other.Recv(); err != nil || len(first.Devices) != 3 {
+		s.fatalf("extra ListAndWatch first response %v, %v", first, err)
+	}
+	p.EndStream(true)
+	if _, ok := p.WaitEnded(eventBound); !ok {
+		t.Fatal("kubelet's stream did not end")
+	}
+	cur := s.settled(p.Seq, "", 3, eventBound)
+	t.Logf("re-registered as %s (was %s) with another client's stream open", cur.Endpoint, p.Endpoint)
 }

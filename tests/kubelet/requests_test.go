@@ -8,7 +8,6 @@ package kubelet
 import (
 	"context"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -30,26 +29,6 @@ import (
 // for a valid one). protobuf-c's unpack took 143-419 MiB here. (Measured: +7.9 MiB natively,
 // +8.6 MiB under ASan with its quarantine off, +5.7 MiB under valgrind.)
 const hostileBudgetKiB = 12 * 1024
-
-// vmHWM is the daemon's peak resident set (KiB).
-func vmHWM(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			n, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no VmHWM in /proc/%d/status", pid)
-	return 0
-}
 
 func expectStatus(t *testing.T, what string, err error, code codes.Code, words ...string) {
 	t.Helper()
