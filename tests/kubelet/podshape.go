@@ -158,6 +158,7 @@ func StartPod(spec PodSpec) (*Pod, error) {
 	if spec.Shim {
 		p.env = MergeEnv(p.env, "LD_PRELOAD="+PodShimPath, "HVSHIM_DEVICE=/dev/kvm")
 	}
+	p.env = MergeEnv(p.env, sanitizerEnv()...)
 	if err := p.buildRoot(); err != nil {
 		p.Close()
 		return nil, err
@@ -356,6 +357,44 @@ func addFile(files map[string]string, in, host string) error {
 	}
 	files[in] = real
 	return nil
+}
+
+// Instrumented reports whether path is built with AddressSanitizer.
+func Instrumented(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, get := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
+		syms, _ := get()
+		for _, s := range syms {
+			if s.Name == "__asan_init" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sanitizerEnv is this process's ASAN_OPTIONS, UBSAN_OPTIONS and LSAN_OPTIONS (make asan) without
+// log_path: the pod's root is read-only, so reports go to stderr, the pod's log.
+func sanitizerEnv() []string {
+	var env []string
+	for _, k := range []string{"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"} {
+		v, ok := os.LookupEnv(k)
+		if !ok {
+			continue
+		}
+		var keep []string
+		for _, o := range strings.Split(v, ":") {
+			if o != "" && !strings.HasPrefix(o, "log_path=") {
+				keep = append(keep, o)
+			}
+		}
+		env = append(env, k+"="+strings.Join(keep, ":"))
+	}
+	return env
 }
 
 // ---- starting, restarting, stopping

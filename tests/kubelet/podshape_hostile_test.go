@@ -112,6 +112,10 @@ func partial(t *testing.T, sock string, conns, streams int) []*RawH2 {
 }
 
 func TestPodShapeMemory(t *testing.T) {
+	if build, err := BuildDir(); err == nil && Instrumented(build+"/"+HyperlightBinary) {
+		t.Skip("an instrumented (ASan) build's memory is not the daemon's: the chart's limit is checked on the " +
+			"production build by make test")
+	}
 	t.Run("unfinished-4MiB-16-streams", func(t *testing.T) {
 		s, p := hostilePod(t)
 		pid := s.pod.Current().Pid()
