@@ -91,7 +91,7 @@ run_go grpc-conformance "$build/grpcpeer.test"
 # Scenarios mount (read-only CDI directory, full tmpfs) in a private mount namespace.
 run_go scenarios unshare -m --propagation private "$build/scenario.test"
 # The hyperlight image's build (musl, scripts/build-static.sh) through the hyperlight, label,
-# fault and seccomp scenarios: SDP_BUILD_DIR is an overlay of the build directory whose
+# fault, seccomp and deployed-shape (pod) scenarios: SDP_BUILD_DIR is an overlay of the build directory whose
 # hyperlight-device-plugin and tests/fakes/libhvshim.so are the musl ones. (Not under the
 # sanitizers: the musl build is not instrumented.)
 if [ "${SDP_SANITIZE:-0}" != 1 ]; then
@@ -108,7 +108,7 @@ if [ "${SDP_SANITIZE:-0}" != 1 ]; then
 		ln -s "$src/build-static/musl-dynamic/libhvshim.so" "$overlay/tests/fakes/"
 	fi
 	SDP_BUILD_DIR="$overlay" run_go scenarios-musl-hyperlight unshare -m --propagation private \
-		"$build/scenario.test" -test.run '^(TestHyperlight|TestLabels|TestFault|TestSeccompHyperlight)'
+		"$build/scenario.test" -test.run '^(TestHyperlight|TestLabels|TestFault|TestSeccompHyperlight|TestPodShape)'
 fi
 run_script deploy-hyperlight "$src/tests/deploy/check.sh" "$build"
 [ -x "$src/tests/deploy/kata-chart.sh" ] && run_script deploy-kata "$src/tests/deploy/kata-chart.sh" "$build"

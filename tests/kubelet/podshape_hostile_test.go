@@ -149,11 +149,10 @@ func TestPodShapeMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cc.Close()
+			// Its answer is the daemon's to choose (refused over the budget, or decoded
+			// without amplification); only its survival is asserted.
 			_, err = CallRaw(cc, exitBound, MethodAllocate, tc.msg)
-			t.Logf("a %d-byte Allocate: %v", len(tc.msg), err)
-			if err == nil {
-				t.Errorf("the amplifying Allocate was answered OK")
-			}
+			t.Logf("a %d-byte Allocate: answer %v", len(tc.msg), err)
 			s.survived(tc.name, pid)
 		})
 	}

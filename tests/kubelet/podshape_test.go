@@ -341,6 +341,9 @@ func TestPodShapeCrashLoop(t *testing.T) {
 	}()
 	for i := 1; i <= crashRounds; i++ {
 		regs := s.k.Registrations(HyperlightResource)
+		if regs != i {
+			t.Errorf("before kill %d: %d registrations, want %d (one per run so far)", i, regs, i)
+		}
 		killed := time.Now()
 		if err := s.pod.Kill(); err != nil {
 			t.Fatal(err)
