@@ -228,12 +228,14 @@ func cellText(s string) string {
 func writeStallTable(d *doc, a *asDeployed) {
 	d.p("The loop's longest stall: the largest legal GetPreferredAllocation (every advertised ID available, allocation size")
 	d.p("all of them) then the largest legal Allocate (every advertised ID in one container request), each cut to the 4 MiB")
-	d.p("message limit, on one connection; %s at its DEVICE_COUNT ceiling (%d), kata with its node's 4 GPUs. Meanwhile,", a.daemons[0].name, a.ceiling)
+	d.p("message limit and, when refused for its size (RESOURCE_EXHAUSTED, INVALID_ARGUMENT, OUT_OF_RANGE: over a stated")
+	d.p("maximum), sent again with half the IDs until handled, each on a new connection; %s at its DEVICE_COUNT ceiling", a.daemons[0].name)
+	d.p("(%d), kata with its node's 4 GPUs. Meanwhile,", a.ceiling)
 	d.p("back to back: a liveness health check (grpc.health.v1 Check on a new connection, as the exec probe) and a one-ID")
 	d.p("Allocate (on one connection, as kubelet's). The stall is the longest any of them waited; both large requests")
 	d.p("together are bounded by %v.", adStallBound)
 	d.p("")
-	d.p("| daemon | IDs per request | GetPreferredAllocation | Allocate | health checks: count, longest (ms), failed | small Allocates: count, longest (ms), failed |")
+	d.p("| daemon | IDs advertised | GetPreferredAllocation | Allocate | health checks: count, longest (ms), failed | small Allocates: count, longest (ms), failed |")
 	d.p("|---|---|---|---|---|---|")
 	for _, dm := range a.daemons {
 		s := a.stall[dm.name]

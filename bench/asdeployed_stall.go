@@ -8,19 +8,22 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/golang/protobuf/proto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	k "sdp/kubelet"
 	api "sdp/v1beta1"
 )
 
 type stallResult struct {
-	ids            int    // IDs in each large request
+	ids            int    // IDs advertised
 	gpa, alloc     string // how the large requests ended
 	healthMax      float64
 	allocMax       float64 // ms
@@ -69,6 +72,49 @@ func (c *smallCaller) run(loop, calls context.Context, wg *sync.WaitGroup, f fun
 	}
 }
 
+// largest sends the request made of ids on a new connection, bounded by deadline; a request
+// refused for its size (RESOURCE_EXHAUSTED, INVALID_ARGUMENT, OUT_OF_RANGE: over a stated
+// maximum) is sent again with half the IDs, until one is handled: the largest legal request.
+// It says how each attempt ended; false when the last was not answered within the bound.
+func largest(ctx context.Context, sock string, deadline time.Time, ids []string,
+	send func(context.Context, api.DevicePluginClient, []string) error) (string, bool) {
+	var out []string
+	say := func(last string) string {
+		if len(out) > 1 {
+			out = []string{out[0], fmt.Sprintf("(%d more refused)", len(out)-1)}
+		}
+		return strings.Join(append(out, last), "; ")
+	}
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		t := time.Now()
+		cc, err := k.DialPlugin(cctx, sock, time.Until(deadline))
+		if err == nil {
+			err = send(cctx, api.NewDevicePluginClient(cc), ids)
+			cc.Close()
+		}
+		el := time.Since(t)
+		timedOut := cctx.Err() != nil
+		cancel()
+		switch {
+		case err != nil && timedOut:
+			return say(fmt.Sprintf("%d IDs: not answered within %v", len(ids), el.Round(100*time.Millisecond))), false
+		case err == nil:
+			return say(fmt.Sprintf("%d IDs: answered in %s ms", len(ids), f1(ms(el)))), true
+		}
+		last := fmt.Sprintf("%d IDs: %s in %s ms", len(ids), shortErr(err), f1(ms(el)))
+		switch status.Code(err) {
+		case codes.ResourceExhausted, codes.InvalidArgument, codes.OutOfRange:
+			if len(ids) > 1 && attempt < 8 {
+				out = append(out, last)
+				ids = ids[:len(ids)/2]
+				continue
+			}
+		}
+		return say(last), true
+	}
+}
+
 // fitIDs trims ids until the request made of them fits the daemons' message limit.
 func fitIDs(ids []string, size func([]string) int) []string {
 	for len(ids) > 0 && size(ids) > k.MaxMessage {
@@ -104,10 +150,7 @@ func adStall(d adDaemon, ceiling int) stallResult {
 	}
 	gpaIDs := fitIDs(all, func(ids []string) int { return proto.Size(gpaReq(ids)) })
 	allocIDs := fitIDs(all, func(ids []string) int { return proto.Size(allocReq(ids)) })
-	r.ids = len(allocIDs)
-	if len(gpaIDs) < r.ids {
-		r.ids = len(gpaIDs)
-	}
+	r.ids = len(all)
 
 	// loop: the small callers start no new call once it ends; ctx: the calls themselves, cut off
 	// when the callers have had a grace second to finish the call they are in.
@@ -115,12 +158,6 @@ func adStall(d adDaemon, ceiling int) stallResult {
 	defer stopLoop()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	big, err := k.DialPlugin(ctx, p.Socket, 3*time.Second)
-	if err != nil {
-		r.err = "cannot connect: " + err.Error()
-		return r
-	}
-	defer big.Close()
 	small, err := k.DialPlugin(ctx, p.Socket, 3*time.Second)
 	if err != nil {
 		r.err = "cannot connect: " + err.Error()
@@ -146,30 +183,15 @@ func adStall(d adDaemon, ceiling int) stallResult {
 	})
 	time.Sleep(200 * time.Millisecond)
 	deadline := time.Now().Add(adStallBound)
-	call := func(f func(ctx context.Context) error) (string, bool) {
-		cctx, cancel := context.WithDeadline(ctx, deadline)
-		defer cancel()
-		t := time.Now()
-		err := f(cctx)
-		el := time.Since(t)
-		if err != nil && cctx.Err() != nil {
-			return fmt.Sprintf("not answered within %v", el.Round(100*time.Millisecond)), false
-		}
-		if err != nil {
-			return fmt.Sprintf("%s in %s ms", shortErr(err), f1(ms(el))), true
-		}
-		return fmt.Sprintf("answered in %s ms", f1(ms(el))), true
-	}
-	client := api.NewDevicePluginClient(big)
 	recv := grpc.MaxCallRecvMsgSize(1 << 30)
 	var ok bool
-	r.gpa, ok = call(func(c context.Context) error {
-		_, err := client.GetPreferredAllocation(c, gpaReq(gpaIDs), recv)
+	r.gpa, ok = largest(ctx, p.Socket, deadline, gpaIDs, func(c context.Context, cl api.DevicePluginClient, ids []string) error {
+		_, err := cl.GetPreferredAllocation(c, gpaReq(ids), recv)
 		return err
 	})
 	if ok {
-		r.alloc, _ = call(func(c context.Context) error {
-			_, err := client.Allocate(c, allocReq(allocIDs), recv)
+		r.alloc, _ = largest(ctx, p.Socket, deadline, allocIDs, func(c context.Context, cl api.DevicePluginClient, ids []string) error {
+			_, err := cl.Allocate(c, allocReq(ids), recv)
 			return err
 		})
 	} else {
