@@ -54,10 +54,10 @@ func writeAsDeployed(a *asDeployed) {
 	}
 	uhOK := a.unhealthy.note == "" && uh.n == adUnhealthyRuns && uh.max <= adTargetUnhealthy
 	restartCell := func(r restartResult) string {
-		s := summarize(r.ms)
+		s, e := summarize(r.ms), summarize(r.execMs)
 		c := "n/a"
 		if s.n > 0 {
-			c = fmt.Sprintf("%s / %s (%d of %d)", f1(s.med), f1(s.max), s.n, adRestartRounds)
+			c = fmt.Sprintf("%s / %s (kill → registered: %s / %s; %d of %d)", f1(e.med), f1(e.max), f1(s.med), f1(s.max), s.n, adRestartRounds)
 		}
 		if r.note != "" {
 			c = withNote(c, s.n, r.note)
@@ -65,8 +65,8 @@ func writeAsDeployed(a *asDeployed) {
 		return c + fmt.Sprintf("; %d stale socket(s) left", r.stale)
 	}
 	restartOK := func(r restartResult) bool {
-		s := summarize(r.ms)
-		return !r.missed && s.n == adRestartRounds && s.max <= adTargetRestart && r.stale == 0
+		e := summarize(r.execMs)
+		return !r.missed && e.n == adRestartRounds && e.max <= adTargetRestart && r.stale == 0
 	}
 	hwm1, ok1 := hwmSummary(a.hostile, 1)
 	hwm64, ok64 := hwmSummary(a.hostile, 64)
@@ -113,7 +113,7 @@ func writeAsDeployed(a *asDeployed) {
 	d.table([]string{hl, kt}, []row{
 		{fmt.Sprintf("host device gone → every device Unhealthy at the kubelet, pod layout (ms, %d runs)", adUnhealthyRuns),
 			[]string{uhCell, "n/a¹"}, fmt.Sprintf("≤ %g ms", adTargetUnhealthy), mark(uhOK)},
-		{fmt.Sprintf("kill -9 of PID 1 → registered again, %d in a row: median / max (ms)", adRestartRounds),
+		{fmt.Sprintf("kill -9 of PID 1, restarted at once → registered again, %d in a row: the restarted daemon's exec → registered, median / max (ms)³", adRestartRounds),
 			[]string{restartCell(a.restarts[hl]), restartCell(a.restarts[kt])}, fmt.Sprintf("every restart ≤ %g ms", adTargetRestart),
 			markEachAD(restartOK(a.restarts[hl]), restartOK(a.restarts[kt]))},
 		{"peak VmHWM under any single hostile client (MiB)", []string{hwm1[hl], hwm1[kt]}, fmt.Sprintf("≤ %g MiB", adTargetHWM1), markEachAD(ok1[hl], ok1[kt])},
@@ -125,6 +125,11 @@ func writeAsDeployed(a *asDeployed) {
 	})
 	d.p("¹ kata has no host device to lose in the pod layout: a removed VFIO device changes its fixed device set and it exits")
 	d.p("(docs/kata.md). ² The fight is hyperlight's (one spec file, owned by DEVICE_UID); each kata spec belongs to one resource.")
+	d.p("³ From the restarted daemon's exec (its /proc/<pid>/comm seen changed, polled every 100 µs) to the kubelet accepting")
+	d.p("its Register: what the daemon does. Kill → registered adds the death of the old PID 1 and the harness's restart (it")
+	d.p("re-executes the Go test binary as the pod's init, which mounts /proc, chroots, joins the cgroup and drops its")
+	d.p("capabilities before the exec), where a node adds kubelet's own: its pod lifecycle events and crash back-off.")
+	d.p("Stale sockets: plugin sockets in the kubelet directory besides the live one after the last round.")
 	d.p("")
 	writeHostileTable(&d, a)
 	writeStallTable(&d, a)
