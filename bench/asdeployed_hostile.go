@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -156,6 +157,7 @@ func partialOn(sock string, conns, streams int) (func(), string) {
 	body := append(k.GRPCFrame(k.MaxMessage), make([]byte, k.MaxMessage-1)...)
 	var mu sync.Mutex
 	var open []*k.RawH2
+	closed := false
 	sent, refused := 0, 0
 	var wg sync.WaitGroup
 	for c := 0; c < conns; c++ {
@@ -167,6 +169,11 @@ func partialOn(sock string, conns, streams int) (func(), string) {
 			if err != nil {
 				refused++
 				mu.Unlock()
+				return
+			}
+			if closed { // connected after the figures were taken
+				mu.Unlock()
+				r.Close()
 				return
 			}
 			open = append(open, r)
@@ -189,7 +196,13 @@ func partialOn(sock string, conns, streams int) (func(), string) {
 	if refused > 0 {
 		note += fmt.Sprintf(", %d connection(s) refused", refused)
 	}
-	return closeAll(append([]*k.RawH2(nil), open...)), note
+	return func() {
+		mu.Lock()
+		closed = true
+		conns := open
+		mu.Unlock()
+		closeAll(conns)()
+	}, note
 }
 
 func hostilePartial(streams int) func(string, string, int) (func(), string) {
@@ -245,6 +258,7 @@ func hostileAllocate(msg func(id string) []byte) func(string, string, int) (func
 		for c, n := range codes {
 			parts = append(parts, fmt.Sprintf("%d× %s", n, c))
 		}
+		sort.Strings(parts)
 		cs := append([]*grpc.ClientConn(nil), conns...)
 		return func() {
 			for _, c := range cs {
