@@ -373,7 +373,7 @@ func commandLine() string {
 	if *command != "make bench" || !*asDeployedOnly {
 		return *command
 	}
-	args := []string{"sdp-bench"}
+	args := []string{filepath.Join(*buildDir, "sdp-bench")}
 	for _, a := range os.Args[1:] {
 		if strings.ContainsAny(a, " \t") {
 			a = "'" + a + "'"

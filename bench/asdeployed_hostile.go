@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	k "sdp/kubelet"
 	api "sdp/v1beta1"
@@ -121,9 +122,40 @@ func runHostile(d adDaemon, in hostileInput) hostileResult {
 	if first.Exited() {
 		r.exit = first.ExitDescription()
 	}
-	r.note = note
+	r.note = note + "; liveness: " + livenessCheck(ap.nd, d)
 	cleanup()
 	return r
+}
+
+// livenessBound bounds the liveness check (the exec probe's own timeout is of this order).
+const livenessBound = time.Second
+
+// livenessCheck is what the exec liveness probe would get now: grpc.health.v1 Check on a new
+// connection to the registered endpoint, bounded by livenessBound.
+func livenessCheck(nd *node, d adDaemon) string {
+	p := nd.kub.Current(d.resource)
+	if p == nil {
+		return "✗ no registered endpoint"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), livenessBound)
+	defer cancel()
+	t := time.Now()
+	cc, err := k.DialPlugin(ctx, p.Socket, livenessBound)
+	if err == nil {
+		defer cc.Close()
+		var resp *healthpb.HealthCheckResponse
+		resp, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil && resp.Status != healthpb.HealthCheckResponse_SERVING {
+			return "✗ " + resp.Status.String()
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return fmt.Sprintf("✗ not answered within %v", livenessBound)
+	}
+	if err != nil {
+		return "✗ " + shortErr(err)
+	}
+	return fmt.Sprintf("✓ %s ms", f1(ms(time.Since(t))))
 }
 
 // settle waits (bounded) until the pod's memory stops moving for 300 ms, or it restarted.
