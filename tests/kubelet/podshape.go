@@ -27,7 +27,12 @@ package kubelet
 // unix sockets), no NODE_NAME (no API server), the exec probe keeps nsenter's capabilities and
 // runs without the hypervisor shim (it opens no device), and the pod root's mounts live in the
 // test process's mount namespace (which must be private: tests/run.sh runs the scenarios under
-// `unshare -m --propagation private`).
+// `unshare -m --propagation private`). A pod with Shim false runs the real hypervisor device
+// (for a live-KVM run).
+//
+// Files: this one (the pod's life), podshape_root.go (the root), podshape_cgroup.go (the memory
+// cgroup), podshape_manifest.go (the manifests and the daemons' PodSpecs), podshape_hostile.go
+// (hostile clients).
 
 import (
 	"bufio"
@@ -583,7 +588,7 @@ func NSPid(pid int) (int, error) {
 }
 
 // CheckShape checks what the daemon itself would see: PID 1, the root read-only, in the pod's
-// cgroup, no SDP_TEST_ROOT.
+// cgroup, no capability, no_new_privs, no SDP_TEST_ROOT.
 func (p *Pod) CheckShape() error {
 	c := p.Current()
 	if err := p.WaitExec(c, 10*time.Second); err != nil {
@@ -612,6 +617,16 @@ func (p *Pod) CheckShape() error {
 	}
 	if !strings.Contains(string(cg), p.cg.rel) {
 		return fmt.Errorf("the daemon is not in the pod's cgroup %s:\n%s", p.cg.rel, cg)
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err
+	}
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"} {
+		if !strings.Contains(string(st), want+"\n") {
+			return fmt.Errorf("the daemon's /proc/%d/status lacks %q (capabilities: drop ALL; allowPrivilegeEscalation: false)",
+				pid, want)
+		}
 	}
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	if err != nil {

@@ -1,7 +1,7 @@
 package kubelet
 
-// 5. The memory limit under hostile input, in the pod shape: the hyperlight main plugin in its
-// chart's limit (64 MiB), one hostile client on its plugin socket at a time. While the client
+// 5. The memory limit under hostile input, in the pod shape: the hyperlight main plugin and kata
+// in their charts' limit (64 MiB), one hostile client on a plugin socket at a time. While the client
 // holds on, the daemon must not be OOM-killed nor restarted, must answer its exec liveness probe
 // and kubelet's Allocate. The figures (cgroup peak, VmHWM) are logged, not asserted (make bench).
 
@@ -19,12 +19,43 @@ import (
 // hostileBound bounds one hostile client's run (its writes give up after writeBound each).
 const hostileBound = 30 * time.Second
 
-// hostilePod starts the main plugin's pod and waits until it is registered and advertising.
-func hostilePod(t *testing.T, env ...string) (*podScenario, *Plugin) {
-	s := newPodNode(t, true)
-	s.hyperlight(env...)
-	p := s.registered(HyperlightResource, 1, startBound)
-	s.devices(HyperlightResource, s.deviceCount(), Healthy, eventBound)
+// hostileDaemon is a daemon under hostile input: its pod, and the resource (and a device ID)
+// whose socket the hostile client uses and kubelet's Allocate checks.
+type hostileDaemon struct {
+	name     string
+	resource string
+	id       string
+}
+
+var hostileDaemons = []hostileDaemon{{"hyperlight", HyperlightResource, "hyperlight-0"}, {"kata", KataGPU, "0"}}
+
+// hostilePod starts the daemon's pod (the hyperlight main plugin with env; kata on a node with
+// two GPUs) and waits until it is registered and advertising.
+func hostilePod(t *testing.T, d hostileDaemon, env ...string) (*podScenario, *Plugin) {
+	t.Helper()
+	var s *podScenario
+	n := 2
+	if d.name == "kata" {
+		s = newPodNode(t, false)
+		tree, err := NewKataTree(s.node.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, bdf := range []string{"0000:41:00.0", "0000:42:00.0"} {
+			if err := tree.Add(i, GPU(bdf, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		spec, m, err := KataPod(s.node, tree, env...)
+		s.start(spec, m, err)
+	} else {
+		s = newPodNode(t, true)
+		s.hyperlight(env...)
+		n = s.deviceCount()
+	}
+	s.target = d
+	p := s.registered(d.resource, 1, startBound)
+	s.devices(d.resource, n, Healthy, eventBound)
 	return s, p
 }
 
@@ -51,8 +82,11 @@ func (s *podScenario) survived(what string, pid int) {
 		t.Fatalf("%s: the daemon did not survive: run #0 %s, %d restart(s)", what, first.ExitDescription(), s.pod.Restarts())
 	}
 	s.probeOK("--health-check")
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
+	d := s.target
+	if a, err := s.k.Allocate(d.resource, []string{d.id}); err != nil {
 		t.Errorf("%s: kubelet's Allocate: %v", what, err)
+	} else if d.name == "kata" {
+		checkKataAllocation(t, a.Response, d.resource, []string{d.id})
 	} else {
 		checkAllocation(t, a.Response)
 	}
@@ -116,8 +150,17 @@ func TestPodShapeMemory(t *testing.T) {
 		t.Skip("an instrumented (ASan) build's memory is not the daemon's: the chart's limit is checked on the " +
 			"production build by make test")
 	}
+	for _, d := range hostileDaemons {
+		d := d
+		t.Run(d.name, func(t *testing.T) { hostileInputs(t, d) })
+	}
+}
+
+// hostileInputs runs, each against a fresh pod of d, the hostile clients every daemon meets
+// the same way (the gRPC layer is libdp's).
+func hostileInputs(t *testing.T, d hostileDaemon) {
 	t.Run("unfinished-4MiB-16-streams", func(t *testing.T) {
-		s, p := hostilePod(t)
+		s, p := hostilePod(t, d)
 		pid := s.pod.Current().Pid()
 		for _, r := range partial(t, p.Socket, 1, 16) {
 			defer r.Close()
@@ -126,7 +169,7 @@ func TestPodShapeMemory(t *testing.T) {
 		s.survived("16 streams with unfinished 4 MiB messages", pid)
 	})
 	t.Run("unfinished-4MiB-2-connections", func(t *testing.T) {
-		s, p := hostilePod(t)
+		s, p := hostilePod(t, d)
 		pid := s.pod.Current().Pid()
 		for _, r := range partial(t, p.Socket, 2, 32) {
 			defer r.Close()
@@ -139,10 +182,10 @@ func TestPodShapeMemory(t *testing.T) {
 		msg  []byte
 	}{
 		{"allocate-1M-container-requests", AllocateManyContainers(MaxMessage / 4)},
-		{"allocate-2M-unknown-fields", AllocateUnknownFields("hyperlight-0", (MaxMessage-32)/2)},
+		{"allocate-2M-unknown-fields", AllocateUnknownFields(d.id, (MaxMessage-32)/2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, p := hostilePod(t)
+			s, p := hostilePod(t, d)
 			pid := s.pod.Current().Pid()
 			cc, err := DialPlugin(context.Background(), p.Socket, eventBound)
 			if err != nil {
@@ -156,8 +199,20 @@ func TestPodShapeMemory(t *testing.T) {
 			s.survived(tc.name, pid)
 		})
 	}
+	t.Run("64-listandwatch-connections", func(t *testing.T) {
+		s, p := hostilePod(t, d)
+		pid := s.pod.Current().Pid()
+		streaming := holdStreams(t, p.Socket, 64)
+		t.Logf("%d connections hold a ListAndWatch stream (and kubelet's one)", streaming)
+		s.survived("64 connections held by ListAndWatch streams", pid)
+	})
+	// Answers a client never reads: against the hyperlight main plugin with a large device
+	// list (kata advertises what the node has, a handful of devices).
+	if d.name != "hyperlight" {
+		return
+	}
 	t.Run("listandwatch-never-read", func(t *testing.T) {
-		s, p := hostilePod(t, "DEVICE_COUNT=100000")
+		s, p := hostilePod(t, d, "DEVICE_COUNT=100000")
 		pid := s.pod.Current().Pid()
 		opened := 0
 		for c := 0; c < 8; c++ {
@@ -178,49 +233,50 @@ func TestPodShapeMemory(t *testing.T) {
 		s.settle(pid)
 		s.survived("8 connections x 16 ListAndWatch streams never read, 100000 devices", pid)
 	})
-	t.Run("64-listandwatch-connections", func(t *testing.T) {
-		s, p := hostilePod(t)
-		pid := s.pod.Current().Pid()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		var mu sync.Mutex
-		streaming, opened := 0, 0
-		for c := 0; c < 64; c++ {
-			cc, err := DialPlugin(ctx, p.Socket, 2*time.Second) // a hostile client's, not an event's
-			if err != nil {
-				t.Logf("connection %d: %v", c, err)
-				continue
-			}
-			defer cc.Close()
-			st, err := api.NewDevicePluginClient(cc).ListAndWatch(ctx, &api.Empty{})
-			if err != nil {
-				continue
-			}
-			opened++
-			wg.Add(1)
-			go func(st api.DevicePlugin_ListAndWatchClient) {
-				defer wg.Done()
-				first := true
-				for {
-					if _, err := st.Recv(); err != nil {
-						return
-					}
-					if first {
-						mu.Lock()
-						streaming++
-						mu.Unlock()
-						first = false
-					}
-				}
-			}(st)
+}
+
+// holdStreams opens connections one by one, each holding a ListAndWatch stream that is read,
+// until max streams are live or the server refused twice (a connection closed at once, or no
+// first snapshot within 2 s): every connection slot is held by a call, none left idle to be
+// evicted. The connections close at the test's end.
+func holdStreams(t *testing.T, sock string, max int) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	streaming, refused := 0, 0
+	for streaming < max && refused < 2 {
+		cc, err := DialPlugin(ctx, sock, 2*time.Second) // a hostile client's bound, not an event's
+		if err != nil {
+			refused++
+			t.Logf("connection %d: %v", streaming+refused, err)
+			continue
 		}
-		Poll(eventBound, func() bool { mu.Lock(); defer mu.Unlock(); return streaming >= opened })
-		mu.Lock()
-		t.Logf("%d of 64 connections hold a ListAndWatch stream", streaming)
-		mu.Unlock()
-		s.survived("64 connections held by ListAndWatch streams", pid)
-		cancel()
-	})
+		t.Cleanup(func() { cc.Close() })
+		first := make(chan error, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := api.NewDevicePluginClient(cc).ListAndWatch(ctx, &api.Empty{})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			first <- err
+			for err == nil {
+				_, err = st.Recv()
+			}
+		}()
+		select {
+		case err = <-first:
+		case <-time.After(2 * time.Second):
+			err = fmt.Errorf("no first snapshot within 2 s")
+		}
+		if err != nil {
+			refused++
+			t.Logf("connection %d: %v", streaming+refused, err)
+			cc.Close()
+			continue
+		}
+		streaming++
+	}
+	return streaming
 }

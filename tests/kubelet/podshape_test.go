@@ -21,11 +21,12 @@ const instrumentedLimit = 1 << 30
 
 // podScenario: a simulated node, the mock kubelet on its kubelet directory, one pod.
 type podScenario struct {
-	t    *testing.T
-	node *Node
-	k    *MockKubelet
-	pod  *Pod
-	m    *Manifest
+	t      *testing.T
+	node   *Node
+	k      *MockKubelet
+	pod    *Pod
+	m      *Manifest
+	target hostileDaemon // the daemon under hostile input (podshape_hostile_test.go)
 }
 
 // newPodNode makes the node (with /dev/kvm when kvm) and the mock kubelet.
@@ -390,4 +391,42 @@ func TestPodShapeCrashLoop(t *testing.T) {
 		}
 	}
 	s.probeOK("--health-check=readiness")
+}
+
+// ---- the manifests the pods are read from
+
+// The reader takes from each manifest what the pods use: the chart's memory limits (64 Mi for
+// hyperlight's main plugin and kata, 48 Mi for device-access), the args and the literal env.
+func TestPodShapeManifests(t *testing.T) {
+	src, err := SourceDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file  string
+		limit int64
+		args  []string
+		env   []string
+	}{
+		{HyperlightManifest, 64 << 20, nil, []string{"HOST_DEVICE_DIR=/host-dev", "DEVICE_COUNT=2000",
+			"DEVICE_UID=65534", "DEVICE_GID=65534", "LOG_LEVEL=info"}},
+		{DeviceAccessManifest, 48 << 20, []string{"--device-access"}, []string{"HOST_DEVICE_DIR=/host-dev", "LOG_LEVEL=info"}},
+		{KataValues, 64 << 20, nil, []string{"LOG_LEVEL=info"}},
+	} {
+		m, err := ReadManifest(filepath.Join(src, tc.file))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if m.MemoryLimit != tc.limit || !reflect.DeepEqual(m.Args, tc.args) || !reflect.DeepEqual(m.Env, tc.env) {
+			t.Errorf("%s: limit %d args %q env %q; want %d %q %q", tc.file, m.MemoryLimit, m.Args, m.Env,
+				tc.limit, tc.args, tc.env)
+		}
+	}
+	for _, q := range []string{"64", "1Ki", "0Mi", "-1Mi", "64M", "Mi"} {
+		n, err := ParseQuantity(q)
+		if ok := q == "64" || q == "1Ki"; ok != (err == nil) || (q == "1Ki" && n != 1024) {
+			t.Errorf("ParseQuantity(%q) = %d, %v", q, n, err)
+		}
+	}
 }
