@@ -76,12 +76,14 @@ lint: build
 
 # Benchmarks (bench/): kata (static and dynamic), hyperlight and the grpc-go reference plugin on
 # simulated nodes, the ListAndWatch encoder alone, both images (podman); regenerates
-# docs/benchmarks.md. BENCH_IDLE sets the idle period in seconds (default 60). Profiling one
+# docs/benchmarks.md, and the "As deployed" figures of docs/reliability.md (both daemons in their
+# pod shape; alone: $(BUILD)/sdp-bench -build $(BUILD) -asdeployed-only). BENCH_IDLE sets the
+# idle period in seconds (default 60). Profiling one
 # daemon: $(BUILD)/sdp-bench -build $(BUILD) -profile kata-static -profile-wait 5 -profile-hold 60
 BENCH_IDLE ?= 60
 bench: build
 	scripts/install-deps.sh runtime || echo "make bench: the runtime packages (podman) are missing: the images are not measured"
-	$(BUILD)/sdp-bench -build $(BUILD) -out docs/benchmarks.md -idle $(BENCH_IDLE) -command "make bench BENCH_IDLE=$(BENCH_IDLE)"
+	$(BUILD)/sdp-bench -build $(BUILD) -out docs/benchmarks.md -idle $(BENCH_IDLE) -reliability docs/reliability.md -command "make bench BENCH_IDLE=$(BENCH_IDLE)"
 
 # Both plugin images, offline: podman build from images/*.Containerfile into the vfs store
 # $(BUILD)/podman (FROM scratch; OCI labels version/revision/source); prints their sizes.

@@ -113,6 +113,10 @@ func main() {
 		{name: "reference", bin: bin("reference-go-plugin"), resource: refResource, env: []string{"DEVICE_COUNT=2000"}},
 	}
 	privateMountNS()
+	if *asDeployedOnly {
+		asDeployedOnlyMode(src, build)
+		return
+	}
 	if *idleOnly != "" {
 		idleOnlyMode(kinds)
 		return
@@ -196,6 +200,9 @@ func main() {
 		}
 	}
 	write(res, probe, ceil, scale, enc, scan, staticSize, img, imgNote, time.Since(began))
+	if *reliabilityPath != "" {
+		writeAsDeployed(measureAsDeployed(src, build))
+	}
 }
 
 // row is one line of a table: the figure, one cell per column, the target and whether it is met.
