@@ -42,6 +42,7 @@ static int precheck(struct hl_plugin *p, char *reason, size_t size)
 	int r;
 
 	hl_node_watch_ensure(&p->watch);
+	hl_node_watch_ensure(&p->host_watch);
 	r = hl_device_verify(&p->dev, reason, size);
 	if (r < 0)
 		return r;
@@ -267,6 +268,9 @@ static int setup_probe(struct hl_plugin *p)
 		r = dp_path(host, sizeof(host), abs);
 		if (r < 0)
 			return r;
+		r = dp_path(p->host_dir, sizeof(p->host_dir), p->cfg.host_device_dir);
+		if (r < 0)
+			return r;
 		snprintf(maj, sizeof(maj), "%u", major(p->dev.rdev));
 		snprintf(min, sizeof(min), "%u", minor(p->dev.rdev));
 		argv[3] = host;
@@ -318,8 +322,14 @@ int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *
 	p->events.on_register_failed = on_register_failed;
 	p->events.userdata = p;
 	dp_endpoint_set_events(p->ep, &p->events);
-	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dev = &p->dev };
+	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dir = p->dev.host_dir,
+					   .name = p->dev.name };
 	hl_node_watch_ensure(&p->watch);
+	if (p->host_dir[0]) { /* the host's node, checked by the probe: its changes are seen at once */
+		p->host_watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dir = p->host_dir,
+							.name = p->dev.name };
+		hl_node_watch_ensure(&p->host_watch);
+	}
 	r = start_hold(p, kdir);
 	if (r < 0)
 		return r;
@@ -335,4 +345,5 @@ void hl_plugin_stop(struct hl_plugin *p)
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
 	hl_node_watch_stop(&p->watch);
+	hl_node_watch_stop(&p->host_watch);
 }

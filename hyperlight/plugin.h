@@ -5,8 +5,9 @@
  * (repaired when it differs), then the usability probe in the helper child (2 s deadline; with
  * HOST_DEVICE_DIR the host's node is verified there too). Concurrent checks (the period,
  * inotify, every Allocate) join the probe in flight; each finished check updates every stream.
- * inotify on the device's directory and on the CDI directory asks for a check at once; the
- * endpoint adds the 30 s period and the backoff while unhealthy.
+ * A watch (dp_watch) on the device's directory, on HOST_DEVICE_DIR (the host's node: gone,
+ * replaced or back) and on the CDI directory asks for a check at once; the endpoint adds the
+ * 30 s period (the backstop) and the backoff while unhealthy.
  *
  * The first check waits for the first registration attempt to end (registered or failed; at
  * most HL_FIRST_CHECK_HOLD_USEC; not at all when kubelet.sock is absent): kubelet dials back
@@ -32,7 +33,9 @@ struct hl_plugin {
 	char cdi_name[128]; /* "hyperlight.dev/hypervisor=kvm" */
 	dp_endpoint *ep;
 	dp_cdi_file *cdi;
-	struct hl_node_watch watch;
+	struct hl_node_watch watch;      /* the node in the daemon's own /dev */
+	char host_dir[PATH_MAX];         /* HOST_DEVICE_DIR resolved, "" without it */
+	struct hl_node_watch host_watch; /* the host's node there (with HOST_DEVICE_DIR) */
 	dp_helper *probe;
 	struct hl_waiter *waiters; /* requesters of the probe in flight */
 	dp_endpoint_events events; /* the shared log lines, plus the release of the first check */
