@@ -280,7 +280,8 @@ static void schedule_changed(dp_cdi_file *f)
 		dp_debug("cdi: cannot schedule the change callback", "path=%s errno=%d", f->path, -r);
 }
 
-static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask, void *userdata)
+static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask,
+		     void *userdata)
 {
 	dp_cdi_file *f = userdata;
 

@@ -21,7 +21,8 @@
 
 static void stat_compare(dp_endpoint *ep);
 
-static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask, void *userdata)
+static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask,
+		     void *userdata)
 {
 	dp_endpoint *ep = userdata;
 
