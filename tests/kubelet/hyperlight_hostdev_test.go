@@ -19,15 +19,17 @@ import (
 const watchBound = 10 * time.Second
 
 func TestHyperlightHostDeviceDirWatched(t *testing.T) {
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	node := newNode(t, true) // the pod's copy of /dev/kvm
 	hostDir := filepath.Join(node.Root, "host-dev")
-	if err := os.Mkdir(hostDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	host := filepath.Join(hostDir, "kvm")
-	if err := Mknod(host, KVMMajor, KVMMinor); err != nil {
-		t.Fatal(err)
-	}
+	must(os.Mkdir(hostDir, 0o755))
+	must(Mknod(host, KVMMajor, KVMMinor))
 	s := prepare(t, node)
 	s.startDaemon("DEVICE_COUNT=3", "HOST_DEVICE_DIR=/host-dev")
 	p := s.ready(3)
@@ -48,9 +50,7 @@ func TestHyperlightHostDeviceDirWatched(t *testing.T) {
 	}
 
 	// rmmod on the host: the host's node goes, the pod's copy stays.
-	if err := os.Remove(host); err != nil {
-		t.Fatal(err)
-	}
+	must(os.Remove(host))
 	watched("host node removed", "node", Unhealthy)
 	if waitCount(s.d, 1, "device unusable", "host device "+host+" missing") < 1 {
 		t.Errorf("no warning naming the missing host node %s", host)
@@ -60,41 +60,25 @@ func TestHyperlightHostDeviceDirWatched(t *testing.T) {
 	}
 
 	// modprobe: back with the same number.
-	if err := Mknod(host, KVMMajor, KVMMinor); err != nil {
-		t.Fatal(err)
-	}
+	must(Mknod(host, KVMMajor, KVMMinor))
 	watched("host node back", "node", Healthy)
 
 	// Replaced (renamed over, as devtmpfs or a careless admin might) by another device.
 	tmp := filepath.Join(hostDir, ".kvm.new")
-	if err := Mknod(tmp, KVMMajor, KVMMinor+1); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, host); err != nil {
-		t.Fatal(err)
-	}
+	must(Mknod(tmp, KVMMajor, KVMMinor+1))
+	must(os.Rename(tmp, host))
 	watched("host node replaced by another device", "node", Unhealthy)
 	if waitCount(s.d, 1, "device unusable", host, "has device number") < 1 {
 		t.Errorf("no warning naming the host node's new device number")
 	}
 
 	// The whole host directory goes and comes back (a remount): the watch re-arms itself.
-	if err := os.Remove(host); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(hostDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(hostDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := Mknod(host, KVMMajor, KVMMinor); err != nil {
-		t.Fatal(err)
-	}
+	must(os.Remove(host))
+	must(os.Remove(hostDir))
+	must(os.Mkdir(hostDir, 0o755))
+	must(Mknod(host, KVMMajor, KVMMinor))
 	watched("host directory re-created", "directory", Healthy)
-	if err := os.Remove(host); err != nil {
-		t.Fatal(err)
-	}
+	must(os.Remove(host))
 	watched("host node removed from the new directory", "node", Unhealthy)
 
 	if s.k.Current(HyperlightResource) != p {
