@@ -10,7 +10,6 @@
 #include <ftw.h>
 #include <limits.h>
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,17 +65,13 @@ static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *
 	return remove(p) < 0 ? -1 : 0;
 }
 
-static char *path(struct ctx *c, const char *fmt, ...)
+/* root/rel; two results at a time (for rename()). */
+static char *path(struct ctx *c, const char *rel)
 {
-	static char bufs[2][2 * PATH_MAX]; /* two at a time, for rename() */
+	static char bufs[2][2 * PATH_MAX];
 	static unsigned next;
 	char *buf = bufs[next++ % 2];
-	char rel[PATH_MAX];
-	va_list ap;
 
-	va_start(ap, fmt);
-	vsnprintf(rel, sizeof(rel), fmt, ap);
-	va_end(ap);
 	snprintf(buf, sizeof(bufs[0]), "%s/%s", c->root, rel);
 	return buf;
 }
