@@ -99,8 +99,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct ctx *c = *state;
-	dp_watch_free(c->w);
-	dp_loop_free(c->loop);
+
+	/* the watch before its loop, the tree last */
+	dp_loop_free((dp_watch_free(c->w), c->loop));
 	assert_int_equal(nftw(c->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
 	free(c->root);
 	free(c);
@@ -351,19 +352,17 @@ static void test_invalid(void **state)
 	assert_null(dp_watch_free(NULL));
 }
 
+/* Each test on its own directory and loop. */
+#define WATCH_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_entries_filtered, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_entries_all, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_removed_recreated, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_absent_at_start, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_not_a_directory, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_replaced, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_backstop, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_free_in_callback, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_invalid, setup, teardown),
+		WATCH_TEST(test_entries_filtered),    WATCH_TEST(test_entries_all),
+		WATCH_TEST(test_dir_removed_recreated), WATCH_TEST(test_dir_absent_at_start),
+		WATCH_TEST(test_dir_not_a_directory), WATCH_TEST(test_dir_replaced),
+		WATCH_TEST(test_overflow),            WATCH_TEST(test_backstop),
+		WATCH_TEST(test_free_in_callback),    WATCH_TEST(test_invalid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
