@@ -103,10 +103,12 @@ static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t
 {
 	kata_idle *i = userdata;
 
-	if (kind == DP_WATCH_DIR || (kind == DP_WATCH_ENTRY && i->name[0] && strcmp(name, i->name) == 0))
+	bool ours_gone = kind == DP_WATCH_ENTRY && i->name[0] && strcmp(name, i->name) == 0;
+	/* the backstop, or events lost: compare by stat */
+	bool recheck = kind == DP_WATCH_BACKSTOP || kind == DP_WATCH_OVERFLOW;
+
+	if (kind == DP_WATCH_DIR || ours_gone || (recheck && !ours_present(i)))
 		serve(i);
-	else if (kind != DP_WATCH_ENTRY && !ours_present(i))
-		serve(i); /* the backstop, or events lost */
 	arm_backstop(i);
 }
 

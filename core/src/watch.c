@@ -92,15 +92,17 @@ static void arm_ancestor(dp_watch *w, const char *path)
 {
 	char p[PATH_MAX];
 	char *slash;
+	size_t n = strlen(path);
 	int r = -ENOENT;
 
-	if (strlen(path) >= sizeof(p))
+	if (n >= sizeof(p))
 		return;
-	strcpy(p, path);
+	memcpy(p, path, n + 1);
 	while ((r == -ENOENT || r == -ENOTDIR) && (slash = strrchr(p, '/')) && slash[1]) {
-		if (strlen(slash + 1) >= sizeof(w->anc_child))
+		n = strlen(slash + 1);
+		if (n >= sizeof(w->anc_child))
 			return;
-		strcpy(w->anc_child, slash + 1);
+		memcpy(w->anc_child, slash + 1, n + 1);
 		if (slash == p)
 			slash++; /* the root keeps its '/' */
 		*slash = '\0';
@@ -169,7 +171,8 @@ int dp_watch_new(dp_loop *l, const dp_watch_config *cfg, dp_watch **ret)
 	w->dir = strndup(cfg->dir, n);
 	w->name = cfg->name ? strdup(cfg->name) : NULL;
 	if (!w->dir || (cfg->name && !w->name))
-		return -ENOMEM;
+		/* w is freed by its _cleanup_ attribute, which the analyzer does not model */
+		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
 	w->loop = l;
 	w->mask = cfg->mask;
 	w->watch_parent = cfg->watch_parent;
