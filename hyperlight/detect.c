@@ -89,7 +89,10 @@ static void on_node_event(dp_watch *dw, dp_watch_kind kind, const char *name, ui
 					    [DP_WATCH_BACKSTOP] = "backstop" };
 
 	dp_debug("device node watch: checking now", "node=%s/%s event=%s", w->dir, w->name, what[kind]);
-	dp_endpoint_request_check(w->ep);
+	if (w->changed)
+		w->changed(w->userdata);
+	else
+		dp_endpoint_request_check(w->ep);
 }
 
 void hl_node_watch_ensure(struct hl_node_watch *w)

@@ -34,6 +34,8 @@ struct hl_node_watch {
 	dp_endpoint *ep;
 	const char *dir;  /* resolved under the root prefix */
 	const char *name; /* the node in dir: "kvm" or "mshv" */
+	void (*changed)(void *userdata); /* called instead of asking ep for a check, when set */
+	void *userdata;
 	dp_watch *src;
 };
 

@@ -32,7 +32,8 @@ static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t
 		stat_compare(ep);
 		break;
 	case DP_WATCH_DIR: /* the directory went away, was replaced or appeared: start over */
-		dp_endpoint_restart(ep, "device-plugins directory replaced");
+		dp_endpoint_restart(ep, dp_watch_dir_watched(w) ? "device-plugins directory replaced"
+								 : "device-plugins directory removed");
 		break;
 	case DP_WATCH_ENTRY:
 		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0)

@@ -18,20 +18,28 @@ import (
 // daemon's debug line naming the host node and the event says so too.
 const watchBound = 10 * time.Second
 
-func TestHyperlightHostDeviceDirWatched(t *testing.T) {
-	must := func(err error) {
+// podLayout starts the daemon with the pod's /dev/kvm and the host's at <root>/host-dev/kvm
+// (HOST_DEVICE_DIR=/host-dev), 3 devices, and waits for them Healthy; it returns the host
+// node's path and a check that fails the test on an error.
+func podLayout(t *testing.T) (s *scenario, node *Node, host string, must func(error)) {
+	must = func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	node := newNode(t, true) // the pod's copy of /dev/kvm
-	hostDir := filepath.Join(node.Root, "host-dev")
-	host := filepath.Join(hostDir, "kvm")
-	must(os.Mkdir(hostDir, 0o755))
+	node = newNode(t, true) // the pod's copy of /dev/kvm
+	host = filepath.Join(node.Root, "host-dev", "kvm")
+	must(os.Mkdir(filepath.Dir(host), 0o755))
 	must(Mknod(host, KVMMajor, KVMMinor))
-	s := prepare(t, node)
+	s = prepare(t, node)
 	s.startDaemon("DEVICE_COUNT=3", "HOST_DEVICE_DIR=/host-dev")
+	return s, node, host, must
+}
+
+func TestHyperlightHostDeviceDirWatched(t *testing.T) {
+	s, node, host, must := podLayout(t)
+	hostDir := filepath.Dir(host)
 	p := s.ready(3)
 
 	// watched waits until the daemon says the host node's watch asked for a check (after the
@@ -87,4 +95,34 @@ func TestHyperlightHostDeviceDirWatched(t *testing.T) {
 	if strings.Contains(s.d.Log(), "level=error") {
 		t.Errorf("errors in the daemon's log")
 	}
+}
+
+// An Allocate sent after the host's node went away is not answered by a probe that started
+// before (and may have seen the node there): it waits for a fresh probe, which fails.
+func TestHyperlightHostNodeGoneDuringProbe(t *testing.T) {
+	s, _, host, must := podLayout(t)
+	s.ready(3)
+	before := helpersSoFar(s.d)
+	s.shim("HVSHIM_DELAY_MS=1000") // a slow but successful probe: it is in flight a while
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"})
+		first <- err
+	}()
+	if !s.wait(eventBound, func() bool { return len(helperPids(s.d)) > before }) {
+		s.fatalf("no probe started for the first Allocate")
+	}
+	must(os.Remove(host))
+	if waitCount(s.d, 1, "device node watch: checking now", "node="+host, "event=node") < 1 {
+		s.fatalf("the watch did not see %s go", host)
+	}
+	_, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-1"})
+	unavailable(t, err, "host device "+host+" missing")
+	select {
+	case err := <-first: // either verdict: its probe started as the node went
+		t.Logf("the Allocate sent before the node went: %v", err)
+	case <-time.After(hangBound + eventBound):
+		t.Errorf("the first Allocate got no answer")
+	}
+	s.devices(3, Unhealthy, eventBound)
 }

@@ -8,8 +8,9 @@
  * Life cycle (design decision 4): serve, then Register (deadline 20 s > kubelet's 10 s dial).
  * On failure: stop that server, remove our socket, back off (100 ms doubling, capped at 5 s),
  * retry with a fresh server. kubelet restarts are seen by inotify on the device-plugins
- * directory (kubelet.sock created, our socket deleted, directory replaced: the watch is re-armed)
- * plus a 5 s stat fallback, and by the last ListAndWatch stream ending: old streams are closed,
+ * directory (kubelet.sock created, our socket deleted, directory removed, replaced or created:
+ * dp_watch re-arms itself) plus a stat backstop (30 s, 5 s without inotify), and by the last
+ * ListAndWatch stream ending: old streams are closed,
  * a fresh server is created and registered at once. Only sockets this endpoint created are
  * ever deleted.
  *
