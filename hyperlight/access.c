@@ -74,7 +74,8 @@ int hl_access_start(struct hl_access *a, dp_loop *loop, const struct hl_device *
 	if (r < 0)
 		return r;
 	dp_endpoint_set_events(a->ep, &dp_endpoint_log_events);
-	a->watch = (struct hl_node_watch){ .loop = loop, .ep = a->ep, .dev = &a->dev };
+	a->watch = (struct hl_node_watch){ .loop = loop, .ep = a->ep, .dir = a->dev.host_dir,
+					   .name = a->dev.name };
 	hl_node_watch_ensure(&a->watch);
 	return dp_endpoint_start(a->ep);
 }

@@ -80,33 +80,38 @@ int hl_device_verify(const struct hl_device *d, char *reason, size_t size)
 	return 0;
 }
 
-#define NODE_MASK                                                                                  \
-	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF |        \
-	 IN_MOVE_SELF | IN_ONLYDIR)
-
-static int on_node_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+static void on_node_event(dp_watch *dw, dp_watch_kind kind, const char *name, uint32_t mask,
+			  void *userdata)
 {
 	struct hl_node_watch *w = userdata;
-	const char *base = strrchr(w->dev->host_path, '/') + 1;
-	if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
-		w->src = dp_source_free(w->src);
+	static const char *const what[] = { [DP_WATCH_ENTRY] = "node", [DP_WATCH_DIR] = "directory",
+					    [DP_WATCH_OVERFLOW] = "overflow",
+					    [DP_WATCH_BACKSTOP] = "backstop" };
+
+	dp_debug("device node watch: checking now", "node=%s/%s event=%s", w->dir, w->name, what[kind]);
+	if (w->changed)
+		w->changed(w->userdata);
+	else
 		dp_endpoint_request_check(w->ep);
-	} else if (ev->len && strcmp(ev->name, base) == 0) {
-		dp_endpoint_request_check(w->ep);
-	}
-	return 0;
 }
 
 void hl_node_watch_ensure(struct hl_node_watch *w)
 {
-	if (w->src || !w->ep)
+	dp_watch_config cfg = { .dir = w->dir, .name = w->name,
+				.mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB,
+				.fn = on_node_event, .userdata = w };
+	if (!w->ep)
 		return;
-	int r = dp_inotify_add(w->loop, w->dev->host_dir, NODE_MASK, on_node_event, w, &w->src);
+	if (w->src) {
+		(void)dp_watch_rearm(w->src);
+		return;
+	}
+	int r = dp_watch_new(w->loop, &cfg, &w->src);
 	if (r < 0)
-		dp_debug("cannot watch device directory", "dir=%s error=%d", w->dev->host_dir, r);
+		dp_debug("cannot watch device directory", "dir=%s error=%d", w->dir, r);
 }
 
 void hl_node_watch_stop(struct hl_node_watch *w)
 {
-	w->src = dp_source_free(w->src);
+	w->src = dp_watch_free(w->src);
 }

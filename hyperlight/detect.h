@@ -8,6 +8,7 @@
 
 #include "dp/endpoint.h"
 #include "dp/loop.h"
+#include "dp/watch.h"
 
 struct hl_device {
 	const char *name;      /* "kvm" or "mshv": the CDI device name and HYPERLIGHT_HYPERVISOR */
@@ -24,13 +25,18 @@ int hl_detect(const char *dir, struct hl_device *ret, char *err, size_t errlen);
 /* 0 when host_path is still a character device with the same number; else -errno and reason. */
 int hl_device_verify(const struct hl_device *d, char *reason, size_t size);
 
-/* inotify on the node's directory: the node created, deleted, replaced or changed asks ep for a
- * check at once. Re-armed by hl_node_watch_ensure() after the directory itself went away. */
+/* A watch (dp_watch) on the node's directory: the node created, deleted, replaced or changed,
+ * or the directory itself gone, replaced or back, asks ep for a check at once (logged at debug
+ * with the event). hl_node_watch_ensure() adds it, or re-arms what could not be added; the
+ * caller's periodic check is its backstop. dir and name are borrowed. */
 struct hl_node_watch {
 	dp_loop *loop;
 	dp_endpoint *ep;
-	const struct hl_device *dev;
-	dp_source *src;
+	const char *dir;  /* resolved under the root prefix */
+	const char *name; /* the node in dir: "kvm" or "mshv" */
+	void (*changed)(void *userdata); /* called instead of asking ep for a check, when set */
+	void *userdata;
+	dp_watch *src;
 };
 
 void hl_node_watch_ensure(struct hl_node_watch *w);

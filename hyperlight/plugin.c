@@ -44,6 +44,7 @@ static int precheck(struct hl_plugin *p, char *reason, size_t size)
 	int r;
 
 	hl_node_watch_ensure(&p->watch);
+	hl_node_watch_ensure(&p->host_watch);
 	r = hl_device_verify(&p->dev, reason, size);
 	if (r < 0)
 		return r;
@@ -105,21 +106,50 @@ static void waiter_unlink(struct hl_plugin *p, struct hl_waiter *w)
 		}
 }
 
+static void submit(struct hl_plugin *p, struct hl_waiter *w);
+
 static void on_probe_done(const dp_helper_result *res, void *userdata)
 {
 	struct hl_waiter *w = userdata;
-	const char *cdi = dp_cdi_file_error(w->p->cdi);
-	waiter_unlink(w->p, w);
+	struct hl_plugin *p = w->p;
+	const char *cdi = dp_cdi_file_error(p->cdi);
+	waiter_unlink(p, w);
 	/* A check that failed on the CDI spec while this probe ran (another writer took it over)
 	 * wins over the probe's verdict: the spec's last sync failed. */
 	if (res->ok && cdi[0])
-		check_done(w->p, w->a, false, cdi);
+		check_done(p, w->a, false, cdi);
 	else
-		check_done(w->p, w->a, res->ok, res->reason);
+		check_done(p, w->a, res->ok, res->reason);
 	free(w);
+	if (p->waiters)
+		return;
+	/* the run is over: the requests that came after a node changed get a fresh probe */
+	p->stale = false;
+	while (p->queued) {
+		w = p->queued;
+		p->queued = w->next;
+		submit(p, w);
+	}
 }
 
-/* Run one check; a probe already in flight is joined, not duplicated. */
+/* Join the probe in flight or start one; a failure answers w at once. */
+static void submit(struct hl_plugin *p, struct hl_waiter *w)
+{
+	char reason[512];
+	int r = dp_helper_request(p->probe, on_probe_done, w, NULL);
+
+	if (r < 0) {
+		snprintf(reason, sizeof(reason), "cannot start the probe helper: %s", strerror(-r));
+		check_done(p, w->a, false, reason);
+		free(w);
+		return;
+	}
+	w->next = p->waiters;
+	p->waiters = w;
+}
+
+/* Run one check; a probe already in flight is joined, not duplicated, unless a node changed
+ * since it started (it may have seen the old node): then the check waits for the next probe. */
 static void start_check(struct hl_plugin *p, dp_alloc *a)
 {
 	char reason[512];
@@ -131,29 +161,45 @@ static void start_check(struct hl_plugin *p, dp_alloc *a)
 		return;
 	}
 	w = calloc(1, sizeof(*w));
-	r = w ? dp_helper_request(p->probe, on_probe_done, w, NULL) : -ENOMEM;
-	if (r < 0) {
-		free(w);
-		snprintf(reason, sizeof(reason), "cannot start the probe helper: %s", strerror(-r));
-		check_done(p, a, false, reason);
+	if (!w) {
+		check_done(p, a, false, "cannot start the probe helper: out of memory");
 		return;
 	}
 	w->p = p;
 	w->a = a;
-	w->next = p->waiters;
-	p->waiters = w;
+	if (p->stale && p->waiters) {
+		w->next = p->queued;
+		p->queued = w;
+		return;
+	}
+	submit(p, w);
 }
 
-/* Shutdown with a probe in flight: the helper drops its waiters silently; answer ours. */
+/* A watched node (the daemon's own or the host's) changed: a check at once, and a probe in
+ * flight no longer answers the requests that follow. */
+static void on_node_changed(void *userdata)
+{
+	struct hl_plugin *p = userdata;
+
+	if (p->waiters)
+		p->stale = true;
+	dp_endpoint_request_check(p->ep);
+}
+
+/* Shutdown with a probe in flight: the helper drops its waiters silently; answer ours (and
+ * the queued ones). */
 static void finish_waiters(struct hl_plugin *p)
 {
-	while (p->waiters) {
-		struct hl_waiter *w = p->waiters;
-		p->waiters = w->next;
-		if (w->a)
-			dp_alloc_finish(w->a, DP_GRPC_UNAVAILABLE, "plugin shutting down");
-		free(w);
-	}
+	struct hl_waiter **lists[] = { &p->waiters, &p->queued };
+
+	for (size_t i = 0; i < DP_ELEMENTSOF(lists); i++)
+		while (*lists[i]) {
+			struct hl_waiter *w = *lists[i];
+			*lists[i] = w->next;
+			if (w->a)
+				dp_alloc_finish(w->a, DP_GRPC_UNAVAILABLE, "plugin shutting down");
+			free(w);
+		}
 }
 
 static void drv_check(dp_endpoint *ep, void *userdata)
@@ -290,6 +336,9 @@ static int setup_probe(struct hl_plugin *p)
 		r = dp_path(host, sizeof(host), abs);
 		if (r < 0)
 			return r;
+		r = dp_path(p->host_dir, sizeof(p->host_dir), p->cfg.host_device_dir);
+		if (r < 0)
+			return r;
 		snprintf(maj, sizeof(maj), "%u", major(p->dev.rdev));
 		snprintf(min, sizeof(min), "%u", minor(p->dev.rdev));
 		argv[3] = host;
@@ -341,8 +390,16 @@ int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *
 	p->events.on_register_failed = on_register_failed;
 	p->events.userdata = p;
 	dp_endpoint_set_events(p->ep, &p->events);
-	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dev = &p->dev };
+	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dir = p->dev.host_dir,
+					   .name = p->dev.name, .changed = on_node_changed,
+					   .userdata = p };
 	hl_node_watch_ensure(&p->watch);
+	if (p->host_dir[0]) { /* the host's node, checked by the probe: its changes are seen at once */
+		p->host_watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dir = p->host_dir,
+							.name = p->dev.name, .changed = on_node_changed,
+							.userdata = p };
+		hl_node_watch_ensure(&p->host_watch);
+	}
 	r = start_hold(p, kdir);
 	if (r < 0)
 		return r;
@@ -358,4 +415,5 @@ void hl_plugin_stop(struct hl_plugin *p)
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
 	hl_node_watch_stop(&p->watch);
+	hl_node_watch_stop(&p->host_watch);
 }

@@ -12,11 +12,11 @@
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
+#include "dp/watch.h"
 #include "table.h"
 
 #define CHECK_USEC (5 * DP_USEC_PER_SEC)          /* without a watch, or while not serving */
 #define CHECK_WATCHED_USEC (30 * DP_USEC_PER_SEC) /* serving, with an inotify watch */
-#define DIR_MASK (IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 
 struct kata_idle {
 	dp_loop *loop;
@@ -27,9 +27,7 @@ struct kata_idle {
 	ino_t ino;
 	dev_t dev;
 	unsigned generation;
-	dp_source *watch;
-	dp_source *timer;
-	uint64_t period; /* the timer's current interval */
+	dp_watch *watch; /* with the backstop */
 	int last_error; /* logged once per distinct failure */
 };
 
@@ -93,46 +91,25 @@ static bool ours_present(const kata_idle *i)
 	return i->name[0] && lstat(path, &st) == 0 && st.st_ino == i->ino && st.st_dev == i->dev;
 }
 
-static int on_dir_event(dp_source *s, const struct inotify_event *ev, void *userdata);
-static void arm_timer(kata_idle *i);
-
-static void ensure_watch(kata_idle *i)
-{
-	if (!i->watch && dp_inotify_add(i->loop, i->dir, DIR_MASK, on_dir_event, i, &i->watch) < 0)
-		i->watch = NULL;
-}
-
-static int on_dir_event(dp_source *s, const struct inotify_event *ev, void *userdata)
-{
-	kata_idle *i = userdata;
-	if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
-		i->watch = dp_source_free(i->watch);
-		ensure_watch(i);
-		serve(i);
-	} else if (ev->len && i->name[0] && strcmp(ev->name, i->name) == 0) {
-		serve(i);
-	}
-	arm_timer(i);
-	return 0;
-}
-
 /* The backstop for a lost watch and the retry of a failed serve(): 5 s while one of them is
  * needed, 30 s (coarse, with the other backstops) while inotify watches a served socket. */
-static void arm_timer(kata_idle *i)
+static void arm_backstop(kata_idle *i)
 {
-	uint64_t p = i->watch && i->name[0] ? CHECK_WATCHED_USEC : CHECK_USEC;
-	if (p != i->period && dp_timer_set_coarse(i->timer, p, p) == 0)
-		i->period = p;
+	dp_watch_set_backstop(i->watch, i->name[0] ? CHECK_WATCHED_USEC : CHECK_USEC, CHECK_USEC);
 }
 
-static int on_timer(dp_source *s, void *userdata)
+static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask,
+		     void *userdata)
 {
 	kata_idle *i = userdata;
-	ensure_watch(i);
-	if (!ours_present(i))
+
+	bool ours_gone = kind == DP_WATCH_ENTRY && i->name[0] && strcmp(name, i->name) == 0;
+	/* the backstop, or events lost: compare by stat */
+	bool recheck = kind == DP_WATCH_BACKSTOP || kind == DP_WATCH_OVERFLOW;
+
+	if (kind == DP_WATCH_DIR || ours_gone || (recheck && !ours_present(i)))
 		serve(i);
-	arm_timer(i);
-	return 0;
+	arm_backstop(i);
 }
 
 int kata_idle_new(dp_loop *loop, const char *kubelet_dir, kata_idle **ret)
@@ -147,12 +124,14 @@ int kata_idle_new(dp_loop *loop, const char *kubelet_dir, kata_idle **ret)
 	int r = dp_health_new(status, i, &i->health);
 	if (r < 0)
 		return r;
-	r = dp_timer_add(loop, CHECK_USEC, CHECK_USEC, on_timer, i, &i->timer);
+	dp_watch_config cfg = { .dir = i->dir, .mask = IN_DELETE | IN_MOVED_FROM,
+				.backstop_usec = CHECK_USEC, .unwatched_usec = CHECK_USEC,
+				.fn = on_watch, .userdata = i };
+	r = dp_watch_new(loop, &cfg, &i->watch);
 	if (r < 0)
 		return r;
-	ensure_watch(i);
 	serve(i);
-	arm_timer(i);
+	arm_backstop(i);
 	*ret = TAKE_PTR(i);
 	return 0;
 }
@@ -161,8 +140,7 @@ kata_idle *kata_idle_free(kata_idle *i)
 {
 	if (!i)
 		return NULL;
-	i->watch = dp_source_free(i->watch);
-	i->timer = dp_source_free(i->timer);
+	i->watch = dp_watch_free(i->watch);
 	stop_serving(i);
 	i->health = dp_health_free(i->health);
 	return (free(i), NULL);

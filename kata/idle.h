@@ -3,9 +3,10 @@
  * idle: no device matches the table. Nothing is registered with kubelet; for the liveness probe
  * grpc.health.v1 is served on "<kubelet dir>/kata-idle-<pid>-<n>.sock": "" answers SERVING,
  * "readiness" NOT_SERVING (an idle daemon is never ready). The socket is re-created under a
- * fresh name when it is deleted (kubelet deletes every socket in the directory when it starts):
- * inotify on the directory, plus a 5 s stat check as the backstop (which also retries while the
- * directory does not exist). Only the socket this module created is ever deleted.
+ * fresh name when it is deleted (kubelet deletes every socket in the directory when it starts) or
+ * the directory is re-created: a watch on the directory (dp_watch, which waits for a missing one),
+ * plus a stat check as the backstop (5 s while not serving or without inotify, else 30 s on the
+ * loop's grid). Only the socket this module created is ever deleted.
  */
 #pragma once
 

@@ -8,20 +8,7 @@
 
 #include "dp/log.h"
 #include "dp/paths.h"
-
-#define MASK                                                                                       \
-	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF |        \
-	 IN_MOVE_SELF | IN_ONLYDIR)
-
-/* Watched from the deepest that exists; a parent is watched only for its child on the way. */
-static const struct {
-	const char *dir;
-	const char *child; /* the entry of dir that leads to KATA_DEV_DIR */
-} chain[] = {
-	{ KATA_DEV_DIR, NULL },
-	{ "/dev/vfio", "devices" },
-	{ "/dev", "vfio" },
-};
+#include "dp/watch.h"
 
 struct kata_watch {
 	dp_loop *loop;
@@ -29,47 +16,21 @@ struct kata_watch {
 	const struct kata_scan *initial;
 	kata_changed_fn changed;
 	void *userdata;
-	dp_source *inotify;
-	size_t level; /* index in chain[] of the watched directory */
+	dp_watch *watch; /* KATA_DEV_DIR, with the periodic rescan as its backstop */
 	dp_source *kick; /* one-shot: rescan after the current batch of events */
-	dp_source *period;
 	bool fired;
 	kata_cache *cache; /* what each rescan leaves to the next */
 };
 
-static int on_event(dp_source *s, const struct inotify_event *ev, void *userdata);
-
-static void arm(kata_watch *w)
-{
-	char path[PATH_MAX];
-	for (size_t lvl = 0; lvl < DP_ELEMENTSOF(chain); lvl++) {
-		dp_source *s;
-		if (w->inotify && w->level <= lvl)
-			return;
-		if (dp_path(path, sizeof(path), chain[lvl].dir) < 0)
-			return;
-		if (dp_inotify_add(w->loop, path, MASK, on_event, w, &s) == 0) {
-			dp_source_free(w->inotify);
-			w->inotify = s;
-			w->level = lvl;
-			dp_debug("watching for VFIO device changes", "dir=%s", chain[lvl].dir);
-			return;
-		}
-	}
-}
-
-static int on_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+static void on_watch(dp_watch *dw, dp_watch_kind kind, const char *name, uint32_t mask,
+		     void *userdata)
 {
 	kata_watch *w = userdata;
-	bool relevant = w->level == 0 || (ev->len && strcmp(ev->name, chain[w->level].child) == 0);
-	if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
-		/* The watched directory went away or was replaced: the rescan re-arms. */
-		w->inotify = dp_source_free(w->inotify);
-		relevant = true;
-	}
-	if (relevant)
-		(void)dp_timer_set_asap(w->kick);
-	return 0;
+
+	if (kind == DP_WATCH_BACKSTOP)
+		(void)kata_watch_rescan(w);
+	else
+		(void)dp_timer_set_asap(w->kick); /* a change, or events lost: rescan after the batch */
 }
 
 int kata_watch_rescan(kata_watch *w)
@@ -78,7 +39,7 @@ int kata_watch_rescan(kata_watch *w)
 	char err[512];
 	_cleanup_(dp_buf_done) dp_buf removed = { 0 }, added = { 0 }, changed = { 0 };
 
-	arm(w);
+	(void)dp_watch_rearm(w->watch);
 	if (w->fired)
 		return 0;
 	int r = kata_scan_run(&w->opts, &now, err, sizeof(err));
@@ -120,12 +81,16 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 	w->initial = initial;
 	w->changed = changed;
 	w->userdata = userdata;
+	char dir[PATH_MAX];
 	uint64_t p = period_usec ? period_usec : KATA_RESCAN_USEC;
-	r = dp_timer_add(loop, p, p, on_timer, w, &w->period);
-	if (r < 0 || (r = dp_timer_set_coarse(w->period, p, p)) < 0) /* shares the backstops' wake-ups */
-		return r;
+	/* coarse: the periodic rescan shares the backstops' wake-ups */
+	dp_watch_config cfg = { .dir = dir,
+				.mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB,
+				.backstop_usec = p, .unwatched_usec = p, .fn = on_watch, .userdata = w };
+	r = dp_path(dir, sizeof(dir), KATA_DEV_DIR);
 	/* No rescan at start: the caller scans after this (watch.h), so there is no gap to close. */
-	arm(w);
+	if (r < 0 || (r = dp_watch_new(loop, &cfg, &w->watch)) < 0)
+		return r;
 	r = dp_timer_add(loop, 0, 0, on_timer, w, &w->kick);
 	if (r < 0 || (r = dp_timer_set(w->kick, 0, 0)) < 0)
 		return r;
@@ -137,9 +102,8 @@ kata_watch *kata_watch_free(kata_watch *w)
 {
 	if (!w)
 		return NULL;
-	dp_source_free(w->inotify);
+	dp_watch_free(w->watch);
 	dp_source_free(w->kick);
-	dp_source_free(w->period);
 	kata_cache_free(w->cache);
 	free(w);
 	return NULL;

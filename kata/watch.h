@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch: the device set is fixed at start; this notices when the node's set differs from it.
- * inotify on /dev/vfio/devices (or, while it does not exist, on /dev/vfio or /dev for the
- * directory to appear; re-armed after the directory goes or is replaced) asks for a rescan at
- * once; a periodic rescan (30 s) is the backstop for everything inotify cannot see (sysfs).
+ * A watch (dp_watch) on /dev/vfio/devices (while it does not exist, on its deepest existing
+ * ancestor for it to appear; re-armed after the directory goes or is replaced) asks for a
+ * rescan at once; a periodic rescan (30 s, coarse) is the backstop for everything inotify cannot
+ * see (sysfs).
  * A rescan runs the scan quietly (skip lines at debug) and compares its matched devices with
  * the initial ones (kata_scan_diff). On the first difference changed() is called once, with the
  * comma-separated cdev names removed, added and changed ("" for none); the watch then stops.

@@ -15,6 +15,7 @@
 
 #include "cdi_backoff.h"
 #include "dp/log.h"
+#include "dp/watch.h"
 
 /* ---- compare and replace ---- */
 
@@ -197,19 +198,10 @@ int dp_cdi_replace(int dirfd, const char *name, const void *data, size_t len)
 
 /* ---- the owned file, watched ---- */
 
-#define DIR_MASK                                                                             \
-	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | IN_MODIFY |  \
-	 IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
-#define PARENT_MASK                                                                          \
-	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | \
-	 IN_ONLYDIR)
-#define WATCH_GONE (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)
-
 struct dp_cdi_file {
 	dp_loop *loop;
 	char *dir;      /* absolute, no trailing '/' */
 	char *parent;   /* dirname(dir), NULL for "/" */
-	char *dir_base; /* basename(dir) inside parent */
 	char *name;
 	char *path;
 	void *content;
@@ -217,8 +209,7 @@ struct dp_cdi_file {
 	bool has_content;
 	dp_cdi_changed_fn changed;
 	void *userdata;
-	dp_source *dir_watch;    /* inotify on dir; NULL when not armed */
-	dp_source *parent_watch; /* inotify on parent, for dir created / removed / replaced */
+	dp_watch *watch;         /* dir, and its parent for dir created / removed / replaced */
 	dp_source *notify;       /* one-shot timer: coalesces a burst of events into one call */
 	unsigned own_renames;    /* IN_MOVED_TO of name still expected from our own replaces */
 	char error[PATH_MAX + 128];
@@ -238,68 +229,35 @@ static void schedule_changed(dp_cdi_file *f)
 		dp_debug("cdi: cannot schedule the change callback", "path=%s errno=%d", f->path, -r);
 }
 
-static void drop_dir_watch(dp_cdi_file *f)
-{
-	f->dir_watch = dp_source_free(f->dir_watch);
-	f->own_renames = 0; /* the events of the old watch are gone with it */
-}
-
-static int dir_event(dp_source *s, const struct inotify_event *ev, void *userdata)
+static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask,
+		     void *userdata)
 {
 	dp_cdi_file *f = userdata;
 
-	if (ev->mask & (WATCH_GONE | IN_Q_OVERFLOW)) {
-		/* dir removed, moved away or unmounted, or events lost: re-arm on the path */
-		drop_dir_watch(f);
-		schedule_changed(f);
-		return 0;
-	}
-	if (ev->len == 0 || strcmp(ev->name, f->name) != 0)
-		return 0; /* other files, including our own temp files */
-	if ((ev->mask & IN_MOVED_TO) && f->own_renames > 0) {
+	if (kind == DP_WATCH_ENTRY && (mask & IN_MOVED_TO) && f->own_renames > 0) {
 		f->own_renames--; /* our own renameat(): the content is what we wrote */
-		return 0;
+		return;
 	}
+	if (kind != DP_WATCH_ENTRY)
+		f->own_renames = 0; /* dir re-armed or events lost: our renames' events may be gone */
 	schedule_changed(f);
-	return 0;
 }
 
-static int parent_event(dp_source *s, const struct inotify_event *ev, void *userdata)
-{
-	dp_cdi_file *f = userdata;
-
-	if (ev->mask & (WATCH_GONE | IN_Q_OVERFLOW)) {
-		if (ev->mask & WATCH_GONE)
-			f->parent_watch = dp_source_free(f->parent_watch);
-		drop_dir_watch(f);
-		schedule_changed(f);
-		return 0;
-	}
-	if (ev->len == 0 || strcmp(ev->name, f->dir_base) != 0)
-		return 0;
-	/* dir created, removed, renamed away or replaced: the dir watch may be on a stale inode */
-	drop_dir_watch(f);
-	schedule_changed(f);
-	return 0;
-}
-
-/* Best effort: a missing directory is noticed through the parent watch, a missing parent at
- * the next sync. */
+/* Best effort: the watch waits for a missing directory (or parent) itself. */
 static void arm_watches(dp_cdi_file *f)
 {
+	dp_watch_config cfg = { .dir = f->dir, .name = f->name, .mask = DP_WATCH_ENTRY_EVENTS,
+				.watch_parent = true, .fn = on_watch, .userdata = f };
 	int r;
 
-	if (!f->parent_watch && f->parent) {
-		r = dp_inotify_add(f->loop, f->parent, PARENT_MASK, parent_event, f, &f->parent_watch);
-		if (r < 0)
-			dp_debug("cdi: cannot watch directory", "path=%s errno=%d", f->parent, -r);
+	if (f->watch) {
+		(void)dp_watch_rearm(f->watch);
+		return;
 	}
-	if (!f->dir_watch) {
-		f->own_renames = 0;
-		r = dp_inotify_add(f->loop, f->dir, DIR_MASK, dir_event, f, &f->dir_watch);
-		if (r < 0)
-			dp_debug("cdi: cannot watch directory", "path=%s errno=%d", f->dir, -r);
-	}
+	f->own_renames = 0;
+	r = dp_watch_new(f->loop, &cfg, &f->watch);
+	if (r < 0)
+		dp_debug("cdi: cannot watch directory", "path=%s errno=%d", f->dir, -r);
 }
 
 static int notify_fired(dp_source *s, void *userdata)
@@ -325,8 +283,7 @@ static int split_dir(dp_cdi_file *f, const char *dir)
 		return 0; /* "/" */
 	char *slash = strrchr(f->dir, '/');
 	f->parent = slash == f->dir ? strdup("/") : strndup(f->dir, (size_t)(slash - f->dir));
-	f->dir_base = strdup(slash + 1);
-	return f->parent && f->dir_base ? 0 : -ENOMEM;
+	return f->parent ? 0 : -ENOMEM;
 }
 
 int dp_cdi_file_new(dp_loop *loop, const char *dir, const char *name, dp_cdi_changed_fn changed,
@@ -361,12 +318,10 @@ dp_cdi_file *dp_cdi_file_free(dp_cdi_file *f)
 {
 	if (!f)
 		return NULL;
-	dp_source_free(f->dir_watch);
-	dp_source_free(f->parent_watch);
+	dp_watch_free(f->watch);
 	dp_source_free(f->notify);
 	free(f->dir);
 	free(f->parent);
-	free(f->dir_base);
 	free(f->name);
 	free(f->path);
 	free(f->content);
@@ -545,7 +500,7 @@ int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired)
 		r = dp_cdi_replace(dirfd, f->name, f->content, f->len);
 		if (r < 0)
 			return file_error(f, r, "write");
-		if (f->dir_watch)
+		if (dp_watch_dir_watched(f->watch))
 			f->own_renames++;
 		repaired = true;
 		dp_debug("cdi: spec written", "path=%s bytes=%zu", f->path, f->len);

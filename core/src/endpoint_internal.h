@@ -8,6 +8,7 @@
 #include "dp/endpoint.h"
 #include "dp/grpc.h"
 #include "dp/health.h"
+#include "dp/watch.h"
 
 enum ep_state { EP_IDLE, EP_WAIT_KUBELET, EP_REGISTERING, EP_REGISTERED, EP_BACKOFF };
 
@@ -81,9 +82,7 @@ struct dp_endpoint {
 	unsigned n_streams;
 
 	/* kubelet directory watch */
-	dp_source *dir_watch;
-	dp_source *stat_timer;
-	uint64_t stat_period; /* the stat backstop's current interval (endpoint_watch.c) */
+	dp_watch *watch; /* with the stat backstop (endpoint_watch.c) */
 	ino_t kubelet_ino;
 	dev_t kubelet_dev;
 };

@@ -9,13 +9,13 @@
  * Life cycle (design decision 4): serve, then Register (deadline 20 s > kubelet's 10 s dial).
  * On failure: stop that server, remove our socket, back off (100 ms doubling, capped at 5 s),
  * retry with a fresh server. kubelet restarts are seen by inotify on the device-plugins
- * directory (kubelet.sock created, our socket deleted, directory replaced: the watch is re-armed)
- * plus a 5 s stat fallback, and by the last ListAndWatch stream ending: old streams are closed,
- * a fresh server is created and registered at once, except when streams keep ending soon after
- * registering (another plugin registers the same resource): then 100 ms doubling to 60 s,
- * reset by a registration that stayed up 30 s. Only sockets this endpoint created are deleted,
- * and stale ones of our prefix (nobody listening, exact name pattern): at start, and when one
- * holds the name we bind.
+ * directory (kubelet.sock created, our socket deleted, directory removed, replaced or created:
+ * dp_watch re-arms itself) plus a stat backstop (30 s, 5 s without inotify), and by kubelet's
+ * ListAndWatch stream ending: old streams are closed, a fresh server is created and registered
+ * at once, except when streams keep ending soon after registering (another plugin registers the
+ * same resource): then 100 ms doubling to 60 s, reset by a registration that stayed up 30 s.
+ * Only sockets this endpoint created are deleted, and stale ones of our prefix (nobody
+ * listening, exact name pattern): at start, and when one holds the name we bind.
  *
  * Health (decision 7): devices start Unhealthy until the driver reports its first check; the
  * first ListAndWatch response is sent only after it. Later responses only on change, to every
