@@ -160,6 +160,22 @@ static int on_ignored_signal(dp_source *s, const struct signalfd_siginfo *si, vo
 	return 0;
 }
 
+/* The first thing main does. As PID 1 of its PID namespace (as the images run it) the kernel
+ * drops a signal from an ancestor namespace while its disposition is SIG_DFL and it is not
+ * blocked: a SIGTERM before the loop's signalfd took it would be lost, and the pod would wait
+ * its whole grace period. Blocked, it stays pending until the loop reads it. Helper children get
+ * an empty mask before their exec (helper_spawn.c). The health-check client restores old. */
+static void block_signals(sigset_t *old)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	for (size_t i = 0; i < DP_ELEMENTSOF(ignored_signals); i++)
+		sigaddset(&set, ignored_signals[i]);
+	(void)sigprocmask(SIG_BLOCK, &set, old);
+}
+
 static int ignore_signals(dp_loop *loop)
 {
 	dp_source *src = NULL; /* freed with the loop */
@@ -303,12 +319,16 @@ static int run(void)
 
 int main(int argc, char **argv)
 {
+	sigset_t old;
+	block_signals(&old);
 	struct options o = { 0 };
 	int r = parse_args(argc, argv, &o);
 	if (r != 0)
 		return r < 0 ? 0 : 2;
-	if (o.health_check)
+	if (o.health_check) {
+		(void)sigprocmask(SIG_SETMASK, &old, NULL);
 		return health_check(&o);
+	}
 	(void)dp_log_init(); /* an invalid LOG_LEVEL keeps info and is logged there */
 	dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL); /* the plugin socket's limits, at warn */
 	dp_info("starting", "program=" PROG " version=%s commit=%s", DP_VERSION, DP_GIT_COMMIT);

@@ -85,22 +85,6 @@ static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 	return 0;
 }
 
-bool dp_endpoint_has_device(const dp_endpoint *ep, const char *id)
-{
-	size_t lo = 0, hi = ep->n_devices;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(id, ep->ids + ep->sorted[mid]);
-		if (c == 0)
-			return true;
-		if (c < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return false;
-}
-
 /* ---- health and the ListAndWatch response ---- */
 
 /*

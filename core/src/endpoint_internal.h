@@ -88,7 +88,6 @@ struct dp_endpoint {
 };
 
 /* endpoint.c */
-bool dp_endpoint_has_device(const dp_endpoint *ep, const char *id);
 void dp_endpoint_restart(dp_endpoint *ep, const char *why);
 int dp_endpoint_health_status(const char *service, void *userdata);
 void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata);

@@ -39,16 +39,22 @@ static struct dp_ep_index ep_index(const dp_endpoint *ep)
 				     .resource = ep->resource };
 }
 
-/* Refuse call with status and the message in b (out of memory said so). */
-static void finish_buf(dp_grpc_call *call, int status, dp_buf *b)
+/* Refuse call with status and message; the daemon's handler is told (on_request_refused). */
+static void refuse(dp_endpoint *ep, dp_grpc_call *call, int status, const char *msg)
 {
 	char q[300];
-	dp_buf_append(b, "", 1);
-	const char *msg = b->oom ? "out of memory" : b->data;
-	status = b->oom ? DP_GRPC_RESOURCE_EXHAUSTED : status;
 	dp_debug("request refused", "path=%s status=%s message=%s", dp_grpc_call_path(call),
 		 dp_grpc_status_name(status), dp_logq(q, sizeof(q), msg));
+	if (ep->events.on_request_refused)
+		ep->events.on_request_refused(ep, dp_grpc_call_path(call), status, msg, ep->events.userdata);
 	dp_grpc_call_finish(call, status, msg);
+}
+
+/* Refuse call with status and the message in b (out of memory said so). */
+static void finish_buf(dp_endpoint *ep, dp_grpc_call *call, int status, dp_buf *b)
+{
+	dp_buf_append(b, "", 1);
+	refuse(ep, call, b->oom ? DP_GRPC_RESOURCE_EXHAUSTED : status, b->oom ? "out of memory" : b->data);
 }
 
 /* ---- small responses ---- */
@@ -70,7 +76,7 @@ static void rpc_prestart(dp_grpc_call *call, const uint8_t *msg, size_t len, voi
 	struct dp_ep_request *req = NULL;
 	int status = dp_ep_decode(DP_EP_PRESTART, &x, msg, len, &req, &b);
 	if (status != DP_GRPC_OK) {
-		finish_buf(call, status, &b);
+		finish_buf(ep, call, status, &b);
 		return;
 	}
 	free(req);
@@ -150,7 +156,7 @@ static void rpc_allocate(dp_grpc_call *call, const uint8_t *msg, size_t len, voi
 	if (status || !a || !a->resp) {
 		if (!status)
 			dp_buf_puts(&b, "out of memory");
-		finish_buf(call, status ? status : DP_GRPC_RESOURCE_EXHAUSTED, &b);
+		finish_buf(ep, call, status ? status : DP_GRPC_RESOURCE_EXHAUSTED, &b);
 		free(a);
 		return;
 	}
@@ -293,7 +299,7 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 	_cleanup_free_ struct dp_ep_request *req = NULL;
 	int status = dp_ep_decode(DP_EP_PREFERRED, &x, msg, len, &req, &b);
 	if (status != DP_GRPC_OK) {
-		finish_buf(call, status, &b);
+		finish_buf(ep, call, status, &b);
 		return;
 	}
 	size_t n = req->n;
@@ -307,7 +313,7 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 		r = dp_ep_prefer(&req->c[i], &rs[i].deviceids, &rs[i].n_deviceids);
 	}
 	if (r < 0) {
-		dp_grpc_call_finish(call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		refuse(ep, call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	} else {
 		V1beta1__PreferredAllocationResponse resp = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
 		resp.n_container_responses = n;

@@ -13,6 +13,7 @@
 #include <sys/un.h>
 
 #include "dp/health.h"
+#include "endpoint_internal.h"
 #include "health.pb-c.h"
 
 #define MAX_PROBES 64
@@ -33,24 +34,6 @@ struct probe_run {
 	size_t pending;
 	char last_error[256];
 };
-
-/* "<prefix>-<digits>-<digits>.sock" */
-static bool name_matches(const char *name, const char *prefix)
-{
-	size_t pl = strlen(prefix);
-	if (strncmp(name, prefix, pl) != 0 || name[pl] != '-')
-		return false;
-	const char *p = name + pl + 1;
-	for (int part = 0; part < 2; part++) {
-		if (*p < '0' || *p > '9')
-			return false;
-		while (*p >= '0' && *p <= '9')
-			p++;
-		if (part == 0 && *p++ != '-')
-			return false;
-	}
-	return strcmp(p, ".sock") == 0;
-}
 
 static bool all_decided(const struct probe_run *run)
 {
@@ -114,7 +97,7 @@ static int start_probes(struct probe_run *run, const char *dir, const char *cons
 	struct dirent *de;
 	while ((de = readdir(d)) && run->n_probes < MAX_PROBES) {
 		for (size_t i = 0; i < run->n_prefixes; i++) {
-			if (!name_matches(de->d_name, prefixes[i]))
+			if (!dp_ep_socket_ours(prefixes[i], de->d_name))
 				continue;
 			char path[4096];
 			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);

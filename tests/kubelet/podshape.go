@@ -396,6 +396,21 @@ func (p *Pod) WaitExec(c *PodContainer, bound time.Duration) error {
 	return nil
 }
 
+// sigBlocked reports whether pid's main thread blocks sig (SigBlk in /proc/<pid>/status).
+func sigBlocked(pid int, sig syscall.Signal) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "SigBlk:") {
+			m, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(l, "SigBlk:")), 16, 64)
+			return err == nil && m&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
 // OOMKills is the number of OOM kills the pod's cgroup counted since it was made.
 func (p *Pod) OOMKills() (int64, error) { return p.cg.oomKills() }
 
@@ -472,14 +487,12 @@ func (p *Pod) Close() error {
 	}
 	p.mu.Unlock()
 	if cur != nil && !cur.Exited() {
-		// SIGTERM, repeated: PID 1 with the default disposition drops it (a daemon still
-		// starting, or the init hook before its exec); SIGKILL after the grace period.
-		if !Poll(10*time.Second, func() bool {
-			if !cur.Exited() {
-				cur.Signal(syscall.SIGTERM)
-			}
-			return cur.Exited()
-		}) {
+		// One SIGTERM, once the daemon has blocked it (the first thing its main does): before
+		// that, PID 1 with the default disposition drops it (the init hook before its exec, the
+		// dynamic loader). SIGKILL after the grace period.
+		Poll(5*time.Second, func() bool { return cur.Exited() || sigBlocked(cur.Pid(), syscall.SIGTERM) })
+		cur.Signal(syscall.SIGTERM)
+		if _, err := cur.Wait(10 * time.Second); err != nil {
 			cur.Signal(syscall.SIGKILL)
 			if _, err := cur.Wait(5 * time.Second); err != nil {
 				errs = append(errs, err.Error())

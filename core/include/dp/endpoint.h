@@ -108,7 +108,10 @@ void dp_alloc_finish(dp_alloc *a, int status, const char *message);
  * success, 0 when the first one worked). on_stale_removed: a stale socket of ours (no listener,
  * our exact name pattern) was deleted. on_contended: the ListAndWatch stream keeps ending soon
  * after registering (another plugin registers the same resource); re-registration backs off,
- * told once per episode with the first delay.
+ * told once per episode with the first delay. on_request_refused: a DevicePlugin request on our
+ * socket was answered with an error status before reaching the driver (bad or hostile input:
+ * INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...); method is the gRPC path, message the status
+ * message the client got. Told for every refusal: rate-limiting is the handler's.
  */
 typedef struct dp_endpoint_events {
 	void (*on_registered)(dp_endpoint *ep, void *userdata);
@@ -116,12 +119,15 @@ typedef struct dp_endpoint_events {
 	void (*on_restart)(dp_endpoint *ep, const char *why, void *userdata);
 	void (*on_stale_removed)(dp_endpoint *ep, const char *socket, void *userdata);
 	void (*on_contended)(dp_endpoint *ep, uint64_t delay_usec, void *userdata);
+	void (*on_request_refused)(dp_endpoint *ep, const char *method, int status, const char *message,
+				   void *userdata);
 	void *userdata;
 } dp_endpoint_events;
 
 void dp_endpoint_set_events(dp_endpoint *ep, const dp_endpoint_events *ev);
 /* The daemons' life-cycle log lines (info/warn: "registered with kubelet", "registration failed,
- * retrying", "re-registering"), for a daemon's main path to opt into. */
+ * retrying", "re-registering", "request refused" rate-limited per kind), for a daemon's main
+ * path to opt into. */
 extern const dp_endpoint_events dp_endpoint_log_events;
 /* Why the endpoint is unhealthy, or why registration is pending ("" otherwise). */
 const char *dp_endpoint_reason(const dp_endpoint *ep);
