@@ -248,9 +248,13 @@ func TestHyperlightHeldAllocatesBounded(t *testing.T) {
 	refused := 0
 	for i, err := range errs {
 		if status.Code(err) == codes.ResourceExhausted {
+			// Either bound may refuse first: the endpoint's held IDs, or the gRPC layer's
+			// request memory (the messages wait in it while their Allocates are held).
 			refused++
-			expectStatus(t, fmt.Sprintf("large Allocate %d", i), err, codes.ResourceExhausted,
-				"too many Allocate requests in progress")
+			if m := status.Convert(err).Message(); !strings.Contains(m, "too many Allocate requests in progress") &&
+				!strings.Contains(m, "the server's request memory is full") {
+				t.Errorf("large Allocate %d: refused with %q, which names neither bound", i, m)
+			}
 		} else if err != nil {
 			t.Errorf("large Allocate %d: %v", i, err)
 		}
