@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dp/endpoint.h"
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
@@ -53,17 +54,27 @@ static void stop_serving(kata_idle *i)
 	i->name[0] = '\0';
 }
 
+static void on_stale_removed(const char *name, void *userdata)
+{
+	dp_info("removed stale socket", "socket=%s", name);
+}
+
 static void serve(kata_idle *i)
 {
-	char path[PATH_MAX + 64];
+	char path[PATH_MAX + 64] = "";
 	dp_grpc_method m[2];
 	struct stat st;
 	size_t n = dp_health_methods(i->health, m);
 
 	stop_serving(i);
-	snprintf(i->name, sizeof(i->name), KATA_IDLE_PREFIX "-%d-%u.sock", (int)getpid(), ++i->generation);
-	snprintf(path, sizeof(path), "%s/%s", i->dir, i->name);
-	int r = dp_grpc_server_new(i->loop, path, m, n, NULL, &i->server);
+	/* As PID 1 after kill -9, the predecessor's sockets are ours: removed before the first. */
+	if (i->generation++ == 0)
+		(void)dp_socket_sweep(i->dir, KATA_IDLE_PREFIX, NULL, on_stale_removed, NULL);
+	int r = dp_socket_name(i->name, sizeof(i->name), KATA_IDLE_PREFIX);
+	if (r >= 0 && (size_t)snprintf(path, sizeof(path), "%s/%s", i->dir, i->name) >= sizeof(path))
+		r = -ENAMETOOLONG;
+	if (r >= 0)
+		r = dp_grpc_server_new(i->loop, path, m, n, NULL, &i->server);
 	if (r < 0) {
 		if (r != i->last_error)
 			dp_warn("cannot serve the idle health socket, retrying", "socket=%s error=%s", path,

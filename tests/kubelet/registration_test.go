@@ -362,3 +362,38 @@ func TestRegistrationSocketFailureSaid(t *testing.T) {
 		t.Errorf("the registration after failures does not say it recovered: %q", l)
 	}
 }
+
+// kata with nothing to advertise serves only its idle health socket: killed with -9 as PID 1
+// and restarted as PID 1, it removes the idle socket its predecessor left (said once at info)
+// instead of leaving one more kata-idle-1-<n>.sock behind on every crash.
+func TestRegistrationKataIdleRestartOverStaleSocket(t *testing.T) {
+	ks := newKata(t)
+	s := ks.scenario
+	s.env = DaemonEnv(s.node.Root)
+	idleSockets := func() []string {
+		socks, _ := s.node.PluginSockets()
+		var out []string
+		for _, n := range socks {
+			if strings.HasPrefix(n, KataIdlePrefix+"-1-") {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	first := startAsPID1(t, s)
+	waitLine(t, first, startBound, "info", "serving health only, not registered with kubelet")
+	old := idleSockets()
+	if len(old) != 1 {
+		t.Fatalf("idle sockets %v, want one %s-1-<n>.sock", old, KataIdlePrefix)
+	}
+	first.Signal(syscall.SIGKILL)
+	if _, err := first.Wait(exitBound); err != nil {
+		t.Fatal(err)
+	}
+	second := startAsPID1(t, s)
+	waitLine(t, second, startBound, "info", staleRemoved, "socket="+old[0])
+	waitLine(t, second, startBound, "info", "serving health only, not registered with kubelet")
+	if now := idleSockets(); len(now) != 1 || now[0] == old[0] {
+		t.Errorf("idle sockets after the restart %v, want one that is not %s", now, old[0])
+	}
+}
