@@ -15,6 +15,7 @@
 #include "dp/health.h"
 #include "dp/helper.h"
 #include "dp/seccomp.h"
+#include "dp/signals.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 #include "dp_version.h"
@@ -101,48 +102,6 @@ static int on_signal(dp_source *s, const struct signalfd_siginfo *si, void *user
 	return 0;
 }
 
-/* Signals whose default would end the daemon silently and leave its socket behind: none means
- * anything to it, so each is ignored, said at info the first time it arrives (a stray signal must
- * not take a device away from kubelet). SIGQUIT keeps its core dump (the next start removes the
- * stale socket). */
-static const int ignored_signals[] = { SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR };
-
-static int on_ignored_signal(dp_source *s, const struct signalfd_siginfo *si, void *userdata)
-{
-	static uint64_t told; /* one bit per signal number */
-	unsigned sig = si->ssi_signo;
-	if (sig < 64 && !(told & (1ULL << sig))) {
-		told |= 1ULL << sig;
-		dp_info("ignoring signal", "signal=%s sender_pid=%u", sigabbrev_np((int)sig), si->ssi_pid);
-	}
-	return 0;
-}
-
-/* The first thing main does. As PID 1 of its PID namespace (as the images run it) the kernel
- * drops a signal from an ancestor namespace while its disposition is SIG_DFL and it is not
- * blocked: a SIGTERM before the loop's signalfd took it would be lost, and the pod would wait
- * its whole grace period. Blocked, it stays pending until the loop reads it. Helper children get
- * an empty mask before their exec (helper_spawn.c). The health-check client restores old. */
-static void block_signals(sigset_t *old)
-{
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	for (size_t i = 0; i < DP_ELEMENTSOF(ignored_signals); i++)
-		sigaddset(&set, ignored_signals[i]);
-	(void)sigprocmask(SIG_BLOCK, &set, old);
-}
-
-static int ignore_signals(dp_loop *loop)
-{
-	dp_source *src = NULL; /* freed with the loop */
-	int r = 0;
-	for (size_t i = 0; r >= 0 && i < DP_ELEMENTSOF(ignored_signals); i++)
-		r = dp_signal_add(loop, ignored_signals[i], on_ignored_signal, NULL, &src);
-	return r;
-}
-
 static int find_device(const struct options *o, const struct hl_config *cfg, struct hl_device *dev)
 {
 	char err[512], q[600];
@@ -226,7 +185,7 @@ static int run(const struct options *o)
 	(void)signal(SIGPIPE, SIG_IGN);
 	if ((r = dp_loop_new(&d.loop)) < 0 || (r = dp_signal_add(d.loop, SIGTERM, on_signal, d.loop, &sigterm)) < 0 ||
 	    (r = dp_signal_add(d.loop, SIGINT, on_signal, d.loop, &sigint)) < 0 ||
-	    (r = ignore_signals(d.loop)) < 0) {
+	    (r = dp_signals_ignore(d.loop)) < 0) {
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
 		dp_loop_free(d.loop);
 		return 1;
@@ -251,7 +210,7 @@ static int run(const struct options *o)
 int main(int argc, char **argv)
 {
 	sigset_t old;
-	block_signals(&old);
+	dp_signals_block(&old);
 	struct options o = { 0 };
 
 	/* The probe helper children: this binary re-executed with --dp-helper (the node-label

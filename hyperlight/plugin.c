@@ -226,20 +226,6 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 	dp_endpoint_request_check(p->ep);
 }
 
-/* Another writer (another release of this daemon?) keeps replacing our spec: once per episode. */
-static void on_cdi_fight(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata)
-{
-	char q[256];
-
-	if (ev->started)
-		dp_warn("CDI spec keeps being replaced by another writer, repairs backed off",
-			"path=%s other=%s overwrites=%u retry_in_ms=%llu", dp_cdi_file_path(f),
-			dp_logq(q, sizeof(q), ev->other), ev->overwrites,
-			(unsigned long long)(ev->delay_usec / DP_USEC_PER_MSEC));
-	else
-		dp_info("CDI spec no longer replaced by another writer", "path=%s", dp_cdi_file_path(f));
-}
-
 /* ---------------------------------------------------------------- the first check's hold */
 
 /* The first registration attempt ended (or the hold's bound passed): checks run from now on. */
@@ -319,7 +305,7 @@ static int setup_cdi(struct hl_plugin *p)
 	r = dp_cdi_file_new(p->loop, dir, HL_CDI_FILE, on_cdi_changed, p, &p->cdi);
 	if (r < 0)
 		return r;
-	dp_cdi_file_set_fight_fn(p->cdi, on_cdi_fight);
+	dp_cdi_file_set_fight_fn(p->cdi, dp_cdi_log_fight);
 	return dp_cdi_file_set_content(p->cdi, spec.data, spec.len);
 }
 

@@ -217,20 +217,6 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 	dp_endpoint_request_check(p->ep);
 }
 
-/* Another writer (another release of this daemon?) keeps replacing our spec: once per episode. */
-static void on_cdi_fight(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata)
-{
-	char q[256];
-
-	if (ev->started)
-		dp_warn("CDI spec keeps being replaced by another writer, repairs backed off",
-			"path=%s other=%s overwrites=%u retry_in_ms=%llu", dp_cdi_file_path(f),
-			dp_logq(q, sizeof(q), ev->other), ev->overwrites,
-			(unsigned long long)(ev->delay_usec / DP_USEC_PER_MSEC));
-	else
-		dp_info("CDI spec no longer replaced by another writer", "path=%s", dp_cdi_file_path(f));
-}
-
 static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 {
 	char file[KATA_NAME_MAX];
@@ -244,7 +230,7 @@ static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 	r = dp_cdi_file_new(p->loop, cdi_dir, file, on_cdi_changed, p, &p->cdi);
 	if (r < 0)
 		return r;
-	dp_cdi_file_set_fight_fn(p->cdi, on_cdi_fight);
+	dp_cdi_file_set_fight_fn(p->cdi, dp_cdi_log_fight);
 	return dp_cdi_file_set_content(p->cdi, spec.data, spec.len);
 }
 

@@ -528,3 +528,17 @@ uint64_t dp_cdi_file_backoff_usec(const dp_cdi_file *f)
 {
 	return f ? dp_cdi_backoff_delay(&f->backoff) : 0;
 }
+
+/* The daemons' opt-in lines (cdi.h); library code otherwise logs only at debug. */
+void dp_cdi_log_fight(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata)
+{
+	char q[256];
+
+	if (ev->started)
+		dp_warn("CDI spec keeps being replaced by another writer, repairs backed off",
+			"path=%s other=%s overwrites=%u retry_in_ms=%llu", dp_cdi_file_path(f),
+			dp_logq(q, sizeof(q), ev->other), ev->overwrites,
+			(unsigned long long)(ev->delay_usec / DP_USEC_PER_MSEC));
+	else
+		dp_info("CDI spec no longer replaced by another writer", "path=%s", dp_cdi_file_path(f));
+}

@@ -93,6 +93,9 @@ dp_cdi_file *dp_cdi_file_free(dp_cdi_file *f);
 DP_DEFINE_CLEANUP(dp_cdi_file, dp_cdi_file_free)
 /* Be told of the episodes (fn NULL: not told); userdata is the one given to new. */
 void dp_cdi_file_set_fight_fn(dp_cdi_file *f, dp_cdi_fight_fn fn);
+/* The daemons' log lines for an episode (warn when it starts, naming the other content; info
+ * when it ends), one copy for both daemons: dp_cdi_file_set_fight_fn(f, dp_cdi_log_fight). */
+void dp_cdi_log_fight(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata);
 /* Set the exact bytes the file must hold (copied). */
 int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len);
 /* Make the file match: compare, replace when it differs (creating the directory 0755 when
