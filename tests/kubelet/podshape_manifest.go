@@ -136,28 +136,38 @@ func ParseQuantity(q string) (int64, error) {
 
 // ---- the daemons' pods
 
+// podSources returns the daemon binary name in the build directory and the manifest file
+// (relative to the source tree), read.
+func podSources(binary, manifest string) (string, *Manifest, error) {
+	src, err := SourceDir()
+	if err != nil {
+		return "", nil, err
+	}
+	build, err := BuildDir()
+	if err != nil {
+		return "", nil, err
+	}
+	bin, err := Executable(build, binary)
+	if err != nil {
+		return "", nil, err
+	}
+	m, err := ReadManifest(filepath.Join(src, manifest))
+	if err != nil {
+		return "", nil, err
+	}
+	return bin, m, nil
+}
+
 // HyperlightPod is the main plugin's pod (deploy/hyperlight/30-device-plugin.yaml) on node:
 // /dev/kvm injected (a copy of the node's), the node's /dev read-only at /host-dev,
 // HOST_DEVICE_DIR=/host-dev, the kubelet and CDI directories; extra env last. With
 // deviceAccess, the bootstrap pod (20-device-access.yaml): no device, no CDI directory.
 func HyperlightPod(node *Node, deviceAccess bool, extraEnv ...string) (PodSpec, *Manifest, error) {
-	src, err := SourceDir()
-	if err != nil {
-		return PodSpec{}, nil, err
-	}
-	build, err := BuildDir()
-	if err != nil {
-		return PodSpec{}, nil, err
-	}
-	bin, err := Executable(build, HyperlightBinary)
-	if err != nil {
-		return PodSpec{}, nil, err
-	}
 	file, name := HyperlightManifest, "hyperlight"
 	if deviceAccess {
 		file, name = DeviceAccessManifest, "access"
 	}
-	m, err := ReadManifest(filepath.Join(src, file))
+	bin, m, err := podSources(HyperlightBinary, file)
 	if err != nil {
 		return PodSpec{}, nil, err
 	}
@@ -177,19 +187,7 @@ func HyperlightPod(node *Node, deviceAccess bool, extraEnv ...string) (PodSpec, 
 // KataPod is the kata chart's pod on a node with the fake VFIO host tree: /dev/vfio read-only,
 // the tree's sysfs read-only at /sys (the container's sysfs), the kubelet and CDI directories.
 func KataPod(node *Node, tree *KataTree, extraEnv ...string) (PodSpec, *Manifest, error) {
-	src, err := SourceDir()
-	if err != nil {
-		return PodSpec{}, nil, err
-	}
-	build, err := BuildDir()
-	if err != nil {
-		return PodSpec{}, nil, err
-	}
-	bin, err := Executable(build, KataBinary)
-	if err != nil {
-		return PodSpec{}, nil, err
-	}
-	m, err := ReadManifest(filepath.Join(src, KataValues))
+	bin, m, err := podSources(KataBinary, KataValues)
 	if err != nil {
 		return PodSpec{}, nil, err
 	}
