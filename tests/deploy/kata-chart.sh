@@ -345,6 +345,10 @@ def daemon_messages():
     files.append(os.path.join(src, "core/src/endpoint_log.c"))
     # and the confinement lines (dp_seccomp_confine_daemon)
     files.append(os.path.join(src, "core/src/seccomp.c"))
+    # the signal lines (dp_signals_ignore), the CDI back-off episode (dp_cdi_log_fight) and
+    # the gRPC limits (dp_grpc_log_limit): core functions both daemons opt into
+    for n in ("signals.c", "cdi.c", "grpc_budget.c"):
+        files.append(os.path.join(src, "core/src", n))
     for path in files:
         with open(path) as f:
             code = f.read()
