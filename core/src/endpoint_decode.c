@@ -74,7 +74,7 @@ _printf_(2, 3) static void fail(struct walk *w, const char *fmt, ...)
 	w->failed = true;
 	va_start(ap, fmt);
 	char line[256];
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 	dp_buf_puts(w->why, line);
 }

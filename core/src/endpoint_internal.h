@@ -31,14 +31,10 @@ struct ep_stream {
 
 struct dp_endpoint {
 	dp_loop *loop;
-	dp_driver driver;
 	void *userdata;
-	dp_endpoint_events events;
 	char *resource;
 	char *prefix;
 	char *dir;
-	bool preferred_allocation;
-	bool pre_start_required;
 
 	/* devices, compact: one arena of NUL-terminated IDs in the configured order, the arena
 	 * offsets of the IDs in sorted order (lookups), NUMA nodes only when one is known */
@@ -48,43 +44,51 @@ struct dp_endpoint {
 	size_t n_devices;
 
 	/* health */
-	bool checked;
-	bool healthy;
-	bool check_deferred;
-	char reason[512];
 	uint64_t check_interval;
 	uint64_t recheck_backoff;
 	dp_source *check_timer;
-	bool check_timer_armed; /* a periodic check or retry is pending */
 
 	/* serving and registration */
-	enum ep_state state;
-	bool stopping;
-	bool stream_ended_registering; /* a stream ended before Register returned */
 	dp_grpc_server *server;
 	dp_health *health;
-	char socket_name[128];
 	ino_t socket_ino;
 	dev_t socket_dev;
 	dp_grpc_client_call *register_call;
 	dp_source *register_timer;
 	uint64_t backoff;
-	unsigned registrations;
-	char reason_register[2 * PATH_MAX + 256];
-	enum ep_fail fail_kind; /* the failure last told through on_register_failed */
-	uint64_t fail_told;     /* when */
-	unsigned failures;      /* failed attempts since the last registration */
+	uint64_t fail_told;     /* when fail_kind was last told */
 	uint64_t registered_at; /* when Register last succeeded */
-	unsigned quick_ends;    /* streams in a row that ended soon after registering */
 	uint64_t contend_backoff;
 	struct ep_stream *streams;
 	struct ep_stream *kubelet_stream; /* the first stream opened since Register was sent */
-	unsigned n_streams;
 
 	/* kubelet directory watch */
 	dp_watch *watch; /* with the stat backstop (endpoint_watch.c) */
 	ino_t kubelet_ino;
 	dev_t kubelet_dev;
+
+	dp_driver driver;
+	dp_endpoint_events events;
+
+	enum ep_state state;
+	unsigned registrations;
+	enum ep_fail fail_kind; /* the failure last told through on_register_failed */
+	unsigned failures;      /* failed attempts since the last registration */
+	unsigned quick_ends;    /* streams in a row that ended soon after registering */
+	unsigned n_streams;
+
+	bool preferred_allocation;
+	bool pre_start_required;
+	bool checked;
+	bool healthy;
+	bool check_deferred;
+	bool check_timer_armed; /* a periodic check or retry is pending */
+	bool stopping;
+	bool stream_ended_registering; /* a stream ended before Register returned */
+
+	char socket_name[128];
+	char reason[512];
+	char reason_register[2 * PATH_MAX + 256];
 };
 
 /* endpoint.c */
