@@ -162,6 +162,8 @@ func TestRegistrationRestartOverStaleSocket(t *testing.T) {
 	if l := logLines(second, "", regFailedMsg); len(l) != 0 {
 		t.Errorf("the restart had failed attempts: %q", l)
 	}
+	// The mock kubelet records the Register before the daemon reads the answer and logs it.
+	waitLine(t, second, eventBound, "info", registeredMsg)
 	if l := logLines(second, "info", registeredMsg); len(l) != 1 || strings.Contains(l[0], "recovered_after") {
 		t.Errorf("registration lines %q, want one first-attempt %q", l, registeredMsg)
 	}
