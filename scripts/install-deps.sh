@@ -12,7 +12,7 @@
 set -eu
 PKGS="gcc clang libclang-rt-14-dev make git meson ninja-build pkg-config \
 libnghttp2-dev libprotobuf-c-dev libmbedtls-dev protobuf-c-compiler libcmocka-dev libseccomp-dev \
-golang-go golang-google-grpc-dev golang-goprotobuf-dev golang-github-fsnotify-fsnotify-dev protobuf-compiler python3-yaml valgrind openssl"
+golang-go golang-google-grpc-dev golang-goprotobuf-dev golang-github-fsnotify-fsnotify-dev protobuf-compiler python3-yaml valgrind openssl pci.ids musl-tools"
 case "${1:-}" in
 "") ;;
 live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio" ;;
