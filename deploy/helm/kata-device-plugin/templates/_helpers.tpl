@@ -21,12 +21,25 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{/* registry/repository:tag, or registry/repository@digest; the tag defaults to appVersion. */}}
 {{- define "kata-device-plugin.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- $name := .Values.image.repository -}}
+{{- if .Values.image.registry -}}{{- $name = printf "%s/%s" .Values.image.registry $name -}}{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $name .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $name (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The node selector: the user's, plus kubernetes.io/os=linux unless the user sets it. */}}
 {{- define "kata-device-plugin.nodeSelector" -}}
 {{- toYaml (merge (deepCopy .Values.nodeSelector) (dict "kubernetes.io/os" "linux")) -}}
+{{- end -}}
+
+
+{{/* Pod template labels: the chart's labels win over podLabels (the selector must hold). */}}
+{{- define "kata-device-plugin.podLabels" -}}
+{{- $fixed := include "kata-device-plugin.labels" . | fromYaml -}}
+{{- toYaml (merge $fixed (deepCopy .Values.podLabels)) -}}
 {{- end -}}

@@ -1,0 +1,71 @@
+{{/*
+Object names are fixed (one release per cluster): the docs, the log lines, the admission
+policies and the RBAC subject name them.
+*/}}
+
+{{/* Labels every object carries. */}}
+{{- define "hyperlight.labels" -}}
+app.kubernetes.io/part-of: hyperlight
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* registry/repository:tag, or registry/repository@digest; the tag defaults to appVersion. */}}
+{{- define "hyperlight.image" -}}
+{{- $name := .Values.image.repository -}}
+{{- if .Values.image.registry -}}{{- $name = printf "%s/%s" .Values.image.registry $name -}}{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $name .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $name (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The pod spec fields both DaemonSets share (indented 6, under the pod's spec:). */}}
+{{- define "hyperlight.podScheduling" -}}
+enableServiceLinks: false
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+terminationGracePeriodSeconds: 10
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod template metadata: the fixed labels last, so podLabels cannot change the selector. */}}
+{{- define "hyperlight.podMetadata" -}}
+{{- $root := index . 0 -}}
+{{- $fixed := index . 1 -}}
+{{- with $root.Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+labels:
+  {{- toYaml (merge (deepCopy $fixed) (deepCopy $root.Values.podLabels)) | nindent 2 }}
+{{- end -}}
+
+{{- define "hyperlight.updateStrategy" -}}
+{{- toYaml .Values.updateStrategy -}}
+{{- end -}}
+
+{{/* monitors require metrics.enabled */}}
+{{- define "hyperlight.checkMetrics" -}}
+{{- if and (or .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled) (not .Values.metrics.enabled) -}}
+{{- fail "metrics.serviceMonitor.enabled / metrics.podMonitor.enabled need metrics.enabled=true" -}}
+{{- end -}}
+{{- end -}}
