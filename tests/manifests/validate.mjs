@@ -1,5 +1,5 @@
-// Validates Kubernetes objects against the API schemas compiled into the npm package
-// kubernetes-models (the OpenAPI schemas of Kubernetes, as ajv validators: types, required
+// Validates Kubernetes objects against the API schemas compiled into the npm packages
+// kubernetes-models and @kubernetes-models/prometheus-operator (its CRDs' schemas) (the OpenAPI schemas of Kubernetes, as ajv validators: types, required
 // fields, enums, formats). Input: a JSON file holding [{"where": "file#doc", "object": {...},
 // "expect": "valid" | "invalid"}]. Prints one "ok - " or "FAIL - " line per object and ends
 // with "N passed, M failed"; exit status 1 if anything failed.
@@ -14,11 +14,14 @@ let failed = 0;
 async function model(apiVersion, kind) {
   if (typeof apiVersion !== "string" || typeof kind !== "string" || !/^[A-Za-z0-9]+$/.test(kind))
     throw new Error(`apiVersion/kind missing or malformed: ${apiVersion}/${kind}`);
+  // prometheus-operator's kinds (ServiceMonitor, PodMonitor): @kubernetes-models/prometheus-operator.
+  const pkg = apiVersion.startsWith("monitoring.coreos.com/")
+    ? "@kubernetes-models/prometheus-operator" : "kubernetes-models";
   try {
-    const m = await import(`kubernetes-models/${apiVersion}/${kind}`);
+    const m = await import(`${pkg}/${apiVersion}/${kind}`);
     return m[kind];
   } catch (e) {
-    throw new Error(`no schema for apiVersion ${apiVersion} kind ${kind} in kubernetes-models`);
+    throw new Error(`no schema for apiVersion ${apiVersion} kind ${kind} in ${pkg}`);
   }
 }
 

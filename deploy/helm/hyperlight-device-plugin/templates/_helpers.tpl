@@ -59,8 +59,13 @@ labels:
   {{- toYaml (merge (deepCopy $fixed) (deepCopy $root.Values.podLabels)) | nindent 2 }}
 {{- end -}}
 
+{{/* OnDelete takes no rollingUpdate (the API server refuses it). */}}
 {{- define "hyperlight.updateStrategy" -}}
+{{- if eq .Values.updateStrategy.type "OnDelete" -}}
+type: OnDelete
+{{- else -}}
 {{- toYaml .Values.updateStrategy -}}
+{{- end -}}
 {{- end -}}
 
 {{/* monitors require metrics.enabled */}}

@@ -43,3 +43,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $fixed := include "kata-device-plugin.labels" . | fromYaml -}}
 {{- toYaml (merge $fixed (deepCopy .Values.podLabels)) -}}
 {{- end -}}
+
+{{/* OnDelete takes no rollingUpdate (the API server refuses it). */}}
+{{- define "kata-device-plugin.updateStrategy" -}}
+{{- if eq .Values.updateStrategy.type "OnDelete" -}}
+type: OnDelete
+{{- else -}}
+{{- toYaml .Values.updateStrategy -}}
+{{- end -}}
+{{- end -}}
