@@ -101,7 +101,15 @@ def _():
         assert schema.get("additionalProperties") is False, "%s: top level allows additional properties" % name
         props = schema.get("properties", {})
         assert set(props) == set(vals), "%s: schema %s, values %s" % (name, sorted(props), sorted(vals))
-        undescribed = sorted(k for k, v in props.items() if not v.get("description"))
+        undescribed = []
+
+        def walk(ps, prefix):
+            for k, v in ps.items():
+                if not v.get("description"):
+                    undescribed.append(prefix + k)
+                ref = v.get("$ref", "").rsplit("/", 1)[-1]
+                walk(v.get("properties") or schema.get("definitions", {}).get(ref, {}).get("properties", {}), prefix + k + ".")
+        walk(props, "")
         assert not undescribed, "%s: no description for %s" % (name, undescribed)
         assert props["image"].get("additionalProperties") is False, "%s: image allows additional properties" % name
     assert values["resourceNaming"] == "table", "resourceNaming default %r" % values["resourceNaming"]
