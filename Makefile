@@ -97,8 +97,9 @@ images: build
 test-runtime: images
 	tests/runtime/run.sh $(BUILD)
 
-demo: build
-	tests/demo.sh $(BUILD)
+# Builds quietly itself (the build's output shown only when it fails).
+demo:
+	@tests/demo.sh $(BUILD)
 
 # Install or upgrade kata-device-plugin with its chart on kubectl's current cluster
 # (docs/kata.md). HELM_ARGS adds flags, e.g. HELM_ARGS='--set image.repository=registry/kata-device-plugin'.
