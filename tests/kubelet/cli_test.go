@@ -141,3 +141,26 @@ func TestKataVFIODirMissing(t *testing.T) {
 		})
 	}
 }
+
+// Error fields carry the errno's name, not a raw number: a node without /var/run (the CDI
+// directory's parent: the daemon creates only the CDI directory) makes the CDI writer fail
+// (debug) with ENOENT.
+func TestDebugErrorNamed(t *testing.T) {
+	s := prepare(t, newNode(t, true))
+	if err := os.RemoveAll(filepath.Dir(s.node.CDIDir)); err != nil {
+		t.Fatal(err)
+	}
+	s.startDaemon("DEVICE_COUNT=3", "LOG_LEVEL=debug")
+	l := waitLine(t, s.d, startBound, "debug", "cdi: sync failed")
+	if !strings.Contains(l, " error=ENOENT") {
+		t.Errorf("line %q, want error=ENOENT", l)
+	}
+	for _, l := range s.d.Stderr.Lines() {
+		if f := logField(l, "error"); f != "" && strings.Trim(f, "-0123456789") == "" {
+			t.Errorf("raw error number in %q", l)
+		}
+		if strings.Contains(l, " errno=") {
+			t.Errorf("raw errno in %q", l)
+		}
+	}
+}
