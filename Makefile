@@ -105,8 +105,9 @@ images: build
 test-runtime: images
 	tests/runtime/run.sh $(BUILD)
 
-demo: build
-	tests/demo.sh $(BUILD)
+# Builds quietly itself (the build's output shown only when it fails).
+demo:
+	@tests/demo.sh $(BUILD)
 
 # Install or upgrade the charts on kubectl's current cluster with the Helm and kubectl that
 # `make test` uses (scripts/helm-tools.sh, in $(BUILD)): CHART=hyperlight, CHART=kata or

@@ -108,7 +108,7 @@ void hl_node_watch_ensure(struct hl_node_watch *w)
 	}
 	int r = dp_watch_new(w->loop, &cfg, &w->src);
 	if (r < 0)
-		dp_debug("cannot watch device directory", "dir=%s error=%d", w->dir, r);
+		dp_debug("cannot watch device directory", "dir=%s error=%s", w->dir, dp_errname(r));
 }
 
 void hl_node_watch_stop(struct hl_node_watch *w)

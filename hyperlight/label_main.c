@@ -6,6 +6,7 @@
  * for each attempt to patch its node's labels (label_patch.h). A program of its own, so the
  * HTTP and TLS code (https.c, Mbed TLS) is not even mapped into the long-lived daemon.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,9 +21,10 @@ int main(int argc, char **argv)
 		printf("%s %s (commit %s)\n", HL_LABEL_EXE, DP_VERSION, DP_GIT_COMMIT);
 		return 0;
 	}
-	fprintf(stderr, "%s: the hyperlight device plugin's node-label helper; it runs as\n"
+	bool help = argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0);
+	fprintf(help ? stdout : stderr, "%s: the hyperlight device plugin's node-label helper; it runs as\n"
 		"  %s --dp-helper " HL_LABEL_HELPER " <url> <token path> <ca path> <hypervisor>\n"
 		"started by hyperlight-device-plugin (docs/architecture.md, \"Node labels\").\n",
 		HL_LABEL_EXE, HL_LABEL_EXE);
-	return 2;
+	return help ? 0 : 2;
 }

@@ -36,7 +36,7 @@ struct options {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: " PROG " [--device-access] [--health-check[=readiness]] [--version] [--help]\n"
+		"Usage: " PROG " [--device-access] [--health-check[=readiness]] [--version] [-h|--help]\n"
 		"Advertises the host hypervisor device as the kubelet resource " HL_RESOURCE ",\n"
 		"owns the CDI spec /var/run/cdi/hyperlight.json and answers Allocate with its CDI name.\n"
 		"\n"
@@ -47,10 +47,25 @@ static void usage(FILE *f)
 		"  --health-check=readiness  exit 0 if registered, streaming to kubelet and healthy\n"
 		"                            (with --device-access: asks the bootstrap plugin)\n"
 		"  --version                 print version and git commit\n"
+		"  -h, --help                print this help\n"
 		"\n"
-		"Environment: DEVICE_COUNT (default 2000), DEVICE_UID, DEVICE_GID (default 65534),\n"
-		"HOST_DEVICE_DIR (the host's /dev mounted read-only, e.g. /host-dev), NODE_NAME (node\n"
-		"labels through the in-cluster service account), LOG_LEVEL (debug, info, warn, error).\n");
+		"Environment:\n"
+		"  DEVICE_COUNT          devices advertised (default 2000; 1..%u)\n"
+		"  DEVICE_UID, DEVICE_GID  owner of the device node in containers (default 65534)\n"
+		"  HOST_DEVICE_DIR       the host's /dev mounted read-only, e.g. /host-dev\n"
+		"  NODE_NAME             label this node through the in-cluster service account\n"
+		"  LOG_LEVEL             debug, info (default), warn, error\n"
+		"  METRICS_ADDRESS       serve Prometheus metrics on HOST:PORT, :PORT or [IPv6]:PORT\n"
+		"                        (unset or empty: off, the default)\n"
+		"  SDP_SECCOMP           the seccomp allow-list applied after start-up: enforce (default:\n"
+		"                        other calls fail with EPERM), log (allowed, logged by the\n"
+		"                        kernel) or off; an invalid value keeps enforce, with a warning\n"
+		"\n"
+		"Exit status: 0 after SIGTERM or SIGINT; 1 for a startup error (invalid DEVICE_COUNT or\n"
+		"HOST_DEVICE_DIR, no usable hypervisor device, the seccomp filter refused by the\n"
+		"kernel); 2 for a bad argument or an invalid METRICS_ADDRESS. --health-check: 0 healthy,\n"
+		"1 not.\n",
+		hl_device_count_ceiling());
 }
 
 /* 0 to run, 1 for an error, -1 when done (version, help). */
@@ -61,7 +76,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		if (strcmp(a, "--version") == 0) {
 			printf(PROG " %s (commit %s)\n", DP_VERSION, DP_GIT_COMMIT);
 			return -1;
-		} else if (strcmp(a, "--help") == 0) {
+		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			usage(stdout);
 			return -1;
 		} else if (strcmp(a, "--device-access") == 0) {
@@ -223,11 +238,9 @@ int main(int argc, char **argv)
 		(void)sigprocmask(SIG_SETMASK, &old, NULL);
 		return health_check(&o);
 	}
-	int lr = dp_log_init();
+	(void)dp_log_init(); /* an invalid LOG_LEVEL keeps info and is logged there, once */
 	dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL); /* the plugin socket's limits, at warn */
 	dp_info("starting", "program=" PROG " version=%s commit=%s mode=%s", DP_VERSION, DP_GIT_COMMIT,
 		o.device_access ? "device-access" : "hypervisor");
-	if (lr < 0)
-		dp_warn("invalid LOG_LEVEL ignored, using info", NULL);
 	return run(&o);
 }

@@ -5,8 +5,9 @@
  * with a CDI spec per resource for Kata's cold plug. The device set is fixed at start: a change
  * ends the daemon with status 3 so that the DaemonSet restarts it.
  *
- * Exit status: 0 after SIGTERM/SIGINT, 1 for a startup error, 2 for a bad argument, 3 when the
- * VFIO device set changed; --health-check: 0 healthy, 1 not.
+ * Exit status: 0 after SIGTERM/SIGINT, 1 for a startup error, 2 for a bad argument (or an
+ * invalid RESOURCE_NAMING or METRICS_ADDRESS), 3 when the VFIO device set changed;
+ * --health-check: 0 healthy, 1 not.
  */
 #include <errno.h>
 #include <limits.h>
@@ -55,7 +56,7 @@ static void usage(FILE *f)
 {
 	char cls[9];
 	fprintf(f,
-		"Usage: " PROG " [--health-check[=readiness]] [--version] [--help]\n"
+		"Usage: " PROG " [--health-check[=readiness]] [--version] [-h|--help]\n"
 		"Advertises the VFIO-bound PCI devices in /dev/vfio/devices that its compile-time\n"
 		"table names to kubelet, one resource per table row, IDs 0..n-1 in PCI address order,\n"
 		"and owns one CDI spec per resource: /var/run/cdi/kata.<vendor>-<class>.yaml.\n"
@@ -73,8 +74,23 @@ static void usage(FILE *f)
 		"  --health-check=readiness  exit 0 if every advertised resource is registered,\n"
 		"                            streaming to kubelet and healthy\n"
 		"  --version                 print version and git commit\n"
+		"  -h, --help                print this help\n"
 		"\n"
-		"Environment: LOG_LEVEL (debug, info, warn, error).\n");
+		"Environment:\n"
+		"  RESOURCE_NAMING       table (default: one resource per table row, as above) or sku\n"
+		"                        (one resource per GPU/NVSwitch model, named from its PCI\n"
+		"                        device ID, e.g. nvidia.com/GH100_H100_SXM5_80GB)\n"
+		"  LOG_LEVEL             debug, info (default), warn, error\n"
+		"  METRICS_ADDRESS       serve Prometheus metrics on HOST:PORT, :PORT or [IPv6]:PORT\n"
+		"                        (unset or empty: off, the default)\n"
+		"  SDP_SECCOMP           the seccomp allow-list applied after start-up: enforce (default:\n"
+		"                        other calls fail with EPERM), log (allowed, logged by the\n"
+		"                        kernel) or off; an invalid value keeps enforce, with a warning\n"
+		"\n"
+		"Exit status: 0 after SIGTERM or SIGINT; 1 for a startup error (/dev/vfio/devices\n"
+		"unreadable, the seccomp filter refused by the kernel); 2 for a bad argument or an\n"
+		"invalid RESOURCE_NAMING or METRICS_ADDRESS; 3 when the VFIO device set changed (the\n"
+		"DaemonSet restarts the daemon). --health-check: 0 healthy, 1 not.\n");
 }
 
 /* 0 to run, 1 for an error, -1 when done (version, help). */
@@ -85,7 +101,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		if (strcmp(a, "--version") == 0) {
 			printf(PROG " %s (commit %s)\n", DP_VERSION, DP_GIT_COMMIT);
 			return -1;
-		} else if (strcmp(a, "--help") == 0) {
+		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			usage(stdout);
 			return -1;
 		} else if (strcmp(a, "--health-check") == 0) {

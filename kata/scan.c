@@ -576,6 +576,21 @@ static void too_many(const struct ctx *c, struct dir_iter *it, const char *shown
 	       "dir=%s entries=%zu considered=%zu", shown, total, c->max);
 }
 
+/* No KATA_DEV_DIR: say which directory is missing (/dev/vfio itself, or only its devices/) and
+ * what that usually means; once at start (warn), at debug on the rescans. */
+static void log_missing_dev_dir(const struct ctx *c)
+{
+	char parent[PATH_MAX];
+	struct stat st;
+	bool no_vfio = dp_path(parent, sizeof(parent), KATA_VFIO_DIR) == 0 && stat(parent, &st) < 0 &&
+		       errno == ENOENT;
+
+	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "VFIO directory missing, nothing to scan",
+	       "dir=%s reason=\"the vfio-pci and iommufd modules are not loaded, no device is bound to "
+	       "vfio-pci, or the hostPath " KATA_VFIO_DIR " is not mounted\"",
+	       no_vfio ? KATA_VFIO_DIR : KATA_DEV_DIR);
+}
+
 static int walk_dev(struct ctx *c, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
@@ -589,7 +604,7 @@ static int walk_dev(struct ctx *c, char *err, size_t errlen)
 	_cleanup_close_ int fd = it.fd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno == ENOENT) {
-			dp_debug("no VFIO cdev directory", "dir=%s", path);
+			log_missing_dev_dir(c);
 			return 0;
 		}
 		r = -errno;

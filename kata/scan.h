@@ -48,7 +48,8 @@
 #include "scan_cache.h"
 #include "table.h"
 
-#define KATA_DEV_DIR "/dev/vfio/devices"
+#define KATA_VFIO_DIR "/dev/vfio"
+#define KATA_DEV_DIR KATA_VFIO_DIR "/devices"
 #define KATA_SYSFS_DIR "/sys/class/vfio-dev"
 #define KATA_MAX_ENTRIES 4096
 

@@ -44,7 +44,7 @@ int kata_watch_rescan(kata_watch *w)
 		return 0;
 	int r = kata_scan_run(&w->opts, &now, err, sizeof(err));
 	if (r < 0) {
-		dp_debug("rescan failed", "error=%d", r);
+		dp_debug("rescan failed", "error=%s", dp_errname(r));
 		return r;
 	}
 	r = kata_scan_diff(w->initial, &now, &removed, &added, &changed);

@@ -180,19 +180,19 @@ int dp_cdi_replace(int dirfd, const char *name, const void *data, size_t len)
 
 	fd = create_temp(dirfd, name, tmp);
 	if (fd < 0) {
-		dp_debug("cdi: cannot create temp file", "name=%s errno=%d", name, -fd);
+		dp_debug("cdi: cannot create temp file", "name=%s error=%s", name, dp_errname(fd));
 		return fd;
 	}
 	r = finish_temp(fd, data, len);
 	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
 		r = -errno;
 	if (r < 0) {
-		dp_debug("cdi: replace failed", "name=%s errno=%d", name, -r);
+		dp_debug("cdi: replace failed", "name=%s error=%s", name, dp_errname(r));
 		(void)unlinkat(dirfd, tmp, 0);
 		return r;
 	}
 	if (fsync(dirfd) < 0)
-		dp_debug("cdi: fsync of the directory failed", "name=%s errno=%d", name, errno);
+		dp_debug("cdi: fsync of the directory failed", "name=%s error=%s", name, dp_errname(errno));
 	return 0;
 }
 
@@ -226,7 +226,7 @@ static void schedule_changed(dp_cdi_file *f)
 	int r = f->notify ? dp_timer_set_asap(f->notify)
 			  : dp_timer_add(f->loop, 0, 0, notify_fired, f, &f->notify);
 	if (r < 0)
-		dp_debug("cdi: cannot schedule the change callback", "path=%s errno=%d", f->path, -r);
+		dp_debug("cdi: cannot schedule the change callback", "path=%s error=%s", f->path, dp_errname(r));
 }
 
 static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask,
@@ -257,7 +257,7 @@ static void arm_watches(dp_cdi_file *f)
 	f->own_renames = 0;
 	r = dp_watch_new(f->loop, &cfg, &f->watch);
 	if (r < 0)
-		dp_debug("cdi: cannot watch directory", "path=%s errno=%d", f->dir, -r);
+		dp_debug("cdi: cannot watch directory", "path=%s error=%s", f->dir, dp_errname(r));
 }
 
 static int notify_fired(dp_source *s, void *userdata)
@@ -357,7 +357,7 @@ static int set_error(dp_cdi_file *f, int r, const char *fmt, ...)
 	/* ap is va_start()ed just above (clang 14 false positive) */
 	vsnprintf(f->error, sizeof(f->error), fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
-	dp_debug("cdi: sync failed", "path=%s errno=%d", f->path, -r);
+	dp_debug("cdi: sync failed", "path=%s error=%s", f->path, dp_errname(r));
 	return r;
 }
 
@@ -374,7 +374,7 @@ static int open_dir(dp_cdi_file *f)
 			return set_error(f, -e, "cannot create directory %s: %s", f->dir, strerror(e));
 		fd = openat(AT_FDCWD, f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd >= 0 && created && fchmod(fd, 0755) < 0)
-			dp_debug("cdi: cannot chmod directory", "path=%s errno=%d", f->dir, errno);
+			dp_debug("cdi: cannot chmod directory", "path=%s error=%s", f->dir, dp_errname(errno));
 	}
 	if (fd < 0) {
 		int e = errno;
@@ -420,7 +420,7 @@ static void arm_retry(dp_cdi_file *f, uint64_t at)
 	else if (at)
 		r = dp_timer_add(f->loop, usec, 0, retry_fired, f, &f->retry);
 	if (r < 0)
-		dp_debug("cdi: cannot arm the retry timer", "path=%s errno=%d", f->path, -r);
+		dp_debug("cdi: cannot arm the retry timer", "path=%s error=%s", f->path, dp_errname(r));
 }
 
 static void tell(dp_cdi_file *f, dp_cdi_backoff_event ev)

@@ -97,7 +97,7 @@ static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 	size_t len = 0;
 	int r = dp_ep_encode_list(ep->ids, ep->n_devices, ep->numa, ep->healthy, &buf, &len);
 	if (r < 0) {
-		dp_debug("cannot encode device list", "resource=%s error=%d", ep->resource, r);
+		dp_debug("cannot encode device list", "resource=%s error=%s", ep->resource, dp_errname(r));
 		return;
 	}
 	struct ep_stream *next;
@@ -107,7 +107,7 @@ static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 		if (r < 0) {
 			/* The gRPC layer ended the call (a size or buffer limit): it will not call
 			 * ep_on_stream_cancel, and frees the call when its stream closes. */
-			dp_debug("cannot send device list", "resource=%s error=%d", ep->resource, r);
+			dp_debug("cannot send device list", "resource=%s error=%s", ep->resource, dp_errname(r));
 			ep_stream_gone(ep, st);
 		}
 	}

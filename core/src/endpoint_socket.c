@@ -100,7 +100,7 @@ static int remove_if_stale(const char *dir, const char *prefix, const char *name
 	if (lstat(path, &after) < 0 || after.st_ino != before.st_ino || after.st_dev != before.st_dev)
 		return 0;
 	if (unlink(path) < 0) {
-		dp_debug("cannot remove stale socket", "socket=%s error=%d", path, -errno);
+		dp_debug("cannot remove stale socket", "socket=%s error=%s", path, dp_errname(errno));
 		return 0;
 	}
 	dp_debug("removed stale socket", "socket=%s", path);
@@ -113,7 +113,7 @@ unsigned dp_socket_sweep(const char *dir, const char *prefix, const char *keep,
 	unsigned n = 0;
 	DIR *d = opendir(dir);
 	if (!d) {
-		dp_debug("cannot list device-plugins directory", "dir=%s error=%d", dir, -errno);
+		dp_debug("cannot list device-plugins directory", "dir=%s error=%s", dir, dp_errname(errno));
 		return 0;
 	}
 	for (struct dirent *de; (de = readdir(d));) {

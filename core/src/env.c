@@ -59,6 +59,17 @@ static void quote_value(char *buf, size_t size, const char *s)
 	buf[o] = '\0';
 }
 
+/* "-" and one or more digits: a negative integer (dp_parse_u64 calls it not a number). */
+static bool is_negative_integer(const char *s)
+{
+	if (s[0] != '-' || !s[1])
+		return false;
+	for (const char *p = s + 1; *p; p++)
+		if (*p < '0' || *p > '9')
+			return false;
+	return true;
+}
+
 static void format_error(char *err, size_t errlen, const char *name, const char *value, int r,
 			 uint64_t min, uint64_t max)
 {
@@ -68,10 +79,11 @@ static void format_error(char *err, size_t errlen, const char *name, const char 
 		return;
 	if (min > max) {
 		snprintf(err, errlen, "%s: invalid range %" PRIu64 "..%" PRIu64, name, min, max);
-	} else if (r == -ERANGE) {
-		/* Digits only: shown as given, cut after VALUE_SHOWN_MAX digits. */
-		snprintf(err, errlen, "%s=%.*s%s is out of range %" PRIu64 "..%" PRIu64, name,
-			 VALUE_SHOWN_MAX, value, strlen(value) > VALUE_SHOWN_MAX ? "..." : "", min, max);
+	} else if (r == -ERANGE || is_negative_integer(value)) {
+		/* Digits only (after a minus sign): shown as given, cut after VALUE_SHOWN_MAX. */
+		snprintf(err, errlen, "%s=%.*s%s is %sout of range %" PRIu64 "..%" PRIu64, name,
+			 VALUE_SHOWN_MAX, value, strlen(value) > VALUE_SHOWN_MAX ? "..." : "",
+			 value[0] == '-' ? "negative: " : "", min, max);
 	} else {
 		quote_value(q, sizeof(q), value);
 		snprintf(err, errlen, "%s=%s is not a decimal integer", name, q);

@@ -427,7 +427,7 @@ static void conn_closed(dp_h2 *h, int error, void *userdata)
 {
 	sconn *conn = userdata;
 
-	dp_debug("grpc: connection closed", "error=%d", error);
+	dp_debug("grpc: connection closed", "error=%s", dp_errname(error));
 	for (dp_grpc_call *c = conn->calls; c; c = c->next)
 		grpc_call_notify_cancel(c, DP_GRPC_CANCELLED);
 	while (conn->calls)
@@ -540,7 +540,7 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 				continue;
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
 				/* Out of fds or memory: stop accepting for a moment instead of spinning. */
-				dp_debug("grpc: accept failed, backing off", "errno=%d", errno);
+				dp_debug("grpc: accept failed, backing off", "error=%s", dp_errname(errno));
 				dp_io_set_events(s->listen_io, 0);
 				dp_timer_set(s->backoff, ACCEPT_BACKOFF_USEC, 0);
 			}

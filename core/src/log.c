@@ -7,6 +7,7 @@
 #include "dp/log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,20 @@ int dp_log_init(void)
 	}
 	log_level = lvl;
 	return 0;
+}
+
+const char *dp_errname(int err)
+{
+	static char unknown[24];
+	const char *n;
+
+	if (err == 0)
+		return "none";
+	n = strerrorname_np(err == INT_MIN ? 0 : err < 0 ? -err : err);
+	if (n)
+		return n;
+	snprintf(unknown, sizeof(unknown), "errno%d", err < 0 && err != INT_MIN ? -err : err);
+	return unknown;
 }
 
 void dp_log_set_level(enum dp_log_level lvl)

@@ -136,7 +136,7 @@ static void dispatch_io(dp_source *s, uint32_t revents)
 {
 	int r = s->fn.io(s, s->fd, revents, s->userdata);
 	if (r < 0)
-		dp_debug("io callback failed", "fd=%d error=%d", s->fd, r);
+		dp_debug("io callback failed", "fd=%d error=%s", s->fd, dp_errname(r));
 }
 
 static void dispatch_timer(dp_source *s)
@@ -148,7 +148,7 @@ static void dispatch_timer(dp_source *s)
 		return;
 	int r = s->fn.timer(s, s->userdata);
 	if (r < 0)
-		dp_debug("timer callback failed", "error=%d", r);
+		dp_debug("timer callback failed", "error=%s", dp_errname(r));
 }
 
 static void dispatch_signal(dp_source *s)
@@ -158,7 +158,7 @@ static void dispatch_signal(dp_source *s)
 	while (!s->dead && read(s->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		int r = s->fn.signal(s, &si, s->userdata);
 		if (r < 0)
-			dp_debug("signal callback failed", "signal=%u error=%d", si.ssi_signo, r);
+			dp_debug("signal callback failed", "signal=%u error=%s", si.ssi_signo, dp_errname(r));
 	}
 }
 
@@ -185,7 +185,7 @@ static void dispatch_child(dp_source *s)
 		if (errno == EINTR)
 			return;
 		/* ECHILD: reaped elsewhere; report it with si_code 0 and the pid. */
-		dp_debug("waitid failed", "pid=%d errno=%d", (int)s->pid, errno);
+		dp_debug("waitid failed", "pid=%d error=%s", (int)s->pid, dp_errname(errno));
 		memset(&si, 0, sizeof(si));
 		si.si_pid = s->pid;
 	} else if (si.si_pid == 0) {
@@ -195,7 +195,7 @@ static void dispatch_child(dp_source *s)
 	source_epoll_del(s); /* a reaped pidfd stays readable */
 	int r = s->fn.child(s, &si, s->userdata);
 	if (r < 0)
-		dp_debug("child callback failed", "pid=%d error=%d", (int)s->pid, r);
+		dp_debug("child callback failed", "pid=%d error=%s", (int)s->pid, dp_errname(r));
 }
 
 static void dispatch_inotify(dp_source *s)
@@ -215,7 +215,7 @@ static void dispatch_inotify(dp_source *s)
 				s->ignored = true;
 			int r = s->fn.inotify(s, ev, s->userdata);
 			if (r < 0)
-				dp_debug("inotify callback failed", "error=%d", r);
+				dp_debug("inotify callback failed", "error=%s", dp_errname(r));
 		}
 		if (s->dead)
 			return;

@@ -47,7 +47,7 @@ static void update_timer(dp_watch *w)
 	if (r == 0)
 		w->period = p;
 	else
-		dp_debug("watch: cannot arm the backstop", "dir=%s error=%d", w->dir, r);
+		dp_debug("watch: cannot arm the backstop", "dir=%s error=%s", w->dir, dp_errname(r));
 }
 
 static void drop_sources(dp_watch *w)
@@ -109,7 +109,7 @@ static void arm_ancestor(dp_watch *w, const char *path)
 		r = dp_inotify_add(w->loop, p, ANC_MASK, on_anc_event, w, &w->anc_src);
 	}
 	if (r < 0)
-		dp_debug("watch: cannot watch an ancestor", "dir=%s error=%d", w->dir, r);
+		dp_debug("watch: cannot watch an ancestor", "dir=%s error=%s", w->dir, dp_errname(r));
 }
 
 bool dp_watch_rearm(dp_watch *w)
@@ -121,7 +121,7 @@ bool dp_watch_rearm(dp_watch *w)
 		if (r == 0 && w->missing)
 			w->anc_src = dp_source_free(w->anc_src); /* was on the way; re-added below */
 		else if (r < 0 && r != -ENOENT && r != -ENOTDIR)
-			dp_debug("watch: cannot watch directory", "dir=%s error=%d", w->dir, r);
+			dp_debug("watch: cannot watch directory", "dir=%s error=%s", w->dir, dp_errname(r));
 		w->missing = r == -ENOENT || r == -ENOTDIR;
 	}
 	if (!w->anc_src && (w->missing || w->watch_parent))

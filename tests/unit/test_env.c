@@ -96,7 +96,12 @@ static void test_env_messages(void **state)
 	expect_error("12a", -EINVAL, "DEVICE_COUNT=\"12a\" is not a decimal integer");
 	expect_error("", -EINVAL, "DEVICE_COUNT=\"\" is not a decimal integer");
 	expect_error(" 12", -EINVAL, "DEVICE_COUNT=\" 12\" is not a decimal integer");
-	expect_error("-1", -EINVAL, "DEVICE_COUNT=\"-1\" is not a decimal integer");
+	/* A negative number is one, below the range (the code stays -EINVAL: not an unsigned). */
+	expect_error("-1", -EINVAL, "DEVICE_COUNT=-1 is negative: out of range 1..12345");
+	expect_error("-5", -EINVAL, "DEVICE_COUNT=-5 is negative: out of range 1..12345");
+	expect_error("-", -EINVAL, "DEVICE_COUNT=\"-\" is not a decimal integer");
+	expect_error("-5x", -EINVAL, "DEVICE_COUNT=\"-5x\" is not a decimal integer");
+	expect_error("--5", -EINVAL, "DEVICE_COUNT=\"--5\" is not a decimal integer");
 	expect_error("0x10", -EINVAL, "DEVICE_COUNT=\"0x10\" is not a decimal integer");
 	expect_error("a\"b\\c\nd\te\x01", -EINVAL,
 		     "DEVICE_COUNT=\"a\\\"b\\\\c\\nd\\te\\x01\" is not a decimal integer");

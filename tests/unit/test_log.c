@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,20 @@ static void test_errno_preserved(void **state)
 	capture_end();
 }
 
+/* Error fields carry the errno's name, whatever sign the caller holds it with. */
+static void test_errname(void **state)
+{
+	assert_string_equal(dp_errname(-ENOENT), "ENOENT");
+	assert_string_equal(dp_errname(ENOENT), "ENOENT");
+	assert_string_equal(dp_errname(-ECONNRESET), "ECONNRESET");
+	assert_string_equal(dp_errname(0), "none");
+	assert_string_equal(dp_errname(-4000), "errno4000");
+	assert_non_null(dp_errname(INT_MIN));
+	capture_start();
+	dp_info("x", "error=%s", dp_errname(-ENOENT));
+	assert_true(matches(capture_end(), "^" TIME_RE " level=info msg=x error=ENOENT\n$"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -211,6 +226,7 @@ int main(void)
 		cmocka_unit_test_setup(test_logq_truncation, setup),
 		cmocka_unit_test_setup(test_long_line_truncated, setup),
 		cmocka_unit_test_setup(test_errno_preserved, setup),
+		cmocka_unit_test_setup(test_errname, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

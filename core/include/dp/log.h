@@ -28,6 +28,11 @@ void dp_logv(enum dp_log_level lvl, const char *msg, const char *kv, va_list ap)
 /* logfmt-quote s into buf when needed (spaces, quotes, '=', control chars, empty); returns buf. */
 const char *dp_logq(char *buf, size_t size, const char *s);
 
+/* The symbolic name of an errno value, for an "error=" field: err or -err (ENOENT for 2 and
+ * -2), "none" for 0, "errno<N>" for a number without a name (in a static buffer, valid until
+ * the next call). Never NULL, never with spaces. */
+const char *dp_errname(int err);
+
 #define dp_debug(msg, ...) dp_log(DP_LOG_DEBUG, msg, __VA_ARGS__)
 #define dp_info(msg, ...) dp_log(DP_LOG_INFO, msg, __VA_ARGS__)
 #define dp_warn(msg, ...) dp_log(DP_LOG_WARN, msg, __VA_ARGS__)

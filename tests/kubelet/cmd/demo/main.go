@@ -1,9 +1,11 @@
-// Command demo runs the hyperlight device plugin on a simulated node (a temporary root with
-// /dev/kvm, the kubelet device-plugins directory and the CDI directory) against the in-process
-// mock kubelet, with the hypervisor ioctls faked by tests/fakes/libhvshim.so (so the transcript
-// never depends on the host's own /dev/kvm), and prints a readable transcript: start, registration, the advertised
-// resource, an Allocate answer, the CDI spec, a kubelet restart, a deleted CDI spec being
-// repaired, and SIGTERM. Every wait is bounded; any failed step exits non-zero.
+// Command demo runs both plugins, one after the other. First the hyperlight device plugin on
+// a simulated node (a temporary root with /dev/kvm, the kubelet device-plugins directory and
+// the CDI directory) against the in-process mock kubelet, with the hypervisor ioctls faked by
+// tests/fakes/libhvshim.so (so the transcript never depends on the host's own /dev/kvm), and
+// prints a readable transcript: start, registration, the advertised resource, an Allocate
+// answer, the CDI spec, a kubelet restart, a deleted CDI spec being repaired, and SIGTERM.
+// Then kata-device-plugin on another simulated node (kata.go). Every wait is bounded; any
+// failed step exits non-zero.
 package main
 
 import (
@@ -27,6 +29,7 @@ const (
 )
 
 type demo struct {
+	build   string
 	bin     string
 	started time.Time
 	node    *kubelet.Node
@@ -77,7 +80,7 @@ func main() {
 	}
 	// kubelet.DaemonEnv finds the shim through SDP_BUILD_DIR.
 	os.Setenv("SDP_BUILD_DIR", *build)
-	d := &demo{bin: bin, showLog: *showLog}
+	d := &demo{build: *build, bin: bin, showLog: *showLog}
 	os.Exit(d.run())
 }
 
@@ -85,7 +88,6 @@ func (d *demo) run() (code int) {
 	defer func() {
 		r := recover()
 		if r == nil {
-			d.cleanup()
 			return
 		}
 		se, ok := r.(*stepError)
@@ -113,6 +115,12 @@ func (d *demo) run() (code int) {
 	if d.showLog {
 		d.printLog(0)
 	}
+	d.cleanup()
+	d.kata(d.build)
+	if d.showLog {
+		d.printLog(0)
+	}
+	d.cleanup()
 	fmt.Println("\ndemo finished: every step succeeded")
 	return 0
 }
@@ -338,14 +346,17 @@ func (d *demo) cleanup() {
 	if d.d != nil && !d.d.Exited() {
 		d.d.Stop(5 * time.Second)
 	}
+	d.d = nil
 	if d.k != nil {
 		d.k.Stop()
+		d.k = nil
 	}
 	if d.node != nil {
 		if err := d.node.Remove(); err != nil {
 			fmt.Fprintf(os.Stderr, "demo: cleanup: %v\n", err)
-			return
+		} else {
+			fmt.Printf("\ncleaned up %s\n", d.node.Root)
 		}
-		fmt.Printf("\ncleaned up %s\n", d.node.Root)
+		d.node = nil
 	}
 }
