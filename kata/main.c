@@ -23,8 +23,10 @@
 #include "dp/signals.h"
 #include "dp_version.h"
 #include "idle.h"
+#include "naming.h"
 #include "plugin.h"
 #include "scan.h"
+#include "sku.h"
 #include "table.h"
 #include "watch.h"
 
@@ -66,6 +68,8 @@ static void usage(FILE *f)
 		class_pattern(&kata_table[i], cls);
 		fprintf(f, "  %-26s vendor 0x%04x, class %s\n", kata_table[i].resource, kata_table[i].vendor, cls);
 	}
+	fprintf(f, "RESOURCE_NAMING=sku: one resource per PCI model of these rows instead, named from\n"
+		   "pci.ids %s (\"nvidia.com/GH100_H100_SXM5_80GB\"); table (default): as above.\n", kata_sku_ids_version);
 	fprintf(f,
 		"\n"
 		"  --health-check            exit 0 if every plugin socket of this daemon answers\n"
@@ -106,7 +110,7 @@ static int health_check(const struct options *o)
 {
 	char dir[PATH_MAX], err[1024];
 	char names[KATA_MAX_ROWS][KATA_NAME_MAX];
-	const char *prefixes[KATA_MAX_ROWS + 1];
+	const char *prefixes[KATA_MAX_ROWS + 2];
 	size_t n = 0;
 	int r = dp_path(dir, sizeof(dir), DP_KUBELET_DIR);
 
@@ -116,6 +120,7 @@ static int health_check(const struct options *o)
 		n++;
 	}
 	prefixes[n++] = KATA_IDLE_PREFIX;
+	prefixes[n++] = KATA_SKU_SOCKET_PREFIX; /* RESOURCE_NAMING=sku */
 	if (r >= 0)
 		r = dp_health_probe_present(dir, prefixes, n, o->readiness, HEALTH_TIMEOUT_USEC, err, sizeof(err));
 	else
@@ -131,6 +136,8 @@ struct daemon {
 	dp_loop *loop;
 	struct kata_scan_opts opts;
 	struct kata_scan scan;
+	enum kata_naming naming;
+	struct kata_resources res;
 	kata_plugin *plugins[KATA_MAX_ROWS];
 	size_t n_plugins;
 	kata_idle *idle;
@@ -172,17 +179,22 @@ static void log_resource(const char *resource, const struct kata_device *devs, s
 
 static int start_plugins(struct daemon *d, const char *kdir, const char *cdir)
 {
-	for (size_t row = 0; row < d->opts.n_rows; row++) {
-		size_t first, n = kata_scan_row(&d->scan, row, &first);
-		const char *res = d->opts.table[row].resource;
+	int r = kata_resources_build(&d->scan, d->opts.table, d->opts.n_rows, d->naming, &d->res);
+	if (r < 0)
+		return r;
+	kata_resources_log(&d->res, d->naming);
+	for (size_t i = 0; i < d->res.n; i++) {
+		const struct kata_resource *res = &d->res.v[i];
+		size_t n = res->n;
+		const struct kata_device *devs = res->devs;
 		if (n == 0) {
-			dp_info("resource not present, not registering it", "resource=%s", res);
+			dp_info("resource not present, not registering it", "resource=%s", res->name);
 			continue;
 		}
-		const struct kata_device *devs = &d->scan.devices[first];
-		log_resource(res, devs, n);
+		log_resource(res->name, devs, n);
 		kata_plugin *p = NULL;
-		int r = kata_plugin_new(d->loop, res, devs, n, kdir, cdir, &p);
+		r = kata_plugin_new_named(d->loop, &(struct kata_plugin_names){ res->name, res->socket_prefix,
+				res->plugin_name, res->spec_file }, devs, n, kdir, cdir, &p);
 		if (r < 0)
 			return r;
 		d->plugins[d->n_plugins++] = p;
@@ -215,6 +227,7 @@ static void stop(struct daemon *d)
 	for (size_t i = 0; i < d->n_plugins; i++)
 		d->plugins[i] = kata_plugin_free(d->plugins[i]);
 	d->n_plugins = 0;
+	kata_resources_done(&d->res);
 	kata_scan_done(&d->scan);
 }
 
@@ -238,6 +251,11 @@ static int run(void)
 	char err[1024], q[1100];
 	int r;
 
+	if (kata_naming_from_env(&d.naming, err, sizeof(err)) < 0) {
+		dp_error("invalid configuration", "error=%s", dp_logq(q, sizeof(q), err));
+		return 2;
+	}
+	d.opts.read_device_id = d.naming == KATA_NAMING_SKU;
 	if (kata_table_validate(kata_table, kata_table_len, err, sizeof(err)) < 0) {
 		dp_error("invalid PCI table", "error=%s", dp_logq(q, sizeof(q), err));
 		return 1;
