@@ -12,9 +12,10 @@ static bool alnum(char c)
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-static bool allowed(char c)
+/* Kept as they are; every run of other characters (an underscore too) becomes one '_'. */
+static bool kept(char c)
 {
-	return alnum(c) || c == '-' || c == '_' || c == '.';
+	return alnum(c) || c == '-' || c == '.';
 }
 
 /* Cut buf to at most max characters and drop the trailing non-alphanumerics. */
@@ -35,7 +36,7 @@ int kata_sku_sanitise(const char *raw, char *buf, size_t size)
 	if (size < KATA_SKU_NAME_MAX + 1)
 		return -ENOBUFS;
 	for (const char *p = raw; *p && n <= KATA_SKU_NAME_MAX; p++) {
-		if (allowed(*p)) {
+		if (kept(*p)) {
 			if (n > 0 || alnum(*p)) /* leading separators dropped */
 				out[n++] = *p;
 		} else if (n > 0 && out[n - 1] != '_') {

@@ -6,7 +6,7 @@
  * resource name (a qualified name: [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, at most 63
  * characters) that is also a CDI class (first character a letter):
  *
- *   - every run of characters outside [A-Za-z0-9._-] becomes one '_';
+ *   - every run of characters outside [A-Za-z0-9.-] (underscores included) becomes one '_';
  *   - leading and trailing characters other than letters and digits are removed;
  *   - cut to 63 characters, then trailing characters other than letters and digits removed;
  *   - a name that starts with a digit gets "pci_" in front (cut again as above).
