@@ -301,8 +301,8 @@ int kata_plugin_new_named(dp_loop *loop, const struct kata_plugin_names *names, 
 	p->devdir = open_devdir();
 	if (!copy_name(p->resource, names->resource) || !copy_name(p->plugin_name, names->plugin_name) ||
 	    !copy_name(p->socket_prefix, names->socket_prefix) || !copy_name(p->spec_file, names->spec_file))
-		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, which cppcheck does not model
-		return -ENAMETOOLONG;
+		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, which the analyzers do not model
+		return -ENAMETOOLONG; // NOLINT(clang-analyzer-unix.Malloc)
 	int r;
 	p->devs = calloc(n, sizeof(*p->devs));
 	p->ids = calloc(n, sizeof(*p->ids));

@@ -31,7 +31,7 @@ static void cut(char *buf, size_t max)
 
 int kata_sku_sanitise(const char *raw, char *buf, size_t size)
 {
-	char out[KATA_SKU_NAME_MAX + 8]; /* "pci_" + up to 63 + NUL */
+	char out[KATA_SKU_NAME_MAX + 8] = { 0 }; /* "pci_" + up to 63 + NUL */
 	size_t n = 0;
 	if (size < KATA_SKU_NAME_MAX + 1)
 		return -ENOBUFS;
