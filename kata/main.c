@@ -69,7 +69,8 @@ static void usage(FILE *f)
 		fprintf(f, "  %-26s vendor 0x%04x, class %s\n", kata_table[i].resource, kata_table[i].vendor, cls);
 	}
 	fprintf(f, "RESOURCE_NAMING=sku: one resource per PCI model of these rows instead, named from\n"
-		   "pci.ids %s (\"nvidia.com/GH100_H100_SXM5_80GB\"); table (default): as above.\n", kata_sku_ids_version);
+		   "pci.ids %s (\"nvidia.com/GH100_H100_SXM5_80GB\"); a new model is served at once.\n"
+		   "RESOURCE_NAMING=table (default): as above.\n", kata_sku_ids_version);
 	fprintf(f,
 		"\n"
 		"  --health-check            exit 0 if every plugin socket of this daemon answers\n"
@@ -177,32 +178,67 @@ static void log_resource(const char *resource, const struct kata_device *devs, s
 		dp_logq(q, sizeof(q), ids.oom ? "(out of memory)" : ids.data));
 }
 
+static int start_resource(struct daemon *d, const struct kata_resource *res, const char *kdir, const char *cdir)
+{
+	if (res->n == 0) {
+		dp_info("resource not present, not registering it", "resource=%s", res->name);
+		return 0;
+	}
+	if (d->n_plugins == KATA_MAX_ROWS)
+		return -ENOSPC;
+	log_resource(res->name, res->devs, res->n);
+	kata_plugin *p = NULL;
+	int r = kata_plugin_new_named(d->loop, &(struct kata_plugin_names){ res->name, res->socket_prefix,
+			res->plugin_name, res->spec_file }, res->devs, res->n, kdir, cdir, &p);
+	if (r < 0)
+		return r;
+	d->plugins[d->n_plugins++] = p;
+	return kata_plugin_start(p);
+}
+
 static int start_plugins(struct daemon *d, const char *kdir, const char *cdir)
 {
 	int r = kata_resources_build(&d->scan, d->opts.table, d->opts.n_rows, d->naming, &d->res);
 	if (r < 0)
 		return r;
 	kata_resources_log(&d->res, d->naming);
-	for (size_t i = 0; i < d->res.n; i++) {
-		const struct kata_resource *res = &d->res.v[i];
-		size_t n = res->n;
-		const struct kata_device *devs = res->devs;
-		if (n == 0) {
-			dp_info("resource not present, not registering it", "resource=%s", res->name);
+	for (size_t i = 0; r >= 0 && i < d->res.n; i++)
+		r = start_resource(d, &d->res.v[i], kdir, cdir);
+	return r;
+}
+
+/* RESOURCE_NAMING=sku: devices of models not served yet are served at once, beside the others
+ * (watch.h); any other change ends the daemon (on_changed). */
+static bool on_grow(struct kata_scan *now, void *userdata)
+{
+	struct daemon *d = userdata;
+	struct kata_resources res;
+	char kdir[PATH_MAX], cdir[PATH_MAX];
+	if (dp_path(kdir, sizeof(kdir), DP_KUBELET_DIR) < 0 || dp_path(cdir, sizeof(cdir), DP_CDI_DIR) < 0 ||
+	    kata_resources_build(now, d->opts.table, d->opts.n_rows, d->naming, &res) < 0)
+		return false;
+	bool ok = kata_resources_only_added(&d->res, &res);
+	for (size_t i = 0; ok && i < res.n; i++) {
+		if (kata_resources_find(&d->res, res.v[i].name) || res.v[i].n == 0)
 			continue;
-		}
-		log_resource(res->name, devs, n);
-		kata_plugin *p = NULL;
-		r = kata_plugin_new_named(d->loop, &(struct kata_plugin_names){ res->name, res->socket_prefix,
-				res->plugin_name, res->spec_file }, devs, n, kdir, cdir, &p);
+		dp_info("new PCI model, advertising it beside the others", "resource=%s devices=%zu", res.v[i].name,
+			res.v[i].n);
+		int r = start_resource(d, &res.v[i], kdir, cdir);
 		if (r < 0)
-			return r;
-		d->plugins[d->n_plugins++] = p;
-		r = kata_plugin_start(p);
-		if (r < 0)
-			return r;
+			dp_error("cannot start", "resource=%s error=%s", res.v[i].name, strerror(-r));
+		ok = r >= 0;
 	}
-	return 0;
+	if (!ok) {
+		kata_resources_done(&res);
+		return false;
+	}
+	kata_resources_log(&res, d->naming);
+	kata_resources_done(&d->res);
+	d->res = res;
+	kata_scan_done(&d->scan);
+	d->scan = *now;
+	d->idle = kata_idle_free(d->idle);
+	return true;
 }
 
 static int start(struct daemon *d)
@@ -264,6 +300,8 @@ static int run(void)
 	r = setup_loop(&d);
 	if (r >= 0)
 		r = kata_watch_new(d.loop, &d.opts, &d.scan, 0, on_changed, &d, &d.watch);
+	if (r >= 0 && d.naming == KATA_NAMING_SKU)
+		kata_watch_set_grow(d.watch, on_grow, &d);
 	if (r < 0) {
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
 		stop(&d);

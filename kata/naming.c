@@ -166,3 +166,39 @@ void kata_resources_log(const struct kata_resources *r, enum kata_naming m)
 	dp_info("resource naming", "naming=sku pci_ids=%s resources=%s", kata_sku_ids_version,
 		dp_logq(q, sizeof(q), list.oom ? "(out of memory)" : list.data ? list.data : ""));
 }
+
+const struct kata_resource *kata_resources_find(const struct kata_resources *r, const char *name)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (strcmp(r->v[i].name, name) == 0)
+			return &r->v[i];
+	return NULL;
+}
+
+static bool same_devices(const struct kata_resource *a, const struct kata_resource *b)
+{
+	if (a->n != b->n)
+		return false;
+	for (size_t i = 0; i < a->n; i++)
+		if (strcmp(a->devs[i].name, b->devs[i].name) != 0 || a->devs[i].pci_key != b->devs[i].pci_key ||
+		    a->devs[i].rdev != b->devs[i].rdev || a->devs[i].numa_node != b->devs[i].numa_node)
+			return false;
+	return true;
+}
+
+bool kata_resources_only_added(const struct kata_resources *old, const struct kata_resources *new)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < old->n; i++) {
+		if (old->v[i].n == 0)
+			continue;
+		const struct kata_resource *r = kata_resources_find(new, old->v[i].name);
+		if (!r || !same_devices(&old->v[i], r))
+			return false;
+		kept++;
+	}
+	size_t present = 0;
+	for (size_t i = 0; i < new->n; i++)
+		present += new->v[i].n > 0;
+	return present > kept;
+}

@@ -21,6 +21,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,13 @@ struct kata_resources {
 int kata_resources_build(const struct kata_scan *s, const struct kata_row *t, size_t n_rows, enum kata_naming m,
 			 struct kata_resources *ret);
 void kata_resources_done(struct kata_resources *r);
+
+/* The resource of that name, or NULL. */
+const struct kata_resource *kata_resources_find(const struct kata_resources *r, const char *name);
+/* new holds every present resource of old with the same devices in the same order (IDs, cdevs,
+ * NUMA nodes) and at least one present resource more: the new ones can be served beside the
+ * old without remapping an ID. */
+bool kata_resources_only_added(const struct kata_resources *old, const struct kata_resources *new);
 
 /* sku only: one info line msg="resource naming" naming=sku pci_ids=<version>
  * resources="nvidia.com/GH100_H100_SXM5_80GB=4 nvidia.com/GA100_A100_NVSwitch=2". */

@@ -212,10 +212,12 @@ func TestKataSKUInvalidNaming(t *testing.T) {
 	}
 }
 
-// The life cycle: a new model, or the last device of a model gone, is a changed device set
-// (exit 3); the restarted daemon serves the new set of models. Switching the naming mode
-// between restarts keeps the other mode's specs as they were (the plugin never deletes CDI
-// files) and registers only the current mode's resources.
+// The life cycle. A device of a model not served yet is served at once beside the others: a
+// new resource, no restart, the other registrations untouched. Any other change (a device more
+// for a model served, the last device of a model gone) is a changed device set: exit 3, and the
+// restarted daemon serves the set it finds. Switching the naming mode between restarts keeps
+// the other mode's specs as they were (the plugin never deletes CDI files) and registers only
+// the current mode's resources.
 func TestKataSKULifeCycle(t *testing.T) {
 	s := newKata(t)
 	node := kataSKUNode[:5] // 2 H100, 1 NVSwitch, the NIC, 1 H100
@@ -234,21 +236,49 @@ func TestKataSKULifeCycle(t *testing.T) {
 	// sku: the same devices as two models.
 	before := s.kataRegs()
 	s.startDaemon(kataSKUEnv)
-	s.kataSKUReady(kataSKUExpect(t, node), before)
+	ps := s.kataSKUReady(kataSKUExpect(t, node), before)
 	for r, b := range tableSpecs {
 		if got, err := os.ReadFile(s.kataSpecPath(r)); err != nil || !bytes.Equal(got, b) {
 			t.Errorf("table-mode spec of %s not kept as it was (%v)", r, err)
 		}
 	}
 
-	// A model that was not there: exit 3, and the next start serves it.
-	s.add(kataEntry{7, GPU("0000:43:00.0", 0).Model(0x20b0)})
-	s.checkSetChangeExit(eventBound, "vfio7", "added")
-	node = append(append([]kataEntry(nil), node...), kataEntry{7, GPU("0000:43:00.0", 0).Model(0x20b0)})
+	// A model that was not there: served at once, the others not re-registered.
+	a100 := kataEntry{7, GPU("0000:43:00.0", 0).Model(0x20b0)}
+	before = s.kataRegs()
+	s.add(a100)
+	node = append(append([]kataEntry(nil), node...), a100)
+	want := kataSKUExpect(t, node)
+	a100Res := "nvidia.com/GA100_A100_SXM4_40GB"
+	p := s.kataRegistered(a100Res, 1, eventBound)
+	s.kataDevices(a100Res, eventBound, func(d []*api.Device) error { return checkKataDevices(d, want[a100Res]) })
+	s.checkKataSpec(a100Res, want[a100Res])
+	if !strings.HasPrefix(p.Endpoint, "kata-sku-") {
+		t.Errorf("%s registered endpoint %q, want kata-sku-*.sock", a100Res, p.Endpoint)
+	}
+	s.waitLogMsg(eventBound, "info", "new PCI model, advertising it beside the others", "resource="+a100Res+" ", "devices=1")
+	for r, old := range ps {
+		if s.k.Current(r) != old || s.k.Registrations(r) != before[r] {
+			t.Errorf("%s re-registered when another model appeared", r)
+		}
+	}
+	if a, err := s.k.Allocate(a100Res, []string{"0"}); err != nil {
+		t.Errorf("Allocate on the new model: %v", err)
+	} else {
+		checkKataAllocationKey(t, a.Response, a100Res, "cdi.k8s.io/kata.sku-10de-20b0_0", []string{"0"})
+	}
+	if s.d.Exited() {
+		t.Fatalf("the daemon exited: %s", s.d.ExitDescription())
+	}
+
+	// One more device of a model served: its IDs would change; exit 3.
+	s.add(kataEntry{8, GPU("0000:44:00.0", 0).Model(0x20b0)})
+	s.checkSetChangeExit(eventBound, "vfio8", "added")
+	node = append(node, kataEntry{8, GPU("0000:44:00.0", 0).Model(0x20b0)})
 	before = s.kataRegs()
 	s.startDaemon(kataSKUEnv)
-	want := kataSKUExpect(t, node)
-	ps := s.kataSKUReady(want, before)
+	want = kataSKUExpect(t, node)
+	ps = s.kataSKUReady(want, before)
 	nvswitch := "nvidia.com/GA100_A100_NVSwitch"
 	spec := s.readSpec(nvswitch)
 
@@ -265,5 +295,30 @@ func TestKataSKULifeCycle(t *testing.T) {
 	s.kataSKUReady(kataSKUExpect(t, node), before) // the NVSwitch model not registered again
 	if got, err := os.ReadFile(s.kataSpecPath(nvswitch)); err != nil || !bytes.Equal(got, spec) {
 		t.Errorf("the spec of the gone model was changed or removed (%v)", err)
+	}
+}
+
+// A node without devices idles (live, never ready); the first device, in sku mode, is served
+// at once and the idle socket goes.
+func TestKataSKUFromIdle(t *testing.T) {
+	s := newKata(t)
+	s.startDaemon(kataSKUEnv)
+	s.waitLogMsg(startBound, "warn", "no VFIO device matches the table; nothing to advertise")
+	s.waitProbe(0, startBound, "--health-check")
+	gpu := []kataEntry{{0, GPU("0000:41:00.0", 0)}}
+	s.add(gpu...)
+	s.kataSKUReady(kataSKUExpect(t, gpu), nil)
+	s.waitProbe(0, eventBound, "--health-check=readiness")
+	if !s.wait(eventBound, func() bool {
+		socks, _ := s.node.PluginSockets()
+		for _, n := range socks {
+			if strings.HasPrefix(n, KataIdlePrefix+"-") {
+				return false
+			}
+		}
+		return len(socks) == 1
+	}) {
+		socks, _ := s.node.PluginSockets()
+		t.Errorf("plugin sockets %v, want the new model's only", socks)
 	}
 }

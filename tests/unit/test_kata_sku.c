@@ -201,6 +201,37 @@ static void sku_resources(void **state)
 	assert_null(r.v);
 }
 
+/* What may be served beside the running resources: new models only, the others unchanged. */
+static void only_added(void **state)
+{
+	struct kata_scan s;
+	struct kata_resources old = { 0 }, grown = { 0 };
+	(void)state;
+	fill_scan(&s);
+	s.n_devices = 3; /* the two H100 and the 0003 */
+	assert_int_equal(kata_resources_build(&s, rows, 2, KATA_NAMING_SKU, &old), 0);
+	s.n_devices = 5; /* a new model (0008, two devices) */
+	assert_int_equal(kata_resources_build(&s, rows, 2, KATA_NAMING_SKU, &grown), 0);
+	assert_true(kata_resources_only_added(&old, &grown));
+	assert_non_null(kata_resources_find(&grown, "example.com/pci_1234_0008"));
+	assert_null(kata_resources_find(&old, "example.com/pci_1234_0008"));
+	assert_false(kata_resources_only_added(&old, &old)); /* nothing new */
+	assert_false(kata_resources_only_added(&grown, &old)); /* a model gone */
+	kata_resources_done(&grown);
+	/* one more H100: its IDs would change */
+	scanned[3] = dev("vfio3", "0000:06:00.0", 0x0600, 0x2330, 0);
+	assert_int_equal(kata_resources_build(&s, rows, 2, KATA_NAMING_SKU, &grown), 0);
+	assert_false(kata_resources_only_added(&old, &grown));
+	kata_resources_done(&grown);
+	/* a device of a served model with another NUMA node */
+	fill_scan(&s);
+	scanned[0].numa_node = 1;
+	assert_int_equal(kata_resources_build(&s, rows, 2, KATA_NAMING_SKU, &grown), 0);
+	assert_false(kata_resources_only_added(&old, &grown));
+	kata_resources_done(&grown);
+	kata_resources_done(&old);
+}
+
 static void table_resources(void **state)
 {
 	struct kata_scan s;
@@ -275,6 +306,7 @@ int main(void)
 		cmocka_unit_test(lookup_front_coded),
 		cmocka_unit_test(names_and_fallback),
 		cmocka_unit_test(sku_resources),
+		cmocka_unit_test(only_added),
 		cmocka_unit_test(table_resources),
 		cmocka_unit_test(sku_too_many_models),
 		cmocka_unit_test(naming_env),
