@@ -27,11 +27,6 @@ int kata_naming_from_env(enum kata_naming *ret, char *err, size_t errlen)
 	return -EINVAL;
 }
 
-const char *kata_naming_str(enum kata_naming m)
-{
-	return m == KATA_NAMING_SKU ? "sku" : "table";
-}
-
 static int set_names(struct kata_resource *r, const char *socket_prefix, const char *plugin_name)
 {
 	int n = snprintf(r->socket_prefix, sizeof(r->socket_prefix), "%s", socket_prefix);

@@ -36,7 +36,6 @@ enum kata_naming { KATA_NAMING_TABLE, KATA_NAMING_SKU };
 /* RESOURCE_NAMING: unset or "table" -> table, "sku" -> sku. Anything else (also "") is -EINVAL
  * with err: RESOURCE_NAMING="x" is not table or sku. ret written only on success. */
 int kata_naming_from_env(enum kata_naming *ret, char *err, size_t errlen);
-const char *kata_naming_str(enum kata_naming m);
 
 struct kata_resource {
 	char name[KATA_NAME_MAX];          /* resource name and CDI kind */
