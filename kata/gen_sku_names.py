@@ -7,9 +7,12 @@ Usage: gen_sku_names.py TABLE_C PCI_IDS SKU_H OUTPUT_C (SKU_H: the path the outp
 Only the vendors of the compile-time table (the 0xVVVV after each row's resource name in
 kata/table.c) are kept, and only their device lines (no subsystems). The names are stored as
 pci.ids writes them; kata/sku.c sanitises them to Kubernetes resource names at run time (one
-implementation, unit-tested). To keep the static binary small the names are front-coded: sorted
-by device ID, each name is one byte giving how many leading bytes it shares with the previous
-name of its vendor, then the rest of it, then a NUL.
+implementation, unit-tested). To keep the static binary small they are compressed twice:
+- words: the (at most 126) words of two or more letters and digits that save the most are
+  listed once in kata_sku_words; in a name, byte 0x80 + i stands for word i, and a byte of
+  0x80 or above of the name itself is written as 0xff followed by that byte;
+- front coding: sorted by device ID, each encoded name is one byte giving how many leading
+  bytes it shares with the previous encoded name of its vendor, then the rest of it, then a NUL.
 """
 import re
 import sys
@@ -67,6 +70,36 @@ def read_pci_ids(path, vendors):
     return version, names
 
 
+WORD = re.compile(rb"[A-Za-z0-9]{2,}")
+MAX_WORDS = 126  # bytes 0x80..0xfd; 0xff escapes
+
+
+def choose_words(all_names):
+    count = {}
+    for name in all_names:
+        for w in WORD.findall(name):
+            count[w] = count.get(w, 0) + 1
+    gain = {w: (len(w) - 1) * c - (len(w) + 1) for w, c in count.items()}
+    best = sorted((w for w in gain if gain[w] > 0), key=lambda w: (-gain[w], w))[:MAX_WORDS]
+    return {w: i for i, w in enumerate(best)}
+
+
+def encode(name, words):
+    out, pos = bytearray(), 0
+    for m in WORD.finditer(name):
+        for ch in name[pos:m.start()]:
+            out += bytes([0xff, ch]) if ch >= 0x80 else bytes([ch])
+        w = m.group(0)
+        if w in words:
+            out.append(0x80 + words[w])
+        else:
+            out += w
+        pos = m.end()
+    for ch in name[pos:]:
+        out += bytes([0xff, ch]) if ch >= 0x80 else bytes([ch])
+    return bytes(out)
+
+
 def c_bytes(b):
     out = []
     for ch in b:
@@ -90,14 +123,15 @@ def main():
         'const char kata_sku_ids_version[] = "' + c_bytes(version.encode()) + '";',
         "const struct kata_sku_vendor kata_sku_vendors[] = {",
     ]
+    words = choose_words([n for v in vendors for n in names[v].values()])
     ids, blob, n = [], [], 0
     for v in vendors:
-        devs = sorted(names[v].items())
+        devs = sorted((d, encode(name, words)) for d, name in names[v].items())
         lines.append(f"\t{{ 0x{v:04x}, {len(devs)}, {n} }},")
         prev = b""
         for dev, name in devs:
             k = 0
-            while k < min(len(prev), len(name)) and prev[k] == name[k]:
+            while k < min(len(prev), len(name), 255) and prev[k] == name[k]:
                 k += 1
             ids.append(f"0x{dev:04x},")
             blob.append('\t"' + c_bytes(bytes([k])) + c_bytes(name[k:]) + '\\000"')
@@ -109,6 +143,11 @@ def main():
     for i in range(0, len(ids), 12):
         lines.append("\t" + " ".join(ids[i:i + 12]))
     lines.append("};")
+    lines.append("const char kata_sku_words[] =")
+    for w in sorted(words, key=words.get):
+        lines.append('\t"' + c_bytes(w) + '\\000"')
+    lines.append(";")
+    lines.append(f"const size_t kata_sku_words_len = {len(words)};")
     lines.append("const char kata_sku_names[] =")
     lines.extend(blob)
     lines.append(";")

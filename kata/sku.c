@@ -64,16 +64,45 @@ static const struct kata_sku_vendor *find_vendor(uint16_t vendor)
 	return NULL;
 }
 
-/* Walk a vendor's front-coded names: *p at an entry, name holding the previous name. */
-static void next_name(const char **p, char *name)
+#define ENC_MAX 512 /* an encoded name: at most 2 bytes per byte of a name (kata/gen_sku_names.py) */
+#define WORD_ESCAPE 0xff
+
+/* Walk a vendor's front-coded names: *p at an entry, enc holding the previous encoded name. */
+static void next_encoded(const char **p, char *enc)
 {
 	size_t keep = (unsigned char)**p;
 	size_t len = strlen(*p + 1);
-	if (keep + len >= KATA_SKU_RAW_MAX) /* the generator never writes this */
-		len = KATA_SKU_RAW_MAX - 1 - keep;
-	memcpy(name + keep, *p + 1, len);
-	name[keep + len] = '\0';
+	if (keep + len >= ENC_MAX) /* the generator never writes this */
+		len = ENC_MAX - 1 - keep;
+	memcpy(enc + keep, *p + 1, len);
+	enc[keep + len] = '\0';
 	*p += 1 + strlen(*p + 1) + 1;
+}
+
+static const char *word(size_t i)
+{
+	const char *w = kata_sku_words;
+	for (; i > 0; i--)
+		w += strlen(w) + 1;
+	return w;
+}
+
+/* An encoded name into raw (KATA_SKU_RAW_MAX bytes): byte 0x80 + i is word i, 0xff escapes the
+ * next byte. */
+static void decode(const char *enc, char *raw)
+{
+	size_t n = 0;
+	for (const unsigned char *e = (const unsigned char *)enc; *e; e++) {
+		const char *w = NULL;
+		char lit[2] = { (char)*e, '\0' };
+		if (*e == WORD_ESCAPE && e[1])
+			lit[0] = (char)*++e;
+		else if (*e >= 0x80)
+			w = (size_t)(*e - 0x80) < kata_sku_words_len ? word(*e - 0x80) : "";
+		for (const char *c = w ? w : lit; *c && n < KATA_SKU_RAW_MAX - 1; c++)
+			raw[n++] = *c;
+	}
+	raw[n] = '\0';
 }
 
 /* The start of entry i of the blob. */
@@ -88,14 +117,14 @@ static const char *entry(size_t i)
 bool kata_sku_lookup(uint16_t vendor, uint16_t device, char *raw)
 {
 	const struct kata_sku_vendor *v = find_vendor(vendor);
-	char name[KATA_SKU_RAW_MAX] = "";
+	char enc[ENC_MAX] = "";
 	if (!v)
 		return false;
 	const char *p = entry(v->first);
 	for (size_t i = 0; i < v->n; i++) {
-		next_name(&p, name);
+		next_encoded(&p, enc);
 		if (kata_sku_device_ids[v->first + i] == device) {
-			memcpy(raw, name, strlen(name) + 1);
+			decode(enc, raw);
 			return true;
 		}
 	}
@@ -119,12 +148,14 @@ static bool fallback_form(const char *s)
 /* Whether another device ID of the vendor sanitises to name. */
 static bool shared(const struct kata_sku_vendor *v, uint16_t device, const char *name)
 {
-	char raw[KATA_SKU_RAW_MAX] = "", other[KATA_SKU_NAME_MAX + 1];
+	char enc[ENC_MAX] = "", raw[KATA_SKU_RAW_MAX], other[KATA_SKU_NAME_MAX + 1];
 	const char *p = entry(v->first);
 	for (size_t i = 0; i < v->n; i++) {
-		next_name(&p, raw);
-		if (kata_sku_device_ids[v->first + i] != device && kata_sku_sanitise(raw, other, sizeof(other)) == 0 &&
-		    strcmp(other, name) == 0)
+		next_encoded(&p, enc);
+		if (kata_sku_device_ids[v->first + i] == device)
+			continue;
+		decode(enc, raw);
+		if (kata_sku_sanitise(raw, other, sizeof(other)) == 0 && strcmp(other, name) == 0)
 			return true;
 	}
 	return false;

@@ -2,7 +2,7 @@
 /*
  * sku: the per-model names of RESOURCE_NAMING=sku. A PCI device (vendor, device ID) is named
  * from the pci.ids name generated into the binary at build time (kata/gen_sku_names.py: the
- * table's vendors only, front-coded), sanitised to the part after the domain of a Kubernetes
+ * table's vendors only; frequent words as one byte, then front-coded), sanitised to the part after the domain of a Kubernetes
  * resource name (a qualified name: [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, at most 63
  * characters) that is also a CDI class (first character a letter):
  *
@@ -40,6 +40,8 @@ extern const struct kata_sku_vendor kata_sku_vendors[];
 extern const size_t kata_sku_vendors_len;
 extern const uint16_t kata_sku_device_ids[]; /* per vendor, ascending */
 extern const char kata_sku_names[];          /* front-coded: shared-prefix byte, rest, NUL */
+extern const char kata_sku_words[];          /* word i (NUL-terminated) is byte 0x80 + i */
+extern const size_t kata_sku_words_len;
 extern const char kata_sku_ids_version[];    /* "2023.04.11": pci.ids' Version line */
 
 /* Sanitise raw as above into buf (at least KATA_SKU_NAME_MAX + 1 bytes). 0, or -EINVAL when

@@ -21,11 +21,14 @@
 
 const char kata_sku_ids_version[] = "test";
 const struct kata_sku_vendor kata_sku_vendors[] = {
-	{ 0x1234, 8, 0 },
-	{ 0x5678, 1, 8 },
+	{ 0x1234, 9, 0 },
+	{ 0x5678, 1, 9 },
 };
 const size_t kata_sku_vendors_len = 2;
-const uint16_t kata_sku_device_ids[] = { 0x0001, 0x0002, 0x0003, 0x0004, 0x0005, 0x0006, 0x0007, 0x2330, 0x0001 };
+const uint16_t kata_sku_device_ids[] = { 0x0001, 0x0002, 0x0003, 0x0004, 0x0005, 0x0006, 0x0007, 0x2330, 0x2331, 0x0001 };
+/* words: byte 0x80 + i */
+const char kata_sku_words[] = "GH100\000" "SXM5\000";
+const size_t kata_sku_words_len = 2;
 /* shared-prefix byte, the rest, NUL */
 const char kata_sku_names[] = "\000" "Foo" "\000"              /* 1234:0001 Foo */
 			      "\003" "\000"                    /* 1234:0002 Foo (3 bytes shared) */
@@ -34,7 +37,8 @@ const char kata_sku_names[] = "\000" "Foo" "\000"              /* 1234:0001 Foo 
 			      "\000" "[??]" "\000"             /* 1234:0005: nothing left */
 			      "\000" "Foo/" "\000"             /* 1234:0006: "Foo" too */
 			      "\000" "9 Series" "\000"         /* 1234:0007: starts with a digit */
-			      "\000" "GH100[H100 SXM5 80GB]" "\000" /* 1234:2330 */
+			      "\000" "\200" "[H100 " "\201" " 80GB]" "\000" /* 1234:2330: two words */
+			      "\000" "Tesla" "\377\302" "\377\256" " K80" "\000" /* 1234:2331: "Tesla\u00ae K80" */
 			      "\000" "Foo" "\000";             /* 5678:0001: another vendor */
 
 /* ---- the sanitiser ---- */
@@ -114,6 +118,8 @@ static void lookup_front_coded(void **state)
 	assert_string_equal(raw, "Foo");
 	assert_true(kata_sku_lookup(0x1234, 0x2330, raw));
 	assert_string_equal(raw, "GH100[H100 SXM5 80GB]");
+	assert_true(kata_sku_lookup(0x1234, 0x2331, raw));
+	assert_string_equal(raw, "Tesla\xc2\xae K80");
 	assert_true(kata_sku_lookup(0x5678, 0x0001, raw));
 	assert_string_equal(raw, "Foo");
 	assert_false(kata_sku_lookup(0x1234, 0x0008, raw));
@@ -125,6 +131,7 @@ static void names_and_fallback(void **state)
 	char small[KATA_SKU_NAME_MAX] = "keep";
 	(void)state;
 	expect_name(0x1234, 0x2330, 1, "GH100_H100_SXM5_80GB");
+	expect_name(0x1234, 0x2331, 1, "Tesla_K80");
 	expect_name(0x1234, 0x0003, 1, "Bar_X");
 	expect_name(0x1234, 0x0007, 1, "pci_9_Series");
 	/* three device IDs share "Foo": each gets its ID; the other vendor's "Foo" does not */

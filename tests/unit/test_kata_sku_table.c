@@ -71,6 +71,50 @@ static void every_name_valid_and_unique(void **state)
 	}
 }
 
+/* Every device line of the table's vendors in pci.ids (the build's input, PCI_IDS) reads back
+ * exactly from the compressed table, and nothing else is in it. */
+static void round_trip(void **state)
+{
+	FILE *f = fopen(PCI_IDS, "re");
+	char line[1024], raw[KATA_SKU_RAW_MAX];
+	size_t seen = 0, total = 0;
+	int vendor = -1;
+	(void)state;
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned id;
+		line[strcspn(line, "\r\n")] = '\0';
+		if (line[0] == '#' || !line[0])
+			continue;
+		if (line[0] != '\t') {
+			vendor = sscanf(line, "%4x  ", &id) == 1 && strlen(line) > 6 && line[4] == ' ' ? (int)id : -1;
+			continue;
+		}
+		if (line[1] == '\t' || vendor < 0 || sscanf(line + 1, "%4x", &id) != 1 || strncmp(line + 5, "  ", 2) != 0)
+			continue;
+		bool listed = false;
+		for (size_t v = 0; v < kata_sku_vendors_len; v++)
+			listed |= kata_sku_vendors[v].vendor == vendor;
+		if (!listed)
+			continue;
+		char *name = line + 7;
+		size_t n = strlen(name);
+		while (n > 0 && (name[n - 1] == ' ' || name[n - 1] == '\t'))
+			name[--n] = '\0';
+		if (n > KATA_SKU_RAW_MAX - 1)
+			name[KATA_SKU_RAW_MAX - 1] = '\0';
+		if (!kata_sku_lookup((uint16_t)vendor, (uint16_t)id, raw))
+			fail_msg("%04x:%04x \"%s\" is not in the table", vendor, id, name);
+		if (strcmp(raw, name) != 0)
+			fail_msg("%04x:%04x reads back as \"%s\", pci.ids has \"%s\"", vendor, id, raw, name);
+		seen++;
+	}
+	fclose(f);
+	for (size_t v = 0; v < kata_sku_vendors_len; v++)
+		total += kata_sku_vendors[v].n;
+	assert_int_equal(seen, total);
+}
+
 static void documented_examples(void **state)
 {
 	char buf[KATA_SKU_NAME_MAX + 1], want[32];
@@ -99,6 +143,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_name_valid_and_unique),
+		cmocka_unit_test(round_trip),
 		cmocka_unit_test(documented_examples),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
