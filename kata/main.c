@@ -24,8 +24,10 @@
 #include "dp/signals.h"
 #include "dp_version.h"
 #include "idle.h"
+#include "naming.h"
 #include "plugin.h"
 #include "scan.h"
+#include "sku.h"
 #include "table.h"
 #include "watch.h"
 
@@ -67,6 +69,9 @@ static void usage(FILE *f)
 		class_pattern(&kata_table[i], cls);
 		fprintf(f, "  %-26s vendor 0x%04x, class %s\n", kata_table[i].resource, kata_table[i].vendor, cls);
 	}
+	fprintf(f, "RESOURCE_NAMING=sku: one resource per PCI model of these rows instead, named from\n"
+		   "pci.ids %s (\"nvidia.com/GH100_H100_SXM5_80GB\"); a new model is served at once.\n"
+		   "RESOURCE_NAMING=table (default): as above.\n", kata_sku_ids_version);
 	fprintf(f,
 		"\n"
 		"  --health-check            exit 0 if every plugin socket of this daemon answers\n"
@@ -122,7 +127,7 @@ static int health_check(const struct options *o)
 {
 	char dir[PATH_MAX], err[1024];
 	char names[KATA_MAX_ROWS][KATA_NAME_MAX];
-	const char *prefixes[KATA_MAX_ROWS + 1];
+	const char *prefixes[KATA_MAX_ROWS + 2];
 	size_t n = 0;
 	int r = dp_path(dir, sizeof(dir), DP_KUBELET_DIR);
 
@@ -132,6 +137,7 @@ static int health_check(const struct options *o)
 		n++;
 	}
 	prefixes[n++] = KATA_IDLE_PREFIX;
+	prefixes[n++] = KATA_SKU_SOCKET_PREFIX; /* RESOURCE_NAMING=sku */
 	if (r >= 0)
 		r = dp_health_probe_present(dir, prefixes, n, o->readiness, HEALTH_TIMEOUT_USEC, err, sizeof(err));
 	else
@@ -147,6 +153,8 @@ struct daemon {
 	dp_loop *loop;
 	struct kata_scan_opts opts;
 	struct kata_scan scan;
+	enum kata_naming naming;
+	struct kata_resources res;
 	kata_plugin *plugins[KATA_MAX_ROWS];
 	size_t n_plugins;
 	kata_idle *idle;
@@ -186,27 +194,67 @@ static void log_resource(const char *resource, const struct kata_device *devs, s
 		dp_logq(q, sizeof(q), ids.oom ? "(out of memory)" : ids.data));
 }
 
+static int start_resource(struct daemon *d, const struct kata_resource *res, const char *kdir, const char *cdir)
+{
+	if (res->n == 0) {
+		dp_info("resource not present, not registering it", "resource=%s", res->name);
+		return 0;
+	}
+	if (d->n_plugins == KATA_MAX_ROWS)
+		return -ENOSPC;
+	log_resource(res->name, res->devs, res->n);
+	kata_plugin *p = NULL;
+	int r = kata_plugin_new_named(d->loop, &(struct kata_plugin_names){ res->name, res->socket_prefix,
+			res->plugin_name, res->spec_file }, res->devs, res->n, kdir, cdir, &p);
+	if (r < 0)
+		return r;
+	d->plugins[d->n_plugins++] = p;
+	return kata_plugin_start(p);
+}
+
 static int start_plugins(struct daemon *d, const char *kdir, const char *cdir)
 {
-	for (size_t row = 0; row < d->opts.n_rows; row++) {
-		size_t first, n = kata_scan_row(&d->scan, row, &first);
-		const char *res = d->opts.table[row].resource;
-		if (n == 0) {
-			dp_info("resource not present, not registering it", "resource=%s", res);
+	int r = kata_resources_build(&d->scan, d->opts.table, d->opts.n_rows, d->naming, &d->res);
+	if (r < 0)
+		return r;
+	kata_resources_log(&d->res, d->naming);
+	for (size_t i = 0; r >= 0 && i < d->res.n; i++)
+		r = start_resource(d, &d->res.v[i], kdir, cdir);
+	return r;
+}
+
+/* RESOURCE_NAMING=sku: devices of models not served yet are served at once, beside the others
+ * (watch.h); any other change ends the daemon (on_changed). */
+static bool on_grow(struct kata_scan *now, void *userdata)
+{
+	struct daemon *d = userdata;
+	struct kata_resources res;
+	char kdir[PATH_MAX], cdir[PATH_MAX];
+	if (dp_path(kdir, sizeof(kdir), DP_KUBELET_DIR) < 0 || dp_path(cdir, sizeof(cdir), DP_CDI_DIR) < 0 ||
+	    kata_resources_build(now, d->opts.table, d->opts.n_rows, d->naming, &res) < 0)
+		return false;
+	bool ok = kata_resources_only_added(&d->res, &res);
+	for (size_t i = 0; ok && i < res.n; i++) {
+		if (kata_resources_find(&d->res, res.v[i].name) || res.v[i].n == 0)
 			continue;
-		}
-		const struct kata_device *devs = &d->scan.devices[first];
-		log_resource(res, devs, n);
-		kata_plugin *p = NULL;
-		int r = kata_plugin_new(d->loop, res, devs, n, kdir, cdir, &p);
+		dp_info("new PCI model, advertising it beside the others", "resource=%s devices=%zu", res.v[i].name,
+			res.v[i].n);
+		int r = start_resource(d, &res.v[i], kdir, cdir);
 		if (r < 0)
-			return r;
-		d->plugins[d->n_plugins++] = p;
-		r = kata_plugin_start(p);
-		if (r < 0)
-			return r;
+			dp_error("cannot start", "resource=%s error=%s", res.v[i].name, strerror(-r));
+		ok = r >= 0;
 	}
-	return 0;
+	if (!ok) {
+		kata_resources_done(&res);
+		return false;
+	}
+	kata_resources_log(&res, d->naming);
+	kata_resources_done(&d->res);
+	d->res = res;
+	kata_scan_done(&d->scan);
+	d->scan = *now;
+	d->idle = kata_idle_free(d->idle);
+	return true;
 }
 
 static int start(struct daemon *d)
@@ -231,6 +279,7 @@ static void stop(struct daemon *d)
 	for (size_t i = 0; i < d->n_plugins; i++)
 		d->plugins[i] = kata_plugin_free(d->plugins[i]);
 	d->n_plugins = 0;
+	kata_resources_done(&d->res);
 	kata_scan_done(&d->scan);
 }
 
@@ -254,6 +303,11 @@ static int run(void)
 	char err[1024], q[1100];
 	int r;
 
+	if (kata_naming_from_env(&d.naming, err, sizeof(err)) < 0) {
+		dp_error("invalid configuration", "error=%s", dp_logq(q, sizeof(q), err));
+		return 2;
+	}
+	d.opts.read_device_id = d.naming == KATA_NAMING_SKU;
 	if (kata_table_validate(kata_table, kata_table_len, err, sizeof(err)) < 0) {
 		dp_error("invalid PCI table", "error=%s", dp_logq(q, sizeof(q), err));
 		return 1;
@@ -262,6 +316,8 @@ static int run(void)
 	r = setup_loop(&d);
 	if (r >= 0)
 		r = kata_watch_new(d.loop, &d.opts, &d.scan, 0, on_changed, &d, &d.watch);
+	if (r >= 0 && d.naming == KATA_NAMING_SKU)
+		kata_watch_set_grow(d.watch, on_grow, &d);
 	if (r < 0) {
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
 		stop(&d);

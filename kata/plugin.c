@@ -22,6 +22,8 @@ struct kata_plugin {
 	dp_loop *loop;
 	char resource[KATA_NAME_MAX];
 	char plugin_name[KATA_NAME_MAX]; /* "kata.nvidia.com-gpu" */
+	char socket_prefix[KATA_NAME_MAX];
+	char spec_file[KATA_NAME_MAX];
 	struct kata_device *devs;
 	char (*ids)[ID_MAX];
 	size_t n;
@@ -219,15 +221,12 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 
 static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 {
-	char file[KATA_NAME_MAX];
 	_cleanup_(dp_buf_done) dp_buf spec = { 0 };
-	int r = kata_spec_file(p->resource, file, sizeof(file));
-	if (r < 0)
-		return r;
+	int r;
 	kata_spec_render(p->resource, p->devs, p->n, &spec);
 	if (spec.oom)
 		return -ENOMEM;
-	r = dp_cdi_file_new(p->loop, cdi_dir, file, on_cdi_changed, p, &p->cdi);
+	r = dp_cdi_file_new(p->loop, cdi_dir, p->spec_file, on_cdi_changed, p, &p->cdi);
 	if (r < 0)
 		return r;
 	dp_cdi_file_set_fight_fn(p->cdi, dp_cdi_log_fight);
@@ -236,13 +235,8 @@ static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 
 static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 {
-	char prefix[KATA_NAME_MAX];
 	_cleanup_free_ dp_device *dd = calloc(p->n, sizeof(*dd));
-	int r = kata_socket_prefix(p->resource, prefix, sizeof(prefix));
-	if (r < 0)
-		/* dd is freed by its _cleanup_ attribute, which the analyzers do not model */
-		// cppcheck-suppress memleak
-		return r; // NOLINT(clang-analyzer-unix.Malloc)
+	int r;
 	if (!dd)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++) {
@@ -252,7 +246,7 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 	}
 	dp_endpoint_config ec = {
 		.resource_name = p->resource,
-		.socket_prefix = prefix,
+		.socket_prefix = p->socket_prefix,
 		.devices = dd,
 		.n_devices = p->n,
 		.driver = &driver,
@@ -273,23 +267,43 @@ static int open_devdir(void)
 	return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
+static bool copy_name(char *dst, const char *src)
+{
+	return src && strlen(src) < KATA_NAME_MAX && memcpy(dst, src, strlen(src) + 1);
+}
+
 int kata_plugin_new(dp_loop *loop, const char *resource, const struct kata_device *devs, size_t n,
 		    const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret)
 {
-	if (!loop || !resource || !devs || n == 0 || !ret)
+	char prefix[KATA_NAME_MAX], plugin[KATA_NAME_MAX], file[KATA_NAME_MAX];
+	int r = kata_socket_prefix(resource, prefix, sizeof(prefix));
+	if (r >= 0)
+		r = kata_plugin_name(resource, plugin, sizeof(plugin));
+	if (r >= 0)
+		r = kata_spec_file(resource, file, sizeof(file));
+	if (r < 0)
+		return r;
+	const struct kata_plugin_names names = {
+		.resource = resource, .socket_prefix = prefix, .plugin_name = plugin, .spec_file = file
+	};
+	return kata_plugin_new_named(loop, &names, devs, n, kubelet_dir, cdi_dir, ret);
+}
+
+int kata_plugin_new_named(dp_loop *loop, const struct kata_plugin_names *names, const struct kata_device *devs,
+			  size_t n, const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret)
+{
+	if (!loop || !names || !names->resource || !strchr(names->resource, '/') || !devs || n == 0 || !ret)
 		return -EINVAL;
-	if (strlen(resource) >= KATA_NAME_MAX)
-		return -ENAMETOOLONG;
 	_cleanup_(kata_plugin_freep) kata_plugin *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->loop = loop;
 	p->devdir = open_devdir();
-	snprintf(p->resource, sizeof(p->resource), "%s", resource);
-	int r = kata_plugin_name(resource, p->plugin_name, sizeof(p->plugin_name));
-	if (r < 0)
-		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, which cppcheck does not model
-		return r;
+	if (!copy_name(p->resource, names->resource) || !copy_name(p->plugin_name, names->plugin_name) ||
+	    !copy_name(p->socket_prefix, names->socket_prefix) || !copy_name(p->spec_file, names->spec_file))
+		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, which the analyzers do not model
+		return -ENAMETOOLONG; // NOLINT(clang-analyzer-unix.Malloc)
+	int r;
 	p->devs = calloc(n, sizeof(*p->devs));
 	p->ids = calloc(n, sizeof(*p->ids));
 	if (!p->devs || !p->ids)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * plugin: one present resource (a table row with >= 1 device). An endpoint ("kata-<vendor>-
- * <class>-<pid>-<n>.sock") advertising IDs "0".."n-1" with their NUMA nodes, and the owned
+ * plugin: one present resource (a table row, or with RESOURCE_NAMING=sku a PCI model, with >= 1
+ * device; names in naming.h). An endpoint ("kata-<vendor>-<class>-<pid>-<n>.sock") advertising IDs "0".."n-1" with their NUMA nodes, and the owned
  * CDI spec /var/run/cdi/kata.<vendor>-<class>.yaml.
  *
  * Check (at start, every 30 s, on a CDI directory change, before every Allocate): the spec file
@@ -26,9 +26,21 @@
 typedef struct kata_plugin kata_plugin;
 
 /* devs: the row's devices in ID order (copied). kubelet_dir and cdi_dir: host paths (already
- * under the root prefix). -EINVAL (n == 0, invalid resource name), -ENAMETOOLONG, -ENOMEM. */
+ * under the root prefix). -EINVAL (n == 0, invalid resource name), -ENAMETOOLONG, -ENOMEM.
+ * The derived names are the table's (table.h). */
 int kata_plugin_new(dp_loop *loop, const char *resource, const struct kata_device *devs, size_t n,
 		    const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret);
+
+/* The same with every name given (kata/naming.h: RESOURCE_NAMING=sku), each shorter than
+ * KATA_NAME_MAX. */
+struct kata_plugin_names {
+	const char *resource;      /* "nvidia.com/GH100_H100_SXM5_80GB": resource and CDI kind */
+	const char *socket_prefix; /* "kata-sku" */
+	const char *plugin_name;   /* "kata.sku-10de-2330": annotation "cdi.k8s.io/<this>_<ID>" */
+	const char *spec_file;     /* "kata.nvidia.com-GH100_H100_SXM5_80GB.yaml" */
+};
+int kata_plugin_new_named(dp_loop *loop, const struct kata_plugin_names *names, const struct kata_device *devs,
+			  size_t n, const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret);
 /* Serve, register, first check. */
 int kata_plugin_start(kata_plugin *p);
 /* Removes our socket; the CDI spec is kept. Accepts NULL, returns NULL. */

@@ -439,6 +439,16 @@ static int read_identity(const struct ctx *c, int fd, struct kata_device *d, con
 	if (r < 0)
 		return r;
 	d->pci_class = (uint32_t)v;
+	if (c->o->read_device_id) {
+		r = attr_value(c, fd, "device", dir, KATA_CACHE_DEVICE, parse_vendor, &v, why);
+		if (r == -EBADMSG) {
+			whyf(why, "%s/device is not \"0x\" + 4 hex digits + newline", dir);
+			return -EINVAL;
+		}
+		if (r < 0)
+			return r;
+		d->device_id = (uint16_t)v;
+	}
 	read_numa(c, fd, d, dir);
 	return 0;
 }
@@ -851,7 +861,8 @@ static const struct kata_device **by_name(const struct kata_scan *s)
 static bool same_identity(const struct kata_device *a, const struct kata_device *b)
 {
 	return a->rdev == b->rdev && a->pci_key == b->pci_key && a->vendor == b->vendor &&
-	       a->pci_class == b->pci_class && a->numa_node == b->numa_node && a->row == b->row;
+	       a->pci_class == b->pci_class && a->device_id == b->device_id && a->numa_node == b->numa_node &&
+	       a->row == b->row;
 }
 
 static void add_name(dp_buf *b, const char *name)

@@ -11,7 +11,8 @@
  *   ELOOP) inside <root>/sys to a directory named by a PCI address "dddd:bb:dd.f" (lower-case hex,
  *   4 to 8 domain digits, device <= 0x1f, function <= 7) holding "vendor" = "0x" + 4 hex digits
  *   + "\n" and "class" = "0x" + 6 hex digits + "\n"; "numa_node" = "-1\n" or a decimal 0..65535
- *   + "\n" (missing or malformed: -1, logged; the device is kept).
+ *   + "\n" (missing or malformed: -1, logged; the device is kept); with read_device_id also
+ *   "device" = "0x" + 4 hex digits + "\n" (the PCI device ID, for RESOURCE_NAMING=sku).
  * Every attribute is opened O_RDONLY|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK (a FIFO never blocks),
  * must be a regular file, and is read once, at most 64 bytes (64 bytes read = too long). With a
  * cache, "dev", "vendor" and "class" are first stat'ed and, when the file is the one the
@@ -60,6 +61,7 @@ struct kata_device {
 	uint64_t pci_key; /* domain, bus, device, function: the order */
 	dev_t rdev;
 	uint16_t vendor;
+	uint16_t device_id; /* PCI device ID: read only with read_device_id, else 0 */
 	uint32_t pci_class;
 	int numa_node; /* -1: unknown */
 	size_t row;    /* index of the matching table row */
@@ -71,6 +73,8 @@ struct kata_scan_opts {
 	size_t n_rows;
 	size_t max_entries; /* devices kept (see above); 0: KATA_MAX_ENTRIES */
 	bool verbose;       /* skip lines at warn/info (else debug) */
+	bool read_device_id; /* also "device" ("0x" + 4 hex digits + "\n", cached like vendor; a
+			      * missing or malformed one skips the entry): RESOURCE_NAMING=sku */
 	kata_cache *cache;  /* what the previous scan left (scan_cache.h); NULL: none */
 };
 

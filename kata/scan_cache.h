@@ -5,8 +5,8 @@
  *
  * - The root's fixed parts: /proc/self/fd kept open and the canonical path of <root>/sys, both
  *   for the root prefix they were computed under (a new prefix computes them again).
- * - Attribute values: an immutable attribute (a cdev's "dev", a PCI device's "vendor" and
- *   "class") read and parsed by one scan is reused by the next when the file at that path has
+ * - Attribute values: an immutable attribute (a cdev's "dev", a PCI device's "vendor",
+ *   "class" and "device") read and parsed by one scan is reused by the next when the file at that path has
  *   the same identity (device, inode, size, modification and change times, from a stat that
  *   does not follow symlinks). sysfs creates these files with the device and never changes
  *   them; a file written in place elsewhere (a test tree) gets new times. A value is kept only
@@ -33,7 +33,7 @@
 typedef struct kata_cache kata_cache;
 
 /* The attributes kept: each parsed value is read back with the kind it was stored under. */
-enum kata_cache_kind { KATA_CACHE_DEV, KATA_CACHE_VENDOR, KATA_CACHE_CLASS };
+enum kata_cache_kind { KATA_CACHE_DEV, KATA_CACHE_VENDOR, KATA_CACHE_CLASS, KATA_CACHE_DEVICE };
 
 int kata_cache_new(kata_cache **ret);
 kata_cache *kata_cache_free(kata_cache *c);

@@ -29,7 +29,7 @@ extern const size_t kata_table_len;
 /* The most rows a table may have. */
 #define KATA_MAX_ROWS 64
 /* Buffers for the derived names. */
-#define KATA_NAME_MAX 80
+#define KATA_NAME_MAX 128
 
 bool kata_row_matches(const struct kata_row *r, uint16_t vendor, uint32_t pci_class);
 /* Index of the first matching row, or -1 (a device of another vendor or class). */

@@ -16,6 +16,8 @@ struct kata_watch {
 	const struct kata_scan *initial;
 	kata_changed_fn changed;
 	void *userdata;
+	kata_grow_fn grow;
+	void *grow_userdata;
 	dp_watch *watch; /* KATA_DEV_DIR, with the periodic rescan as its backstop */
 	dp_source *kick; /* one-shot: rescan after the current batch of events */
 	bool fired;
@@ -48,6 +50,8 @@ int kata_watch_rescan(kata_watch *w)
 		return r;
 	}
 	r = kata_scan_diff(w->initial, &now, &removed, &added, &changed);
+	if (r > 0 && w->grow && !removed.len && !changed.len && w->grow(&now, w->grow_userdata))
+		return r; /* now is the caller's */
 	kata_scan_done(&now);
 	if (r <= 0)
 		return r;
@@ -96,6 +100,12 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 		return r;
 	*ret = TAKE_PTR(w);
 	return 0;
+}
+
+void kata_watch_set_grow(kata_watch *w, kata_grow_fn grow, void *userdata)
+{
+	w->grow = grow;
+	w->grow_userdata = userdata;
 }
 
 kata_watch *kata_watch_free(kata_watch *w)

@@ -6,12 +6,14 @@
  * rescan at once; a periodic rescan (30 s, coarse) is the backstop for everything inotify cannot
  * see (sysfs).
  * A rescan runs the scan quietly (skip lines at debug) and compares its matched devices with
- * the initial ones (kata_scan_diff). On the first difference changed() is called once, with the
+ * the initial ones (kata_scan_diff). On the first difference (that grow(), below, does not
+ * take) changed() is called once, with the
  * comma-separated cdev names removed, added and changed ("" for none); the watch then stops.
  * A rescan that fails (e.g. /dev/vfio/devices unreadable) is logged at debug and ignored.
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dp/loop.h"
@@ -30,6 +32,13 @@ typedef void (*kata_changed_fn)(const char *removed, const char *added, const ch
  * period_usec 0: KATA_RESCAN_USEC. -EINVAL, -ENOMEM, timer errors. */
 int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struct kata_scan *initial,
 		   uint64_t period_usec, kata_changed_fn changed, void *userdata, kata_watch **ret);
+/* A difference that only adds devices is first offered to grow() when set (RESOURCE_NAMING=sku:
+ * a new model can be served without touching the IDs already handed out). grow returns true
+ * when it took the new set: it owns now's devices, and the initial scan the watch was given
+ * (the same pointer) describes the new set from then on; the watch goes on watching. false:
+ * changed() is called as for any other difference. */
+typedef bool (*kata_grow_fn)(struct kata_scan *now, void *userdata);
+void kata_watch_set_grow(kata_watch *w, kata_grow_fn grow, void *userdata);
 kata_watch *kata_watch_free(kata_watch *w);
 DP_DEFINE_CLEANUP(kata_watch, kata_watch_free)
 /* Rescan now (also what the events and the timer do). Returns the number of differences,

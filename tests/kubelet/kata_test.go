@@ -621,6 +621,13 @@ func TestKataAllocate(t *testing.T) {
 // the same names, nothing else (no device specs, mounts or envs: the runtime gets it from CDI).
 func checkKataAllocation(t *testing.T, c *api.ContainerAllocateResponse, resource string, ids []string) {
 	t.Helper()
+	checkKataAllocationKey(t, c, resource, KataAnnotationKey(resource, ids[0]), ids)
+}
+
+// checkKataAllocationKey is checkKataAllocation with the annotation key given (the plugin
+// name of RESOURCE_NAMING=sku is not derived from the resource name).
+func checkKataAllocationKey(t *testing.T, c *api.ContainerAllocateResponse, resource, key string, ids []string) {
+	t.Helper()
 	var names, got []string
 	for _, id := range ids {
 		names = append(names, resource+"="+id)
@@ -631,7 +638,6 @@ func checkKataAllocation(t *testing.T, c *api.ContainerAllocateResponse, resourc
 	if !reflect.DeepEqual(got, names) {
 		t.Errorf("cdi_devices %q, want %q", got, names)
 	}
-	key := KataAnnotationKey(resource, ids[0])
 	wantAnn := map[string]string{key: strings.Join(names, ",")}
 	if !reflect.DeepEqual(c.Annotations, wantAnn) {
 		t.Errorf("annotations %q, want %q", c.Annotations, wantAnn)

@@ -8,6 +8,7 @@ package kubelet
 //	<root>/sys/class/vfio-dev/vfioN/dev        "MAJ:N\n"
 //	<root>/sys/class/vfio-dev/vfioN/device     -> ../../../devices/pci0000:00/<BDF>
 //	<root>/sys/devices/pci0000:00/<BDF>/vendor "0x%04x\n"
+//	                                   /device "0x%04x\n" (the model: RESOURCE_NAMING=sku)
 //	                                   /class  "0x%06x\n"
 //	                                   /numa_node "%d\n"
 //
@@ -73,7 +74,17 @@ type PCIFunc struct {
 	BDF    string // "dddd:bb:dd.f"
 	Vendor uint16
 	Class  uint32
-	NUMA   int // written to numa_node; -1 = unknown
+	NUMA   int    // written to numa_node; -1 = unknown
+	Device uint16 // the PCI device ID (the model); 0 writes DefaultDeviceID
+}
+
+// DefaultDeviceID is the "device" of a PCIFunc that names none: GH100 [H100 SXM5 80GB].
+const DefaultDeviceID = 0x2330
+
+// Model is f with the PCI device ID id.
+func (f PCIFunc) Model(id uint16) PCIFunc {
+	f.Device = id
+	return f
 }
 
 // GPU is an NVIDIA 3D controller at bdf on numa.
@@ -141,7 +152,7 @@ func (t *KataTree) AddPCI(f PCIFunc) error {
 	}
 	for name, val := range map[string]string{
 		"vendor":    fmt.Sprintf("0x%04x\n", f.Vendor),
-		"device":    "0x2330\n",
+		"device":    fmt.Sprintf("0x%04x\n", f.deviceID()),
 		"class":     fmt.Sprintf("0x%06x\n", f.Class),
 		"numa_node": fmt.Sprintf("%d\n", f.NUMA),
 	} {
@@ -150,6 +161,13 @@ func (t *KataTree) AddPCI(f PCIFunc) error {
 		}
 	}
 	return nil
+}
+
+func (f PCIFunc) deviceID() uint16 {
+	if f.Device == 0 {
+		return DefaultDeviceID
+	}
+	return f.Device
 }
 
 // AddClass creates sysfs class entry vfioN: dev "MAJ:N\n" and the device link to bdf.
@@ -218,7 +236,7 @@ func (t *KataTree) WritePCIAttr(bdf, name, content string) error {
 	return os.WriteFile(filepath.Join(t.PCIPath(bdf), name), []byte(content), 0o444)
 }
 
-// RemovePCIAttr removes <bdf>/<name> ("vendor", "class", "numa_node").
+// RemovePCIAttr removes <bdf>/<name> ("vendor", "device", "class", "numa_node").
 func (t *KataTree) RemovePCIAttr(bdf, name string) error {
 	return os.Remove(filepath.Join(t.PCIPath(bdf), name))
 }

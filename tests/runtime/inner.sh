@@ -61,22 +61,23 @@ esac
 
 mknod -m 0660 "$HOSTDEV/kvm" c 10 232
 # Three VFIO functions, IOMMUFD cdevs 237:(10+N) (major 237: the daemon only stats them; the
-# workload's open reaches no driver): two GPUs and an NVSwitch, in the kernel's sysfs layout.
+# workload's open reaches no driver): two GPUs of two models (H100 SXM5, A100 SXM4) and an
+# NVSwitch, in the kernel's sysfs layout. The models matter only with RESOURCE_NAMING=sku.
 VFIO_MAJOR=237
-add_vfio() { # N BDF CLASS
+add_vfio() { # N BDF CLASS DEVICE
 	local n=$1 bdf=$2 class=$3 pci=$SYS/devices/pci0000:00/$2
 	mkdir -p "$pci" "$SYS/class/vfio-dev/vfio$n"
 	printf '0x10de\n' >"$pci/vendor"
-	printf '0x2330\n' >"$pci/device"
+	printf '%s\n' "$4" >"$pci/device"
 	printf '%s\n' "$class" >"$pci/class"
 	printf '0\n' >"$pci/numa_node"
 	printf '%d:%d\n' "$VFIO_MAJOR" $((10 + n)) >"$SYS/class/vfio-dev/vfio$n/dev"
 	ln -s "../../../devices/pci0000:00/$bdf" "$SYS/class/vfio-dev/vfio$n/device"
 	mknod -m 0600 "$VFIO/devices/vfio$n" c "$VFIO_MAJOR" $((10 + n))
 }
-add_vfio 0 0000:41:00.0 0x030200
-add_vfio 1 0000:42:00.0 0x030200
-add_vfio 2 0000:43:00.0 0x068000
+add_vfio 0 0000:41:00.0 0x030200 0x2330
+add_vfio 1 0000:42:00.0 0x030200 0x20b0
+add_vfio 2 0000:43:00.0 0x068000 0x1af1
 
 # The host paths podman resolves CDI deviceNodes and spec directories against: in this mount
 # namespace only. /var/run/cdi and /dev/vfio exist (run.sh created them if absent, recorded);
@@ -356,6 +357,45 @@ kubelet_stop
 echo "   kata-device-plugin log:"
 plugin_log sdp-rt-kata
 "${P[@]}" rm -f -t 0 sdp-rt-kata >/dev/null 2>&1
+
+# ============================== kata, RESOURCE_NAMING=sku =================================
+# One resource per model: the A100 (vfio1) is the only device of nvidia.com/GA100_A100_SXM4_40GB,
+# ID 0; podman must resolve that name through the model's own spec to vfio1, not to the H100
+# (vfio0), which has ID 0 in its own resource too.
+echo "== kata-device-plugin container, RESOURCE_NAMING=sku"
+sku_res=nvidia.com/GA100_A100_SXM4_40GB
+sku_spec=$CDI/kata.nvidia.com-GA100_A100_SXM4_40GB.yaml
+"${P[@]}" "${PLUGIN_RUN[@]}" --name sdp-rt-kata-sku -v "$VFIO:/dev/vfio:ro" -v "$SYS:/sys:ro" \
+	-e LOG_LEVEL=info -e RESOURCE_NAMING=sku "$KATA_IMAGE" >/dev/null 2>"$T/err" ||
+	die "podman run $KATA_IMAGE (sku): $(cat "$T/err")"
+kubelet_start kata-sku-kubelet "$sku_res" 1
+if allocate kata-sku-alloc; then
+	check "kata sku: Allocate answers the model's CDI name" "$(cdi_names kata-sku-alloc)" "$sku_res=0"
+	for f in kata.nvidia.com-GH100_H100_SXM5_80GB.yaml kata.nvidia.com-GA100_A100_SXM4_40GB.yaml \
+		kata.nvidia.com-GA100_A100_NVSwitch.yaml; do
+		if [ -f "$CDI/$f" ]; then ok "kata sku: spec $f written"; else bad "kata sku: no $f: $(ls "$CDI")"; fi
+	done
+	check "kata sku: the spec maps $sku_res=0 to the A100's node" "$(spec_paths "$sku_spec" 0)" /dev/vfio/devices/vfio1
+	if "${P[@]}" exec sdp-rt-kata-sku /kata-device-plugin --health-check=readiness 2>"$T/err"; then
+		ok "kata sku: readiness probe (exec in the container) passes"
+	else
+		bad "kata sku: readiness probe: $(cat "$T/err")"
+	fi
+	# shellcheck disable=SC2016
+	workload kata-sku-w1 --device "$sku_res=0" "$BB_IMAGE" \
+		/bin/busybox sh -c 'for f in /dev/vfio/devices/*; do stat -c "%n|%F|%t:%T" "$f"; done'
+	if [ ! -s "$T/kata-sku-w1" ] && [ -s "$T/kata-sku-w1.err" ]; then
+		bad "kata sku workload: did not start: $(cat "$T/kata-sku-w1.err")"
+	else
+		check "kata sku workload: /dev/vfio/devices holds exactly the A100's node: $(tr '\n' ' ' <"$T/kata-sku-w1")" \
+			"$(cat "$T/kata-sku-w1")" "/dev/vfio/devices/vfio1|character special file|$(stat -c '%t:%T' "$VFIO/devices/vfio1")"
+	fi
+fi
+kubelet_stop
+"${P[@]}" stop -t 10 sdp-rt-kata-sku >/dev/null 2>&1
+echo "   kata-device-plugin (sku) log:"
+plugin_log sdp-rt-kata-sku
+"${P[@]}" rm -f -t 0 sdp-rt-kata-sku >/dev/null 2>&1
 
 # ============================== nothing left ==============================================
 left=$("${P[@]}" ps -a -q | wc -l)
