@@ -69,9 +69,6 @@ static void usage(FILE *f)
 		class_pattern(&kata_table[i], cls);
 		fprintf(f, "  %-26s vendor 0x%04x, class %s\n", kata_table[i].resource, kata_table[i].vendor, cls);
 	}
-	fprintf(f, "RESOURCE_NAMING=sku: one resource per PCI model of these rows instead, named from\n"
-		   "pci.ids %s (\"nvidia.com/GH100_H100_SXM5_80GB\"); a new model is served at once.\n"
-		   "RESOURCE_NAMING=table (default): as above.\n", kata_sku_ids_version);
 	fprintf(f,
 		"\n"
 		"  --health-check            exit 0 if every plugin socket of this daemon answers\n"
@@ -84,7 +81,8 @@ static void usage(FILE *f)
 		"Environment:\n"
 		"  RESOURCE_NAMING       table (default: one resource per table row, as above) or sku\n"
 		"                        (one resource per GPU/NVSwitch model, named from its PCI\n"
-		"                        device ID, e.g. nvidia.com/GH100_H100_SXM5_80GB)\n"
+		"                        device ID in pci.ids %s, e.g. nvidia.com/GH100_H100_SXM5_80GB;\n"
+		"                        a model that appears later is served at once)\n"
 		"  LOG_LEVEL             debug, info (default), warn, error\n"
 		"  METRICS_ADDRESS       serve Prometheus metrics on HOST:PORT, :PORT or [IPv6]:PORT\n"
 		"                        (unset or empty: off, the default)\n"
@@ -95,7 +93,8 @@ static void usage(FILE *f)
 		"Exit status: 0 after SIGTERM or SIGINT; 1 for a startup error (/dev/vfio/devices\n"
 		"unreadable, the seccomp filter refused by the kernel); 2 for a bad argument or an\n"
 		"invalid RESOURCE_NAMING or METRICS_ADDRESS; 3 when the VFIO device set changed (the\n"
-		"DaemonSet restarts the daemon). --health-check: 0 healthy, 1 not.\n");
+		"DaemonSet restarts the daemon). --health-check: 0 healthy, 1 not.\n",
+		kata_sku_ids_version);
 }
 
 /* 0 to run, 1 for an error, -1 when done (version, help). */
