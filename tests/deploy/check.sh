@@ -20,8 +20,6 @@
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$src/build}" 2>/dev/null && pwd) || build=${1:-$src/build}
-passed=0
-failed=0
 
 tmp=$(mktemp -d /tmp/sdp-deploy.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -38,15 +36,8 @@ tally() {
 	done
 }
 
-result() { # NAME OK [WHY]
-	if [ "$2" = 1 ]; then
-		echo "PASS $1"
-		passed=$((passed + 1))
-	else
-		echo "FAIL $1: ${3:-}"
-		failed=$((failed + 1))
-	fi
-}
+# shellcheck source=../result.sh
+. "$src/tests/result.sh"
 
 # ---- 1. manifests ----
 tally < <(python3 "$src/tests/deploy/check_manifests.py" "$src" --json "$tmp/docs.json" 2>&1)

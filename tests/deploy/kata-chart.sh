@@ -18,20 +18,11 @@
 #    runs exactly the documented helm commands (CHART=all, hyperlight, kata; another refused).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
-passed=0
-failed=0
 tmp=$(mktemp -d /tmp/sdp-kata-chart.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-result() { # NAME OK [WHY]
-	if [ "$2" = 1 ]; then
-		echo "PASS $1"
-		passed=$((passed + 1))
-	else
-		echo "FAIL $1: ${3:-}"
-		failed=$((failed + 1))
-	fi
-}
+# shellcheck source=../result.sh
+. "$src/tests/result.sh"
 
 # ---- 1-3: python3-yaml checks, one "PASS name" / "FAIL name: why" line each ----
 while IFS= read -r line; do

@@ -24,20 +24,11 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
 here=$src/tests/manifests
 npmdir=$build/manifests-npm
-passed=0
-failed=0
 tmp=$(mktemp -d /tmp/sdp-manifests.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-result() { # NAME OK [WHY]
-	if [ "$2" = 1 ]; then
-		echo "PASS $1"
-		passed=$((passed + 1))
-	else
-		echo "FAIL $1: ${3:-}"
-		failed=$((failed + 1))
-	fi
-}
+# shellcheck source=../result.sh
+. "$src/tests/result.sh"
 
 if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 	echo "tests/manifests: npm or node not found: install them with 'apt-get install nodejs npm' (scripts/install-deps.sh installs them)" >&2
