@@ -14,6 +14,7 @@
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/helper.h"
+#include "dp/metrics.h"
 #include "dp/seccomp.h"
 #include "dp/signals.h"
 #include "dp/log.h"
@@ -50,7 +51,8 @@ static void usage(FILE *f)
 		"\n"
 		"Environment: DEVICE_COUNT (default 2000), DEVICE_UID, DEVICE_GID (default 65534),\n"
 		"HOST_DEVICE_DIR (the host's /dev mounted read-only, e.g. /host-dev), NODE_NAME (node\n"
-		"labels through the in-cluster service account), LOG_LEVEL (debug, info, warn, error).\n");
+		"labels through the in-cluster service account), LOG_LEVEL (debug, info, warn, error),\n"
+		"METRICS_ADDRESS (HOST:PORT, :PORT or [IPv6]:PORT: Prometheus metrics on /metrics; off).\n");
 }
 
 /* 0 to run, 1 for an error, -1 when done (version, help). */
@@ -163,6 +165,7 @@ static int confine(struct daemon *d, const struct options *o)
 static void stop(struct daemon *d)
 {
 	d->labels = hl_labels_free(d->labels);
+	dp_metrics_stop();
 	hl_plugin_stop(&d->plugin);
 	hl_access_stop(&d->access);
 }
@@ -189,6 +192,10 @@ static int run(const struct options *o)
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
 		dp_loop_free(d.loop);
 		return 1;
+	}
+	if (!o->device_access && (r = dp_metrics_start(d.loop, PROG)) < 0) { /* before confine */
+		dp_loop_free(d.loop);
+		return r == -EINVAL ? 2 : 1;
 	}
 	r = start(&d, o, &cfg, &dev);
 	if (r < 0)

@@ -19,6 +19,7 @@
 #include "dp/health.h"
 #include "dp/log.h"
 #include "dp/paths.h"
+#include "dp/metrics.h"
 #include "dp/seccomp.h"
 #include "dp/signals.h"
 #include "dp_version.h"
@@ -74,7 +75,8 @@ static void usage(FILE *f)
 		"                            streaming to kubelet and healthy\n"
 		"  --version                 print version and git commit\n"
 		"\n"
-		"Environment: LOG_LEVEL (debug, info, warn, error).\n");
+		"Environment: LOG_LEVEL (debug, info, warn, error), METRICS_ADDRESS (HOST:PORT, :PORT\n"
+		"or [IPv6]:PORT: Prometheus metrics on /metrics; unset: off).\n");
 }
 
 /* 0 to run, 1 for an error, -1 when done (version, help). */
@@ -211,6 +213,7 @@ static int start(struct daemon *d)
 static void stop(struct daemon *d)
 {
 	d->watch = kata_watch_free(d->watch);
+	dp_metrics_stop();
 	d->idle = kata_idle_free(d->idle);
 	for (size_t i = 0; i < d->n_plugins; i++)
 		d->plugins[i] = kata_plugin_free(d->plugins[i]);
@@ -251,6 +254,11 @@ static int run(void)
 		stop(&d);
 		dp_loop_free(d.loop);
 		return 1;
+	}
+	if ((r = dp_metrics_start(d.loop, PROG)) < 0) { /* before seccomp: a TCP socket */
+		stop(&d);
+		dp_loop_free(d.loop);
+		return r == -EINVAL ? 2 : 1;
 	}
 	r = kata_scan_run(&d.opts, &d.scan, err, sizeof(err));
 	if (r < 0) {
