@@ -155,7 +155,7 @@ static struct series *find(enum fam f, const char *labels)
 	}
 	struct series *s = &table[n_series++];
 	s->fam = (unsigned char)f;
-	memcpy(s->labels, labels, LABELS_MAX);
+	snprintf(s->labels, sizeof(s->labels), "%s", labels);
 	s->value = 0;
 	return s;
 }
