@@ -57,7 +57,7 @@ static const struct family fams[F_N] = {
 			"Updates of series that did not fit the registry's fixed table." },
 };
 
-#define LABELS_MAX (3 * (16 + 2 * DP_METRICS_LABEL_MAX + 4))
+#define LABELS_MAX ((size_t)3 * (16 + 2 * DP_METRICS_LABEL_MAX + 4))
 #define CLASS_MAX 48
 
 struct series {
@@ -101,10 +101,12 @@ static void label(char *out, const char *name, const char *value)
 	}
 	o += (size_t)n;
 	for (size_t i = 0; value && value[i] && i < DP_METRICS_LABEL_MAX && o + 3 < LABELS_MAX; i++) {
-		unsigned char c = (unsigned char)value[i];
+		char c = value[i];
 		if (c == '"' || c == '\\')
 			out[o++] = '\\';
-		out[o++] = c >= 0x20 && c < 0x7f ? (char)c : '_';
+		if (c < 0x20 || c == 0x7f || (unsigned char)c >= 0x80)
+			c = '_';
+		out[o++] = c;
 	}
 	out[o++] = '"';
 	out[o] = '\0';

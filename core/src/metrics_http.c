@@ -238,6 +238,15 @@ static void limit_hit(dp_metrics_server *s, unsigned what, const char *detail)
 	s->lim_last[what] = now ? now : 1;
 }
 
+static void conn_release(struct mconn *c)
+{
+	dp_source_free(c->io);
+	dp_source_free(c->timer);
+	close(c->fd);
+	free(c->out);
+	free(c);
+}
+
 static void conn_free(struct mconn *c)
 {
 	dp_metrics_server *s = c->srv;
@@ -246,11 +255,7 @@ static void conn_free(struct mconn *c)
 			s->conns[i] = s->conns[--s->n];
 			break;
 		}
-	dp_source_free(c->io);
-	dp_source_free(c->timer);
-	close(c->fd);
-	free(c->out);
-	free(c);
+	conn_release(c);
 }
 
 static const char *reason_phrase(int status)
@@ -485,18 +490,23 @@ void dp_metrics_server_set_deadline(dp_metrics_server *s, uint64_t usec)
 
 int dp_metrics_server_address(const dp_metrics_server *s, char *buf, size_t size)
 {
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_in in4 = { 0 };
+	struct sockaddr_in6 in6 = { 0 };
 	socklen_t len = sizeof(ss);
 	char ip[INET6_ADDRSTRLEN];
 	if (getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
 		return -errno;
-	const struct sockaddr_in *in4 = (const struct sockaddr_in *)&ss;
-	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
 	bool v6 = ss.ss_family == AF_INET6;
-	if (!inet_ntop(ss.ss_family, v6 ? (const void *)&in6->sin6_addr : (const void *)&in4->sin_addr, ip,
+	if (v6)
+		memcpy(&in6, &ss, sizeof(in6));
+	else
+		memcpy(&in4, &ss, sizeof(in4));
+	if (!inet_ntop(v6 ? AF_INET6 : AF_INET, v6 ? (const void *)&in6.sin6_addr : (const void *)&in4.sin_addr, ip,
 		       sizeof(ip)))
 		return -errno;
-	int n = snprintf(buf, size, v6 ? "[%s]:%u" : "%s:%u", ip, ntohs(v6 ? in6->sin6_port : in4->sin_port));
+	unsigned port = ntohs(v6 ? in6.sin6_port : in4.sin_port);
+	int n = snprintf(buf, size, v6 ? "[%s]:%u" : "%s:%u", ip, port);
 	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
@@ -509,8 +519,9 @@ dp_metrics_server *dp_metrics_server_free(dp_metrics_server *s)
 {
 	if (!s)
 		return NULL;
-	while (s->n)
-		conn_free(s->conns[0]);
+	for (unsigned i = 0; i < s->n; i++)
+		conn_release(s->conns[i]);
+	s->n = 0;
 	dp_source_free(s->io);
 	dp_source_free(s->pause);
 	close(s->fd);
