@@ -515,3 +515,70 @@ func TestHyperlightMetricsPrometheus(t *testing.T) {
 		t.Fatalf("Prometheus: up %q, sdp_devices_healthy %q within %v, want 1 and 3", up, healthy, promBound)
 	}
 }
+
+// waitPodMetricsAddr waits for the "metrics listening" line of a pod's daemon.
+func waitPodMetricsAddr(t *testing.T, p *Pod) string {
+	t.Helper()
+	var m []string
+	if !Poll(startBound, func() bool {
+		for _, l := range strings.Split(p.Log(), "\n") {
+			if strings.Contains(l, `msg="metrics listening"`) {
+				m = addressRe.FindStringSubmatch(l)
+				return m != nil
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("no \"metrics listening\" line within %v; log:\n%s", startBound, p.Log())
+	}
+	return m[1]
+}
+
+// floodMetrics is a hostile client of the metrics port: connections holding almost a whole
+// head (8 KiB less a byte) without ending it, 64 more connections at once, and oversized heads
+// sent as fast as the daemon takes them; it returns when every connection ended (each is closed
+// within the 5 s deadline).
+func floodMetrics(t *testing.T, addr string) {
+	var wg sync.WaitGroup
+	almost := "GET /metrics HTTP/1.1\r\nX: " + strings.Repeat("a", 8192-28)
+	huge := "GET /metrics HTTP/1.1\r\nX: " + strings.Repeat("a", 1<<20) + "\r\n\r\n"
+	var mu sync.Mutex
+	outcome := map[string]int{}
+	for i := 0; i < 96; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", addr, eventBound)
+			if err != nil {
+				mu.Lock()
+				outcome["dial failed"]++
+				mu.Unlock()
+				return
+			}
+			defer c.Close()
+			_ = c.SetWriteDeadline(time.Now().Add(2 * eventBound))
+			if i%3 == 0 {
+				_, _ = c.Write([]byte(almost))
+			} else {
+				_, _ = c.Write([]byte(huge))
+			}
+			got, closed := readAll(c, 2*eventBound)
+			kind := "closed without an answer"
+			if len(got) >= 12 {
+				kind = got[:12]
+			}
+			if !closed {
+				kind = "not closed in time"
+			}
+			mu.Lock()
+			outcome[kind]++
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	t.Logf("metrics port flood: %v", outcome)
+	if outcome["not closed in time"] > 0 {
+		t.Errorf("%d connections to the metrics port were not closed within %v", outcome["not closed in time"],
+			2*eventBound)
+	}
+}
