@@ -313,20 +313,26 @@ func TestKataMetrics(t *testing.T) {
 }
 
 // Invalid METRICS_ADDRESS: a clear error and exit status 2, as other invalid settings.
-func TestHyperlightMetricsInvalidAddress(t *testing.T) {
-	for _, bin := range []string{daemonBinary(t), kataBinary(t)} {
-		for _, v := range []string{"9400", "example.com:9400", "127.0.0.1:70000", "[::1:9400"} {
-			node := newNode(t, true)
-			r, err := RunCommand(exitBound, bin, DaemonEnv(node.Root, "METRICS_ADDRESS="+v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Code != 2 || !strings.Contains(r.Stderr, `msg="invalid METRICS_ADDRESS"`) {
-				t.Errorf("%s with METRICS_ADDRESS=%s: exit %d, want 2 and \"invalid METRICS_ADDRESS\"; log:\n%s",
-					filepath.Base(bin), v, r.Code, r.Stderr)
-			}
+func checkInvalidMetricsAddress(t *testing.T, bin string, env func(root string, extra ...string) []string) {
+	for _, v := range []string{"9400", "example.com:9400", "127.0.0.1:70000", "[::1:9400"} {
+		node := newNode(t, true)
+		r, err := RunCommand(exitBound, bin, env(node.Root, "METRICS_ADDRESS="+v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Code != 2 || !strings.Contains(r.Stderr, `msg="invalid METRICS_ADDRESS"`) {
+			t.Errorf("%s with METRICS_ADDRESS=%s: exit %d, want 2 and \"invalid METRICS_ADDRESS\"; log:\n%s",
+				filepath.Base(bin), v, r.Code, r.Stderr)
 		}
 	}
+}
+
+func TestHyperlightMetricsInvalidAddress(t *testing.T) {
+	checkInvalidMetricsAddress(t, daemonBinary(t), DaemonEnv)
+}
+
+func TestKataMetricsInvalidAddress(t *testing.T) {
+	checkInvalidMetricsAddress(t, kataBinary(t), PlainDaemonEnv)
 }
 
 // readAll reads what the server sends until it closes, within bound; closed says it did (an
