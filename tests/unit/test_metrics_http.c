@@ -349,6 +349,22 @@ static void test_start_from_env(void **state)
 	setenv("METRICS_ADDRESS", "127.0.0.1:0", 1);
 	assert_int_equal(dp_metrics_start(loop, "test"), 0);
 	dp_metrics_stop();
+	/* every address: [::] taking IPv4 too, or 0.0.0.0 where the kernel has no IPv6 */
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char err[100], buf[64];
+	assert_int_equal(dp_metrics_parse_address(":0", &ss, &len, err, sizeof(err)), 0);
+	dp_metrics_server *srv = NULL;
+	assert_int_equal(dp_metrics_server_new(loop, (struct sockaddr *)&ss, len, &srv), 0);
+	assert_int_equal(dp_metrics_server_address(srv, buf, sizeof(buf)), 0);
+	assert_true(strncmp(buf, "[::]:", 5) == 0 || strncmp(buf, "0.0.0.0:", 8) == 0);
+	const char *port = strrchr(buf, ':') + 1;
+	struct sockaddr_in v4 = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons((uint16_t)atoi(port)) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&v4, sizeof(v4)), 0); /* IPv4 reaches it */
+	close(fd);
+	dp_metrics_server_free(srv);
 	dp_metrics_stop();
 	unsetenv("METRICS_ADDRESS");
 	dp_loop_free(loop);
