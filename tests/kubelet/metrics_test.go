@@ -264,6 +264,37 @@ func TestHyperlightMetrics(t *testing.T) {
 	waitMetric(t, addr, eventBound, func(v float64) bool { return v == 1 }, "sdp_cdi_spec_repairs_total",
 		"spec", HyperlightCDIFile)
 	expectMetric(t, mustScrape(t, addr), 0, "sdp_cdi_spec_write_failures_total")
+
+	// kubelet restarts: registered again, counted; registered while it is.
+	must(s.k.Restart())
+	s.registered(2, startBound)
+	waitMetric(t, addr, eventBound, func(v float64) bool { return v == 2 }, "sdp_registrations_total",
+		"resource", HyperlightResource, "result", "ok")
+	expectMetric(t, mustScrape(t, addr), 1, "sdp_registered", "resource", HyperlightResource)
+	promtoolCheck(t, mustScrape(t, addr))
+}
+
+// Started before kubelet: the failed attempts counted by kind, not registered; then registered.
+func TestHyperlightMetricsRegistrationFailure(t *testing.T) {
+	node := newNode(t, true)
+	s := &scenario{t: t, node: node, bin: daemonBinary(t)}
+	s.startDaemon("DEVICE_COUNT=3", metricsEnv)
+	addr := metricsAddr(t, s.d)
+	waitMetric(t, addr, startBound, func(v float64) bool { return v >= 1 }, "sdp_registrations_total",
+		"resource", HyperlightResource, "result", "kubelet_missing")
+	text := mustScrape(t, addr)
+	expectMetric(t, text, 0, "sdp_registered", "resource", HyperlightResource)
+	expectMetric(t, text, 0, "sdp_registrations_total", "resource", HyperlightResource, "result", "ok")
+	if _, ok := metric(text, "sdp_registered", "resource", HyperlightResource); !ok {
+		t.Errorf("sdp_registered is not exposed before the first registration")
+	}
+	s.k = newMock(t, Config{Dir: node.KubeletDir})
+	s.registered(1, startBound)
+	waitMetric(t, addr, eventBound, func(v float64) bool { return v == 1 }, "sdp_registered",
+		"resource", HyperlightResource)
+	text = mustScrape(t, addr)
+	expectMetric(t, text, 1, "sdp_registrations_total", "resource", HyperlightResource, "result", "ok")
+	promtoolCheck(t, text)
 }
 
 func TestKataMetrics(t *testing.T) {
