@@ -265,6 +265,19 @@ func TestHyperlightMetrics(t *testing.T) {
 		"spec", HyperlightCDIFile)
 	expectMetric(t, mustScrape(t, addr), 0, "sdp_cdi_spec_write_failures_total")
 
+	// A symlink renamed over the spec: refused (a write failure), repaired once it is gone.
+	tmp := node.CDIPath() + ".link"
+	must(os.Symlink("/dev/null", tmp))
+	must(os.Rename(tmp, node.CDIPath()))
+	s.devices(3, Unhealthy, eventBound)
+	waitMetric(t, addr, eventBound, func(v float64) bool { return v >= 1 }, "sdp_cdi_spec_write_failures_total",
+		"spec", HyperlightCDIFile)
+	must(os.Remove(node.CDIPath()))
+	s.waitCDI(want, eventBound)
+	waitMetric(t, addr, eventBound, func(v float64) bool { return v == 2 }, "sdp_cdi_spec_repairs_total",
+		"spec", HyperlightCDIFile)
+	s.devices(3, Healthy, backoffBound)
+
 	// kubelet restarts: registered again, counted; registered while it is.
 	must(s.k.Restart())
 	s.registered(2, startBound)
