@@ -274,7 +274,8 @@ static void put(struct out *o, const char *fmt, ...)
 	if (o->full)
 		return;
 	va_start(ap, fmt);
-	int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap);
+	/* ap is va_start()ed just above (clang 14 false positive, as in helper.c) */
+	int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 	if (n < 0 || (size_t)n >= o->size - o->len)
 		o->full = true;
