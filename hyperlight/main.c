@@ -14,9 +14,11 @@
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/helper.h"
+#include "dp/metrics.h"
 #include "dp/seccomp.h"
 #include "dp/signals.h"
 #include "dp/log.h"
+#include "dp/usage.h"
 #include "dp/paths.h"
 #include "dp_version.h"
 #include "label_patch.h"
@@ -54,12 +56,7 @@ static void usage(FILE *f)
 		"  DEVICE_UID, DEVICE_GID  owner of the device node in containers (default 65534)\n"
 		"  HOST_DEVICE_DIR       the host's /dev mounted read-only, e.g. /host-dev\n"
 		"  NODE_NAME             label this node through the in-cluster service account\n"
-		"  LOG_LEVEL             debug, info (default), warn, error\n"
-		"  METRICS_ADDRESS       serve Prometheus metrics on HOST:PORT, :PORT or [IPv6]:PORT\n"
-		"                        (unset or empty: off, the default)\n"
-		"  SDP_SECCOMP           the seccomp allow-list applied after start-up: enforce (default:\n"
-		"                        other calls fail with EPERM), log (allowed, logged by the\n"
-		"                        kernel) or off; an invalid value keeps enforce, with a warning\n"
+		DP_USAGE_ENV_COMMON
 		"\n"
 		"Exit status: 0 after SIGTERM or SIGINT; 1 for a startup error (invalid DEVICE_COUNT or\n"
 		"HOST_DEVICE_DIR, no usable hypervisor device, the seccomp filter refused by the\n"
@@ -178,6 +175,7 @@ static int confine(struct daemon *d, const struct options *o)
 static void stop(struct daemon *d)
 {
 	d->labels = hl_labels_free(d->labels);
+	dp_metrics_stop();
 	hl_plugin_stop(&d->plugin);
 	hl_access_stop(&d->access);
 }
@@ -204,6 +202,10 @@ static int run(const struct options *o)
 		dp_error("cannot set up the event loop", "error=%s", strerror(-r));
 		dp_loop_free(d.loop);
 		return 1;
+	}
+	if (!o->device_access && (r = dp_metrics_start(d.loop, PROG)) < 0) { /* before confine */
+		dp_loop_free(d.loop);
+		return r == -EINVAL ? 2 : 1;
 	}
 	r = start(&d, o, &cfg, &dev);
 	if (r < 0)

@@ -10,6 +10,7 @@
 
 #include "dp/grpc.h"
 #include "dp/log.h"
+#include "dp/metrics.h"
 #include "dp/paths.h"
 #include "probe.h"
 #include "spec.h"
@@ -114,6 +115,10 @@ static void on_probe_done(const dp_helper_result *res, void *userdata)
 	struct hl_plugin *p = w->p;
 	const char *cdi = dp_cdi_file_error(p->cdi);
 	waiter_unlink(p, w);
+	if (res->run && res->run != p->probe_counted) { /* each requester of a run gets its result */
+		p->probe_counted = res->run;
+		dp_metrics_probe(res->ok, res->reason, res->run_usec);
+	}
 	/* A check that failed on the CDI spec while this probe ran (another writer took it over)
 	 * wins over the probe's verdict: the spec's last sync failed. */
 	if (res->ok && cdi[0])

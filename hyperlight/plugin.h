@@ -42,6 +42,7 @@ struct hl_plugin {
 	struct hl_waiter *waiters; /* requesters of the probe in flight */
 	struct hl_waiter *queued;  /* requesters of the next probe (stale: a node changed) */
 	bool stale;                /* a node changed while the probe in flight ran */
+	unsigned probe_counted;    /* the last probe run counted in the metrics */
 	dp_endpoint_events events; /* the shared log lines, plus the release of the first check */
 	dp_source *hold;           /* bounds the first check's wait for registration */
 	bool holding;              /* the first check waits for the first registration attempt */

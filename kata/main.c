@@ -19,7 +19,9 @@
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
+#include "dp/usage.h"
 #include "dp/paths.h"
+#include "dp/metrics.h"
 #include "dp/seccomp.h"
 #include "dp/signals.h"
 #include "dp_version.h"
@@ -83,12 +85,7 @@ static void usage(FILE *f)
 		"                        (one resource per GPU/NVSwitch model, named from its PCI\n"
 		"                        device ID in pci.ids %s, e.g. nvidia.com/GH100_H100_SXM5_80GB;\n"
 		"                        a model that appears later is served at once)\n"
-		"  LOG_LEVEL             debug, info (default), warn, error\n"
-		"  METRICS_ADDRESS       serve Prometheus metrics on HOST:PORT, :PORT or [IPv6]:PORT\n"
-		"                        (unset or empty: off, the default)\n"
-		"  SDP_SECCOMP           the seccomp allow-list applied after start-up: enforce (default:\n"
-		"                        other calls fail with EPERM), log (allowed, logged by the\n"
-		"                        kernel) or off; an invalid value keeps enforce, with a warning\n"
+		DP_USAGE_ENV_COMMON
 		"\n"
 		"Exit status: 0 after SIGTERM or SIGINT; 1 for a startup error (/dev/vfio/devices\n"
 		"unreadable, the seccomp filter refused by the kernel); 2 for a bad argument or an\n"
@@ -274,6 +271,7 @@ static int start(struct daemon *d)
 static void stop(struct daemon *d)
 {
 	d->watch = kata_watch_free(d->watch);
+	dp_metrics_stop();
 	d->idle = kata_idle_free(d->idle);
 	for (size_t i = 0; i < d->n_plugins; i++)
 		d->plugins[i] = kata_plugin_free(d->plugins[i]);
@@ -322,6 +320,11 @@ static int run(void)
 		stop(&d);
 		dp_loop_free(d.loop);
 		return 1;
+	}
+	if ((r = dp_metrics_start(d.loop, PROG)) < 0) { /* before seccomp: a TCP socket */
+		stop(&d);
+		dp_loop_free(d.loop);
+		return r == -EINVAL ? 2 : 1;
 	}
 	r = kata_scan_run(&d.opts, &d.scan, err, sizeof(err));
 	if (r < 0) {

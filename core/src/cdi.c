@@ -15,6 +15,7 @@
 
 #include "cdi_backoff.h"
 #include "dp/log.h"
+#include "dp/metrics.h"
 #include "dp/watch.h"
 
 /* ---- compare and replace ---- */
@@ -217,6 +218,7 @@ struct dp_cdi_file {
 	dp_source *retry;       /* one-shot timer: the wait or the episode is over -> changed */
 	dp_cdi_fight_fn fight;
 	char other[160];        /* the other writer's content, described when an episode starts */
+	bool in_place;          /* these bytes were found or put in place: a later write repairs */
 };
 
 static int notify_fired(dp_source *s, void *userdata);
@@ -341,6 +343,8 @@ int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len)
 		return -ENOMEM;
 	if (len)
 		memcpy(copy, data, len);
+	if (f->has_content && (len != f->len || memcmp(copy, f->content, len) != 0))
+		f->in_place = false; /* new bytes: their first write is an update, not a repair */
 	free(f->content);
 	f->content = copy;
 	f->len = len;
@@ -386,6 +390,8 @@ static int open_dir(dp_cdi_file *f)
 /* The message for a failed compare (reading) or replace (writing). */
 static int file_error(dp_cdi_file *f, int r, const char *verb)
 {
+	if (r == -ELOOP || r == -EEXIST || strcmp(verb, "write") == 0)
+		dp_metrics_cdi_write_failure(f->name); /* our bytes could not be put in place */
 	if (r == -ELOOP)
 		return set_error(f, r, "refusing symlink at %s", f->path);
 	if (r == -EEXIST)
@@ -504,11 +510,14 @@ int dp_cdi_file_sync(dp_cdi_file *f, bool *ret_repaired)
 			f->own_renames++;
 		repaired = true;
 		dp_debug("cdi: spec written", "path=%s bytes=%zu", f->path, f->len);
+		if (f->in_place)
+			dp_metrics_cdi_repair(f->name);
 		dp_cdi_backoff_written(&f->backoff, dp_now_usec());
 	}
 	if (fighting(f))
 		return fight_error(f);
 	f->error[0] = '\0';
+	f->in_place = true;
 	if (ret_repaired)
 		*ret_repaired = repaired;
 	return 0;

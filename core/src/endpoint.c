@@ -148,6 +148,7 @@ void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason)
 	if (!changed)
 		return;
 	dp_debug("health changed", "resource=%s healthy=%d", ep->resource, healthy);
+	dp_ep_metrics_health(ep, first);
 	if (ep->streams)
 		ep_send_list(ep, NULL);
 	if (ep->health)
@@ -282,6 +283,7 @@ static void ep_failed(dp_endpoint *ep, enum ep_fail kind)
 {
 	uint64_t now = dp_now_usec();
 	ep->failures++;
+	dp_ep_metrics_registration(ep, kind);
 	dp_debug("registration attempt failed", "resource=%s kind=%d attempts=%u", ep->resource, (int)kind,
 		 ep->failures);
 	if (kind == ep->fail_kind && now - ep->fail_told < FAIL_RETELL_USEC)
@@ -363,6 +365,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	ep->reason_register[0] = '\0';
 	dp_endpoint_watch_remember(ep);
 	dp_debug("registered", "resource=%s socket=%s", ep->resource, ep->socket_name);
+	dp_ep_metrics_registration(ep, EP_FAIL_NONE);
 	if (ep->health)
 		dp_health_changed(ep->health);
 	if (ep->events.on_registered)
@@ -412,6 +415,7 @@ static void ep_register_now(dp_endpoint *ep)
 
 	ep->register_call = dp_grpc_client_call_cancel(ep->register_call);
 	ep_stop_server(ep, "plugin re-registering");
+	dp_ep_metrics_state(ep);
 	dp_endpoint_watch_ensure(ep);
 	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
 	if (stat(kubelet_sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
@@ -473,6 +477,7 @@ static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 		ep->events.on_restart(ep, why, ep->events.userdata);
 	ep->state = EP_IDLE;
 	ep->backoff = 0;
+	dp_ep_metrics_state(ep);
 	ep_schedule_register(ep, usec);
 	if (ep->health)
 		dp_health_changed(ep->health);
@@ -521,6 +526,7 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 	r = ep_copy_devices(ep, cfg->devices, cfg->n_devices);
 	if (r < 0)
 		return r;
+	dp_ep_metrics_state(ep);
 	r = dp_health_new(dp_endpoint_health_status, ep, &ep->health);
 	if (r < 0)
 		return r;
@@ -571,33 +577,3 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	free(ep);
 	return NULL;
 }
-
-int dp_endpoint_health_status(const char *service, void *userdata)
-{
-	dp_endpoint *ep = userdata;
-	if (service[0] == '\0')
-		return DP_HEALTH_SERVING;
-	if (strcmp(service, DP_HEALTH_READINESS) == 0)
-		return dp_endpoint_ready(ep) ? DP_HEALTH_SERVING : DP_HEALTH_NOT_SERVING;
-	return -ENOENT;
-}
-
-bool dp_endpoint_healthy(const dp_endpoint *ep) { return ep->checked && ep->healthy; }
-bool dp_endpoint_registered(const dp_endpoint *ep) { return ep->state == EP_REGISTERED; }
-bool dp_endpoint_ready(const dp_endpoint *ep)
-{
-	return dp_endpoint_registered(ep) && ep->n_streams > 0 && dp_endpoint_healthy(ep);
-}
-unsigned dp_endpoint_streams(const dp_endpoint *ep) { return ep->n_streams; }
-unsigned dp_endpoint_registrations(const dp_endpoint *ep) { return ep->registrations; }
-const char *dp_endpoint_resource(const dp_endpoint *ep) { return ep->resource; }
-const char *dp_endpoint_socket(const dp_endpoint *ep)
-{
-	return ep->socket_name[0] ? ep->socket_name : NULL;
-}
-const char *dp_endpoint_reason(const dp_endpoint *ep)
-{
-	return ep->healthy ? ep->reason_register : ep->reason;
-}
-size_t dp_endpoint_devices(const dp_endpoint *ep) { return ep->n_devices; }
-unsigned dp_endpoint_failures(const dp_endpoint *ep) { return ep->failures; }

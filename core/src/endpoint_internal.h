@@ -94,6 +94,11 @@ struct dp_endpoint {
 /* endpoint.c */
 void dp_endpoint_restart(dp_endpoint *ep, const char *why);
 int dp_endpoint_health_status(const char *service, void *userdata);
+/* endpoint_state.c: the metrics (dp/metrics.h) of ep's current state; of a health change (first:
+ * the first check); of a registration attempt (EP_FAIL_NONE: registered). */
+void dp_ep_metrics_state(const dp_endpoint *ep);
+void dp_ep_metrics_health(const dp_endpoint *ep, bool first);
+void dp_ep_metrics_registration(const dp_endpoint *ep, enum ep_fail kind);
 void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata);
 
 /* endpoint_socket.c: serve on a fresh "<prefix>-<pid>-<n>.sock" (ep->socket_name), removing a

@@ -8,6 +8,7 @@
 #include "api.pb-c.h"
 #include "dp/cdi.h"
 #include "dp/log.h"
+#include "dp/metrics.h"
 #include "endpoint_decode.h"
 #include "endpoint_internal.h"
 
@@ -47,6 +48,8 @@ static void refuse(dp_endpoint *ep, dp_grpc_call *call, int status, const char *
 		 dp_grpc_status_name(status), dp_logq(q, sizeof(q), msg));
 	if (ep->events.on_request_refused)
 		ep->events.on_request_refused(ep, dp_grpc_call_path(call), status, msg, ep->events.userdata);
+	if (strcmp(dp_grpc_call_path(call), "/v1beta1.DevicePlugin/Allocate") == 0)
+		dp_metrics_allocate(ep->resource, dp_grpc_status_name(status));
 	dp_grpc_call_finish(call, status, msg);
 }
 
@@ -267,6 +270,8 @@ int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const
 
 void dp_alloc_finish(dp_alloc *a, int status, const char *message)
 {
+	/* what the driver answered; "CANCELLED" when the requester went away meanwhile */
+	dp_metrics_allocate(a->ep->resource, a->call ? dp_grpc_status_name(status) : "CANCELLED");
 	if (a->call) {
 		dp_grpc_call_set_cancel(a->call, NULL, NULL);
 		if (status != DP_GRPC_OK) {

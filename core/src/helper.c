@@ -69,6 +69,7 @@ struct dp_helper {
 	dp_helper_result last;
 	bool has_last;
 	unsigned runs;
+	uint64_t run_started; /* when the run in flight started */
 
 	unsigned busy; /* >0 while a helper callback runs */
 	bool freed;    /* dp_helper_free() called while busy: release memory on leave */
@@ -230,6 +231,8 @@ static void result_set(dp_helper_result *r, bool ok, const char *fmt, ...)
 	va_list ap;
 
 	r->ok = ok;
+	r->run = 0; /* finish_run sets the run */
+	r->run_usec = 0;
 	va_start(ap, fmt);
 	/* ap is va_start()ed just above (clang 14 false positive) */
 	vsnprintf(r->reason, sizeof(r->reason), fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
@@ -388,8 +391,12 @@ static int on_output(dp_source *s, int fd, uint32_t revents, void *userdata)
 }
 
 /* The run ends with result r: every waiter of the run gets it. */
-static void finish_run(dp_helper *h, const dp_helper_result *r)
+static void finish_run(dp_helper *h, const dp_helper_result *res)
 {
+	dp_helper_result run = *res;
+	const dp_helper_result *r = &run;
+	run.run = h->runs;
+	run.run_usec = dp_now_usec() - h->run_started;
 	h->running = false;
 	(void)dp_timer_set(h->deadline, 0, 0);
 	close_output(h);
@@ -441,6 +448,7 @@ static int start_run(dp_helper *h)
 	if (pid <= 0) /* set on success; never kill(0 or -1) below */
 		return -ECHILD;
 	h->runs++;
+	h->run_started = dp_now_usec();
 	r = dp_child_add(h->loop, pid, on_child, h, &h->child);
 	if (r < 0) {
 		/* Cannot track it: kill and reap it here (immediate after SIGKILL). */

@@ -199,6 +199,16 @@ func hostileInputs(t *testing.T, d hostileDaemon) {
 			s.survived(tc.name, pid)
 		})
 	}
+	t.Run("metrics-port-flood", func(t *testing.T) {
+		s, _ := hostilePod(t, d, metricsEnv)
+		pid := s.pod.Current().Pid()
+		addr := waitPodMetricsAddr(t, s.pod)
+		floodMetrics(t, addr)
+		s.survived("the metrics port flooded (held heads, 64 connections, oversized heads)", pid)
+		if _, err := scrape(addr); err != nil {
+			t.Errorf("scrape after the flood: %v", err)
+		}
+	})
 	t.Run("64-listandwatch-connections", func(t *testing.T) {
 		s, p := hostilePod(t, d)
 		pid := s.pod.Current().Pid()

@@ -86,7 +86,8 @@ func TestSeccompHyperlight(t *testing.T) {
 	out, env := scprobeEnv(t, s.node.Root)
 	// Healthy devices below prove the probe helper ran under its own filter: with
 	// HVSHIM_TRY_SOCKET its ioctls fail unless socket() is refused there.
-	s.startDaemon(append(env, "DEVICE_COUNT=3", "HVSHIM_TRY_SOCKET=1")...)
+	// Metrics on: the listener is made before the filter; serving it needs no more calls.
+	s.startDaemon(append(env, "DEVICE_COUNT=3", "HVSHIM_TRY_SOCKET=1", metricsEnv)...)
 	s.ready(3)
 	got := scprobeResult(s, out)
 	// Labelling is off (no NODE_NAME): no inet socket either; only the node-label child
@@ -108,6 +109,7 @@ func TestSeccompHyperlight(t *testing.T) {
 		s.fatalf("Allocate after the refused calls: %v", err)
 	}
 	checkAllocation(t, a.Response)
+	expectMetric(t, mustScrape(t, metricsAddr(t, s.d)), 1, "sdp_allocate_total", "result", "OK")
 }
 
 func TestSeccompHyperlightOff(t *testing.T) {
@@ -150,7 +152,7 @@ func TestSeccompKata(t *testing.T) {
 	s := newKata(t)
 	s.add(kataMain...)
 	out, env := scprobeEnv(t, s.node.Root)
-	s.startDaemon(env...)
+	s.startDaemon(append(env, metricsEnv)...)
 	s.kataReady(kataExpect(kataMain))
 	want := map[string]string{"socket_inet": "EPERM"}
 	for k, v := range confinedWant {
@@ -162,4 +164,5 @@ func TestSeccompKata(t *testing.T) {
 		s.fatalf("Allocate after the refused calls: %v", err)
 	}
 	checkKataAllocation(t, a.Response, KataGPU, []string{"1"})
+	expectMetric(t, mustScrape(t, metricsAddr(t, s.d)), 1, "sdp_allocate_total", "result", "OK")
 }

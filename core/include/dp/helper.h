@@ -40,6 +40,9 @@ typedef struct dp_helper_wait dp_helper_wait;
 typedef struct dp_helper_result {
 	bool ok;
 	char reason[DP_HELPER_REASON_MAX]; /* failure reason, or the "ok" detail (may be empty) */
+	unsigned run;      /* the run this result ends (1, 2, ...: every requester of it gets the
+			    * same), 0 when it ends none (a start failure, "probes blocked") */
+	uint64_t run_usec; /* that run's duration, start to result */
 } dp_helper_result;
 
 typedef void (*dp_helper_done_fn)(const dp_helper_result *r, void *userdata);

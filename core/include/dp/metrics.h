@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * metrics: the process's Prometheus metrics (opt-in: METRICS_ADDRESS) and their HTTP listener.
+ *
+ * Registry (metrics.c): a fixed table of at most DP_METRICS_MAX_SERIES series, filled by the
+ * hooks in the endpoint, the CDI writer and hyperlight's probe whether or not a listener runs
+ * (an update is a lookup in a small table, no allocation). Label values are bounded: resources
+ * and spec names are the daemon's own (fixed at start); a free-text reason becomes its class
+ * (dp_metrics_reason_class) and each family holds at most DP_METRICS_MAX_REASONS classes, any
+ * further one counted as "other". A series that does not fit the table is dropped and counted
+ * in sdp_metrics_series_dropped_total. Names and meanings: docs/operations.md, "Metrics".
+ *
+ * Listener (metrics_http.c): one TCP socket on the daemon's loop, HTTP/1.x, one request per
+ * connection: GET or HEAD /metrics. Limits: DP_METRICS_HTTP_MAX_CONNS connections at once
+ * (further ones closed at accept), a request head of DP_METRICS_HTTP_HEAD_MAX bytes (431), the
+ * whole exchange within DP_METRICS_HTTP_DEADLINE_USEC of the accept (then closed).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "dp/loop.h"
+
+#define DP_METRICS_MAX_SERIES 256
+#define DP_METRICS_MAX_REASONS 16     /* reason classes per family, then "other" */
+#define DP_METRICS_LABEL_MAX 96       /* bytes of one label value (longer: cut) */
+#define DP_METRICS_RENDER_MAX (192u << 10) /* the exposition never exceeds this (bounded table) */
+
+/* ---- registry ---- */
+
+/* sdp_build_info{daemon,version} 1. */
+void dp_metrics_build_info(const char *daemon, const char *version);
+/* sdp_devices_advertised / sdp_devices_healthy {resource}. */
+void dp_metrics_devices(const char *resource, size_t advertised, size_t healthy);
+/* sdp_registered{resource} 0/1. */
+void dp_metrics_registered(const char *resource, bool registered);
+/* sdp_health_transitions_total{resource,to="healthy|unhealthy",reason}: reason is the class of
+ * the reason text ("" for healthy). */
+void dp_metrics_health_transition(const char *resource, bool healthy, const char *reason);
+/* sdp_registrations_total{resource,result}: result "ok" or a failure kind (a fixed set). */
+void dp_metrics_registration(const char *resource, const char *result);
+/* sdp_allocate_total{resource,result}: result a gRPC status name ("OK", "UNAVAILABLE", ...). */
+void dp_metrics_allocate(const char *resource, const char *result);
+/* sdp_probe_runs_total, sdp_probe_failures_total{reason}, sdp_probe_duration_seconds. */
+void dp_metrics_probe(bool ok, const char *reason, uint64_t usec);
+/* sdp_cdi_spec_repairs_total{spec} / sdp_cdi_spec_write_failures_total{spec}. */
+void dp_metrics_cdi_repair(const char *spec);
+void dp_metrics_cdi_write_failure(const char *spec);
+/* sdp_metrics_http_refused_total{reason}: the listener's own refusals (limits, bad requests). */
+void dp_metrics_http_refused(const char *reason);
+
+/* The class of a free-text reason: its leading words up to the first character that is not a
+ * letter, '_', '-' or a space (a digit, '/', ':', ...), trailing spaces dropped, at most 48
+ * bytes; "unknown" when that is empty. "EACCES opening /dev/kvm" -> "EACCES opening". */
+void dp_metrics_reason_class(const char *reason, char *buf, size_t size);
+
+/* The text exposition format 0.0.4 of every series into buf; *ret_len its length (no NUL).
+ * -ENOBUFS when it does not fit (it always fits DP_METRICS_RENDER_MAX). */
+int dp_metrics_render(char *buf, size_t size, size_t *ret_len);
+/* Forget every series (tests). */
+void dp_metrics_reset(void);
+
+/* ---- HTTP request head (pure, fuzzed: fuzz/fuzz_metrics_http.c) ---- */
+
+#define DP_METRICS_HTTP_HEAD_MAX 8192
+#define DP_METRICS_HTTP_MAX_CONNS 4
+#define DP_METRICS_HTTP_DEADLINE_USEC (5 * DP_USEC_PER_SEC)
+
+typedef struct dp_metrics_request {
+	int status; /* the answer: 200, 400, 404, 405, 431 (505 for a version other than 1.x) */
+	bool head;  /* HEAD: no body */
+} dp_metrics_request;
+
+/* Parse what arrived so far. 0: the head is incomplete (read more); 1: *ret filled (the head
+ * ended, or it is malformed or too long: ret->status says how to answer). The head ends at an
+ * empty line (CRLF CRLF, or LF LF). Bytes after it are ignored. */
+int dp_metrics_http_parse(const char *buf, size_t len, dp_metrics_request *ret);
+
+/* "HOST:PORT" (numeric IPv4 or "localhost"), ":PORT" (every address: [::] dual-stack, else
+ * 0.0.0.0), "[IPv6]:PORT"; port 0..65535. -EINVAL with a message in err. */
+int dp_metrics_parse_address(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, char *err,
+			     size_t errlen);
+
+/* ---- listener ---- */
+
+typedef struct dp_metrics_server dp_metrics_server;
+/* Called once per episode of a limit (an episode ends after a minute without it): what is
+ * "connections", "head" (too large), "deadline" or "request" (malformed). */
+typedef void (*dp_metrics_limit_fn)(const char *what, const char *detail, void *userdata);
+
+/* Bind and listen (non-blocking, close-on-exec) on addr and serve on loop. -errno. */
+int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_server **ret);
+void dp_metrics_server_set_limit_fn(dp_metrics_server *s, dp_metrics_limit_fn fn, void *userdata);
+/* Tests: another deadline for the connections accepted from now on. */
+void dp_metrics_server_set_deadline(dp_metrics_server *s, uint64_t usec);
+/* The bound address as "HOST:PORT" / "[IPv6]:PORT" (port 0 resolved). */
+int dp_metrics_server_address(const dp_metrics_server *s, char *buf, size_t size);
+unsigned dp_metrics_server_connections(const dp_metrics_server *s);
+/* Close the listener and every connection. Accepts NULL, returns NULL. */
+dp_metrics_server *dp_metrics_server_free(dp_metrics_server *s);
+DP_DEFINE_CLEANUP(dp_metrics_server, dp_metrics_server_free)
+
+/* The daemons' main path (logs at info/warn/error, like dp_endpoint_log_events): reads
+ * METRICS_ADDRESS; unset or empty: metrics off, returns 0. Else sets build info, starts the
+ * listener (before the seccomp filter: it creates a TCP socket), logs "metrics listening
+ * address=HOST:PORT" and the limits at warn once per episode. -EINVAL: invalid value (logged;
+ * exit 2); other -errno: cannot listen (logged). dp_metrics_stop frees it (accepts none). */
+int dp_metrics_start(dp_loop *loop, const char *daemon);
+void dp_metrics_stop(void);

@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * metrics: the process's registry and its text exposition (dp/metrics.h). A fixed table, no
+ * allocation: every series is a family, its rendered label set and a value. The hooks call it
+ * from the loop (single thread). Label values are made safe and bounded here: printable ASCII
+ * only (other bytes become '_'), at most DP_METRICS_LABEL_MAX bytes, and reasons by class.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dp/metrics.h"
+
+enum fam {
+	F_BUILD,
+	F_ADVERTISED,
+	F_HEALTHY,
+	F_REGISTERED,
+	F_TRANSITIONS,
+	F_REGISTRATIONS,
+	F_ALLOCATE,
+	F_PROBE_RUNS,
+	F_PROBE_FAILURES,
+	F_CDI_REPAIRS,
+	F_CDI_WRITE_FAILURES,
+	F_HTTP_REFUSED,
+	F_DROPPED,
+	F_N
+};
+
+struct family {
+	const char *name, *type, *help;
+};
+
+static const struct family fams[F_N] = {
+	[F_BUILD] = { "sdp_build_info", "gauge", "Build of the running daemon (always 1)." },
+	[F_ADVERTISED] = { "sdp_devices_advertised", "gauge", "Devices advertised to kubelet, per resource." },
+	[F_HEALTHY] = { "sdp_devices_healthy", "gauge", "Devices advertised Healthy, per resource." },
+	[F_REGISTERED] = { "sdp_registered", "gauge", "1 while the resource is registered with kubelet." },
+	[F_TRANSITIONS] = { "sdp_health_transitions_total", "counter",
+			    "Changes of the advertised health, by new state and reason class." },
+	[F_REGISTRATIONS] = { "sdp_registrations_total", "counter",
+			      "Registration attempts with kubelet, by result (ok or the failure kind)." },
+	[F_ALLOCATE] = { "sdp_allocate_total", "counter", "Allocate calls answered, by gRPC status." },
+	[F_PROBE_RUNS] = { "sdp_probe_runs_total", "counter", "Hypervisor probe runs (hyperlight)." },
+	[F_PROBE_FAILURES] = { "sdp_probe_failures_total", "counter",
+			       "Hypervisor probe runs that failed, by reason class (hyperlight)." },
+	[F_CDI_REPAIRS] = { "sdp_cdi_spec_repairs_total", "counter",
+			    "Owned CDI spec rewritten after it was found changed or missing." },
+	[F_CDI_WRITE_FAILURES] = { "sdp_cdi_spec_write_failures_total", "counter",
+				   "Owned CDI spec writes that failed (or were refused: symlink, non-regular file)." },
+	[F_HTTP_REFUSED] = { "sdp_metrics_http_refused_total", "counter",
+			     "Metrics connections closed without a 200 answer, by reason." },
+	[F_DROPPED] = { "sdp_metrics_series_dropped_total", "counter",
+			"Updates of series that did not fit the registry's fixed table." },
+};
+
+#define LABELS_MAX ((size_t)3 * (16 + 2 * DP_METRICS_LABEL_MAX + 4))
+#define CLASS_MAX 48
+
+struct series {
+	unsigned char fam;
+	char labels[LABELS_MAX];
+	uint64_t value;
+};
+
+static struct series table[DP_METRICS_MAX_SERIES];
+static size_t n_series;
+static uint64_t dropped;
+
+/* Probe duration buckets (seconds); the probe's deadline is 2 s. */
+static const double bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4 };
+#define N_BOUNDS (sizeof(bounds) / sizeof(bounds[0]))
+static uint64_t hist_buckets[N_BOUNDS], hist_count, hist_sum_usec;
+
+/* Reason classes seen per family (bounded, then "other"). */
+static char reasons[2][DP_METRICS_MAX_REASONS][CLASS_MAX + 1];
+
+void dp_metrics_reset(void)
+{
+	memset(table, 0, sizeof(table));
+	n_series = 0;
+	dropped = 0;
+	memset(hist_buckets, 0, sizeof(hist_buckets));
+	hist_count = hist_sum_usec = 0;
+	memset(reasons, 0, sizeof(reasons));
+}
+
+/* ---- labels ---- */
+
+/* Append name="value" to out (size LABELS_MAX): value cut and made printable ASCII, escaped. */
+static void label(char *out, const char *name, const char *value)
+{
+	size_t o = strlen(out);
+	int n = snprintf(out + o, LABELS_MAX - o, "%s%s=\"", o ? "," : "", name);
+	if (n < 0 || o + (size_t)n + 4 >= LABELS_MAX) {
+		out[o] = '\0'; /* not reached: three short names and cut values fit */
+		return;
+	}
+	o += (size_t)n;
+	for (size_t i = 0; value && value[i] && i < DP_METRICS_LABEL_MAX && o + 3 < LABELS_MAX; i++) {
+		char c = value[i];
+		if (c == '"' || c == '\\')
+			out[o++] = '\\';
+		if (c < 0x20 || c == 0x7f || (unsigned char)c >= 0x80)
+			c = '_';
+		out[o++] = c;
+	}
+	out[o++] = '"';
+	out[o] = '\0';
+}
+
+void dp_metrics_reason_class(const char *reason, char *buf, size_t size)
+{
+	size_t n = 0;
+	if (size == 0)
+		return;
+	for (const char *p = reason ? reason : ""; *p && n + 1 < size && n < CLASS_MAX; p++) {
+		if (!isalpha((unsigned char)*p) && *p != '_' && *p != '-' && *p != ' ')
+			break;
+		buf[n++] = *p;
+	}
+	while (n && buf[n - 1] == ' ')
+		n--;
+	buf[n] = '\0';
+	if (n == 0)
+		snprintf(buf, size, "unknown");
+}
+
+/* The class of reason, or "other" once the family holds DP_METRICS_MAX_REASONS. */
+static const char *reason_slot(unsigned which, const char *reason)
+{
+	char cls[CLASS_MAX + 1];
+	dp_metrics_reason_class(reason, cls, sizeof(cls));
+	for (size_t i = 0; i < DP_METRICS_MAX_REASONS; i++) {
+		char *r = reasons[which][i];
+		if (r[0] == '\0')
+			memcpy(r, cls, sizeof(cls));
+		if (strcmp(r, cls) == 0)
+			return r;
+	}
+	return "other";
+}
+
+/* ---- series ---- */
+
+static struct series *find(enum fam f, const char *labels)
+{
+	for (size_t i = 0; i < n_series; i++)
+		if (table[i].fam == f && strcmp(table[i].labels, labels) == 0)
+			return &table[i];
+	if (n_series == DP_METRICS_MAX_SERIES) {
+		dropped++;
+		return NULL;
+	}
+	struct series *s = &table[n_series++];
+	s->fam = (unsigned char)f;
+	snprintf(s->labels, sizeof(s->labels), "%s", labels);
+	s->value = 0;
+	return s;
+}
+
+static void add(enum fam f, const char *labels, uint64_t n)
+{
+	struct series *s = find(f, labels);
+	if (s)
+		s->value += n;
+}
+
+static void set(enum fam f, const char *labels, uint64_t v)
+{
+	struct series *s = find(f, labels);
+	if (s)
+		s->value = v;
+}
+
+static void one_label(enum fam f, const char *name, const char *value, bool counter, uint64_t v)
+{
+	char l[LABELS_MAX] = "";
+	label(l, name, value);
+	if (counter)
+		add(f, l, v);
+	else
+		set(f, l, v);
+}
+
+static void two_labels(enum fam f, const char *n1, const char *v1, const char *n2, const char *v2)
+{
+	char l[LABELS_MAX] = "";
+	label(l, n1, v1);
+	label(l, n2, v2);
+	add(f, l, 1);
+}
+
+void dp_metrics_build_info(const char *daemon, const char *version)
+{
+	char l[LABELS_MAX] = "";
+	label(l, "daemon", daemon);
+	label(l, "version", version);
+	set(F_BUILD, l, 1);
+}
+
+void dp_metrics_devices(const char *resource, size_t advertised, size_t healthy)
+{
+	one_label(F_ADVERTISED, "resource", resource, false, advertised);
+	one_label(F_HEALTHY, "resource", resource, false, healthy);
+}
+
+void dp_metrics_registered(const char *resource, bool registered)
+{
+	one_label(F_REGISTERED, "resource", resource, false, registered);
+}
+
+void dp_metrics_health_transition(const char *resource, bool healthy, const char *reason)
+{
+	char l[LABELS_MAX] = "";
+	label(l, "resource", resource);
+	label(l, "to", healthy ? "healthy" : "unhealthy");
+	label(l, "reason", healthy ? "" : reason_slot(0, reason));
+	add(F_TRANSITIONS, l, 1);
+}
+
+void dp_metrics_registration(const char *resource, const char *result)
+{
+	two_labels(F_REGISTRATIONS, "resource", resource, "result", result);
+}
+
+void dp_metrics_allocate(const char *resource, const char *result)
+{
+	two_labels(F_ALLOCATE, "resource", resource, "result", result);
+}
+
+void dp_metrics_probe(bool ok, const char *reason, uint64_t usec)
+{
+	add(F_PROBE_RUNS, "", 1);
+	if (!ok)
+		one_label(F_PROBE_FAILURES, "reason", reason_slot(1, reason), true, 1);
+	for (size_t i = 0; i < N_BOUNDS; i++)
+		if ((double)usec <= bounds[i] * 1e6)
+			hist_buckets[i]++;
+	hist_count++;
+	hist_sum_usec += usec;
+}
+
+void dp_metrics_cdi_repair(const char *spec)
+{
+	one_label(F_CDI_REPAIRS, "spec", spec, true, 1);
+}
+
+void dp_metrics_cdi_write_failure(const char *spec)
+{
+	one_label(F_CDI_WRITE_FAILURES, "spec", spec, true, 1);
+}
+
+void dp_metrics_http_refused(const char *reason)
+{
+	one_label(F_HTTP_REFUSED, "reason", reason, true, 1);
+}
+
+/* ---- exposition ---- */
+
+struct out {
+	char *buf;
+	size_t size, len;
+	bool full;
+};
+
+static void put(struct out *o, const char *fmt, ...) _printf_(2, 3);
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	if (o->full)
+		return;
+	va_start(ap, fmt);
+	/* ap is va_start()ed just above (clang 14 false positive, as in helper.c) */
+	int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
+	va_end(ap);
+	if (n < 0 || (size_t)n >= o->size - o->len)
+		o->full = true;
+	else
+		o->len += (size_t)n;
+}
+
+static void header(struct out *o, const char *name, const char *type, const char *help)
+{
+	put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_histogram(struct out *o)
+{
+	const char *name = "sdp_probe_duration_seconds";
+	if (hist_count == 0)
+		return;
+	header(o, name, "histogram", "Duration of the hypervisor probe runs (hyperlight).");
+	for (size_t i = 0; i < N_BOUNDS; i++)
+		put(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)hist_buckets[i]);
+	put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)hist_count);
+	put(o, "%s_sum %llu.%06llu\n", name, (unsigned long long)(hist_sum_usec / 1000000),
+	    (unsigned long long)(hist_sum_usec % 1000000));
+	put(o, "%s_count %llu\n", name, (unsigned long long)hist_count);
+}
+
+int dp_metrics_render(char *buf, size_t size, size_t *ret_len)
+{
+	struct out o = { buf, size, 0, size == 0 };
+
+	for (unsigned f = 0; f < F_N; f++) {
+		bool any = f == F_DROPPED;
+		for (size_t i = 0; i < n_series && !any; i++)
+			any = table[i].fam == f;
+		if (!any)
+			continue;
+		header(&o, fams[f].name, fams[f].type, fams[f].help);
+		if (f == F_DROPPED)
+			put(&o, "%s %llu\n", fams[f].name, (unsigned long long)dropped);
+		for (size_t i = 0; i < n_series; i++) {
+			const struct series *s = &table[i];
+			if (s->fam != f)
+				continue;
+			if (s->labels[0])
+				put(&o, "%s{%s} %llu\n", fams[f].name, s->labels, (unsigned long long)s->value);
+			else
+				put(&o, "%s %llu\n", fams[f].name, (unsigned long long)s->value);
+		}
+		if (f == F_PROBE_RUNS)
+			render_histogram(&o); /* beside the runs: both are updated together */
+	}
+	if (o.full)
+		return -ENOBUFS;
+	*ret_len = o.len;
+	return 0;
+}

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The metrics listener: its request parser, METRICS_ADDRESS, and the server on a real loop
+ * with TCP clients (core/src/metrics_http.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dp/loop.h"
+#include "dp/metrics.h"
+
+static int parse(const char *s, dp_metrics_request *r)
+{
+	memset(r, 0xa5, sizeof(*r));
+	return dp_metrics_http_parse(s, strlen(s), r);
+}
+
+static void assert_status(const char *req, int status, bool head)
+{
+	dp_metrics_request r;
+	if (parse(req, &r) != 1 || r.status != status || r.head != head) {
+		print_error("request %s: status %d head %d, want %d %d\n", req, r.status, r.head, status, head);
+		fail();
+	}
+}
+
+static void test_parse_routes(void **state)
+{
+	assert_status("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 200, false);
+	assert_status("HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 200, true);
+	assert_status("GET /metrics HTTP/1.0\r\n\r\n", 200, false);
+	assert_status("GET /metrics?x=1 HTTP/1.1\r\n\r\n", 200, false);
+	assert_status("GET /metrics HTTP/1.1\n\n", 200, false); /* bare LF */
+	assert_status("GET / HTTP/1.1\r\n\r\n", 404, false);
+	assert_status("GET /metricsx HTTP/1.1\r\n\r\n", 404, false);
+	assert_status("HEAD /x HTTP/1.1\r\n\r\n", 404, true);
+	assert_status("POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405, false);
+	assert_status("DELETE /metrics HTTP/1.1\r\n\r\n", 405, false);
+	assert_status("get /metrics HTTP/1.1\r\n\r\n", 405, false); /* methods are case-sensitive */
+	assert_status("GET /metrics HTTP/2.0\r\n\r\n", 505, false);
+}
+
+static void test_parse_malformed(void **state)
+{
+	assert_status("GET  /metrics HTTP/1.1\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1 \r\n\r\n", 400, false);
+	assert_status("GET metrics HTTP/1.1\r\n\r\n", 400, false);
+	assert_status("GET /metrics FTP/1.1\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.11\r\n\r\n", 400, false);
+	assert_status("GET /met\x01rics HTTP/1.1\r\n\r\n", 400, false);
+	assert_status("GET /metrics\r\n\r\n", 400, false);
+	assert_status("\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\nHost x\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\n: x\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\nHost : x\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\nA: b\r\n folded\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\nA: b\x7f\r\n\r\n", 400, false);
+	assert_status("\x16\x03\x01\x02\xfc\x03\x03\n\n", 400, false); /* TLS hello */
+}
+
+static void test_parse_incomplete_and_bounds(void **state)
+{
+	dp_metrics_request r;
+	assert_int_equal(parse("", &r), 0);
+	assert_int_equal(parse("GET /metrics HTTP/1.1\r\n", &r), 0);
+	assert_int_equal(parse("GET /metrics HTTP/1.1\r\nHost: x\r\n", &r), 0);
+	assert_int_equal(((unsigned char *)&r)[0], 0xa5); /* untouched while incomplete */
+
+	/* a head of exactly the maximum is served; one byte more is 431 */
+	static char big[DP_METRICS_HTTP_HEAD_MAX + 64];
+	const char *start = "GET /metrics HTTP/1.1\r\nX: ";
+	size_t n = strlen(start);
+	memcpy(big, start, n);
+	memset(big + n, 'a', DP_METRICS_HTTP_HEAD_MAX - n - 4);
+	memcpy(big + DP_METRICS_HTTP_HEAD_MAX - 4, "\r\n\r\n", 4);
+	assert_int_equal(dp_metrics_http_parse(big, DP_METRICS_HTTP_HEAD_MAX, &r), 1);
+	assert_int_equal(r.status, 200);
+	memset(big + n, 'a', DP_METRICS_HTTP_HEAD_MAX - n - 3);
+	memcpy(big + DP_METRICS_HTTP_HEAD_MAX - 3, "\r\n\r\n", 4);
+	assert_int_equal(dp_metrics_http_parse(big, DP_METRICS_HTTP_HEAD_MAX + 1, &r), 1);
+	assert_int_equal(r.status, 431);
+	/* no end within the maximum: 431 as soon as the maximum arrived */
+	memset(big, 'a', DP_METRICS_HTTP_HEAD_MAX);
+	assert_int_equal(dp_metrics_http_parse(big, DP_METRICS_HTTP_HEAD_MAX - 1, &r), 0);
+	assert_int_equal(dp_metrics_http_parse(big, DP_METRICS_HTTP_HEAD_MAX, &r), 1);
+	assert_int_equal(r.status, 431);
+}
+
+static void assert_address(const char *s, int family, const char *ip, unsigned port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char err[200], buf[INET6_ADDRSTRLEN];
+	assert_int_equal(dp_metrics_parse_address(s, &ss, &len, err, sizeof(err)), 0);
+	assert_int_equal(ss.ss_family, family);
+	const struct sockaddr_in *in4 = (const struct sockaddr_in *)&ss;
+	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
+	assert_non_null(inet_ntop(family, family == AF_INET ? (const void *)&in4->sin_addr : (const void *)&in6->sin6_addr,
+				  buf, sizeof(buf)));
+	assert_string_equal(buf, ip);
+	assert_int_equal(ntohs(family == AF_INET ? in4->sin_port : in6->sin6_port), port);
+	assert_int_equal(len, family == AF_INET ? sizeof(*in4) : sizeof(*in6));
+}
+
+static void assert_bad_address(const char *s, const char *msg)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char err[200] = "";
+	assert_int_equal(dp_metrics_parse_address(s, &ss, &len, err, sizeof(err)), -EINVAL);
+	if (!strstr(err, msg)) {
+		print_error("%s: message %s, want %s\n", s, err, msg);
+		fail();
+	}
+}
+
+static void test_address(void **state)
+{
+	assert_address("127.0.0.1:9400", AF_INET, "127.0.0.1", 9400);
+	assert_address("localhost:0", AF_INET, "127.0.0.1", 0);
+	assert_address(":9400", AF_INET6, "::", 9400);
+	assert_address("[::1]:65535", AF_INET6, "::1", 65535);
+	assert_bad_address("9400", "expected HOST:PORT");
+	assert_bad_address("127.0.0.1:", "port \"\"");
+	assert_bad_address("127.0.0.1:65536", "from 0 to 65535");
+	assert_bad_address(":-1", "from 0 to 65535");
+	assert_bad_address("example.com:9400", "not an IPv4 address");
+	assert_bad_address("::1:9400", "not an IPv4 address");
+	assert_bad_address("[::g]:9400", "not an IPv6 address");
+	assert_bad_address("[]:9400", "not an IPv4 address");
+}
+
+/* ---- the server on a loop ---- */
+
+struct fixture {
+	dp_loop *loop;
+	dp_metrics_server *srv;
+	struct sockaddr_in addr;
+	unsigned limits;
+	char last_limit[32];
+};
+
+static void on_limit(const char *what, const char *detail, void *userdata)
+{
+	struct fixture *f = userdata;
+	f->limits++;
+	snprintf(f->last_limit, sizeof(f->last_limit), "%s", what);
+}
+
+static int server_setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(f->addr);
+	dp_metrics_reset();
+	assert_int_equal(dp_loop_new(&f->loop), 0);
+	assert_int_equal(dp_metrics_server_new(f->loop, (struct sockaddr *)&a, sizeof(a), &f->srv), 0);
+	dp_metrics_server_set_limit_fn(f->srv, on_limit, f);
+	char buf[64];
+	assert_int_equal(dp_metrics_server_address(f->srv, buf, sizeof(buf)), 0);
+	assert_int_equal(strncmp(buf, "127.0.0.1:", 10), 0);
+	f->addr.sin_family = AF_INET;
+	f->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->addr.sin_port = htons((uint16_t)atoi(buf + 10));
+	assert_true(len > 0);
+	*state = f;
+	return 0;
+}
+
+static int server_teardown(void **state)
+{
+	struct fixture *f = *state;
+	dp_metrics_server_free(f->srv);
+	dp_loop_free(f->loop);
+	free(f);
+	return 0;
+}
+
+static int client(struct fixture *f)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&f->addr, sizeof(f->addr)), 0);
+	return fd;
+}
+
+/* Run the loop until fd has the whole answer (the server closed), at most ~5 s. */
+static size_t answer(struct fixture *f, int fd, char *buf, size_t size)
+{
+	size_t n = 0;
+	(void)fcntl(fd, F_SETFL, O_NONBLOCK);
+	for (int i = 0; i < 500; i++) {
+		(void)dp_loop_run_once(f->loop, 10);
+		ssize_t k;
+		while ((k = read(fd, buf + n, size - 1 - n)) > 0)
+			n += (size_t)k;
+		if (k == 0 || (k < 0 && errno != EAGAIN)) {
+			buf[n] = '\0';
+			return n;
+		}
+	}
+	fail_msg("no end of answer; got %zu bytes", n);
+	return 0;
+}
+
+static void exchange(struct fixture *f, const char *req, char *buf, size_t size)
+{
+	int fd = client(f);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	answer(f, fd, buf, size);
+	close(fd);
+}
+
+static void test_server_scrape(void **state)
+{
+	struct fixture *f = *state;
+	static char buf[1 << 16];
+	dp_metrics_allocate("r", "OK");
+	exchange(f, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), 0);
+	assert_non_null(strstr(buf, "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
+	assert_non_null(strstr(buf, "\r\nConnection: close\r\n"));
+	const char *body = strstr(buf, "\r\n\r\n") + 4;
+	char want[64];
+	snprintf(want, sizeof(want), "\r\nContent-Length: %zu\r\n", strlen(body));
+	assert_non_null(strstr(buf, want));
+	assert_non_null(strstr(body, "sdp_allocate_total{resource=\"r\",result=\"OK\"} 1\n"));
+
+	exchange(f, "HEAD /metrics HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), 0);
+	assert_string_equal(strstr(buf, "\r\n\r\n"), "\r\n\r\n"); /* no body */
+
+	exchange(f, "GET /nope HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(strncmp(buf, "HTTP/1.1 404 Not Found\r\n", 24), 0);
+	exchange(f, "PUT /metrics HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(strncmp(buf, "HTTP/1.1 405 Method Not Allowed\r\n", 33), 0);
+	assert_non_null(strstr(buf, "\r\nAllow: GET, HEAD\r\n"));
+	exchange(f, "garbage\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(strncmp(buf, "HTTP/1.1 400 Bad Request\r\n", 26), 0);
+	assert_int_equal(f->limits, 1);
+	assert_string_equal(f->last_limit, "request");
+	exchange(f, "also garbage\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(f->limits, 1); /* once per episode */
+	/* each connection is gone once its client closed (the server reads until then) */
+	for (int i = 0; i < 100 && dp_metrics_server_connections(f->srv) > 0; i++)
+		(void)dp_loop_run_once(f->loop, 10);
+	assert_int_equal(dp_metrics_server_connections(f->srv), 0);
+
+	/* the refusals are counted */
+	exchange(f, "GET /metrics HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	assert_non_null(strstr(buf, "sdp_metrics_http_refused_total{reason=\"bad_request\"} 2\n"));
+	assert_non_null(strstr(buf, "sdp_metrics_http_refused_total{reason=\"not_found\"} 1\n"));
+}
+
+static void test_server_head_too_large(void **state)
+{
+	struct fixture *f = *state;
+	static char req[DP_METRICS_HTTP_HEAD_MAX + 100], buf[4096];
+	memset(req, 'a', sizeof(req) - 1);
+	req[sizeof(req) - 1] = '\0';
+	int fd = client(f);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	shutdown(fd, SHUT_WR);
+	answer(f, fd, buf, sizeof(buf));
+	close(fd);
+	assert_int_equal(strncmp(buf, "HTTP/1.1 431 Request Header Fields Too Large\r\n", 46), 0);
+	assert_string_equal(f->last_limit, "head");
+}
+
+/* A client that sends nothing (slowloris) is closed at the deadline. */
+static void test_server_deadline(void **state)
+{
+	struct fixture *f = *state;
+	char buf[256];
+	dp_metrics_server_set_deadline(f->srv, 100 * DP_USEC_PER_MSEC);
+	int fd = client(f);
+	assert_int_equal(write(fd, "GET /metrics HTTP/1.1\r\n", 23), 23);
+	assert_int_equal(answer(f, fd, buf, sizeof(buf)), 0); /* closed without an answer */
+	close(fd);
+	assert_string_equal(f->last_limit, "deadline");
+	assert_int_equal(dp_metrics_server_connections(f->srv), 0);
+}
+
+/* Beyond DP_METRICS_HTTP_MAX_CONNS connections, further ones are closed at accept; the open
+ * ones are still answered. */
+static void test_server_connection_limit(void **state)
+{
+	struct fixture *f = *state;
+	int fds[DP_METRICS_HTTP_MAX_CONNS + 2];
+	char buf[8192];
+	for (size_t i = 0; i < DP_METRICS_HTTP_MAX_CONNS; i++) {
+		fds[i] = client(f);
+		(void)dp_loop_run_once(f->loop, 10);
+	}
+	for (int i = 0; i < 100 && dp_metrics_server_connections(f->srv) < DP_METRICS_HTTP_MAX_CONNS; i++)
+		(void)dp_loop_run_once(f->loop, 10);
+	assert_int_equal(dp_metrics_server_connections(f->srv), DP_METRICS_HTTP_MAX_CONNS);
+	int extra = client(f);
+	assert_int_equal(answer(f, extra, buf, sizeof(buf)), 0);
+	close(extra);
+	assert_string_equal(f->last_limit, "connections");
+	for (size_t i = 0; i < DP_METRICS_HTTP_MAX_CONNS; i++) {
+		assert_int_equal(write(fds[i], "GET /metrics HTTP/1.1\r\n\r\n", 25), 25);
+		answer(f, fds[i], buf, sizeof(buf));
+		assert_int_equal(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), 0);
+		close(fds[i]);
+	}
+	assert_non_null(strstr(buf, "sdp_metrics_http_refused_total{reason=\"connections\"} 1\n"));
+}
+
+/* The request arriving one byte at a time is answered the same. */
+static void test_server_byte_by_byte(void **state)
+{
+	struct fixture *f = *state;
+	const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+	char buf[8192];
+	int fd = client(f);
+	for (size_t i = 0; req[i]; i++) {
+		assert_int_equal(write(fd, req + i, 1), 1);
+		(void)dp_loop_run_once(f->loop, 1);
+	}
+	answer(f, fd, buf, sizeof(buf));
+	close(fd);
+	assert_int_equal(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), 0);
+}
+
+static void test_start_from_env(void **state)
+{
+	dp_loop *loop = NULL;
+	assert_int_equal(dp_loop_new(&loop), 0);
+	unsetenv("METRICS_ADDRESS");
+	assert_int_equal(dp_metrics_start(loop, "test"), 0); /* off */
+	setenv("METRICS_ADDRESS", "", 1);
+	assert_int_equal(dp_metrics_start(loop, "test"), 0);
+	setenv("METRICS_ADDRESS", "nonsense", 1);
+	assert_int_equal(dp_metrics_start(loop, "test"), -EINVAL);
+	setenv("METRICS_ADDRESS", "127.0.0.1:0", 1);
+	assert_int_equal(dp_metrics_start(loop, "test"), 0);
+	dp_metrics_stop();
+	/* every address: [::] taking IPv4 too, or 0.0.0.0 where the kernel has no IPv6 */
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char err[100], buf[64];
+	assert_int_equal(dp_metrics_parse_address(":0", &ss, &len, err, sizeof(err)), 0);
+	dp_metrics_server *srv = NULL;
+	assert_int_equal(dp_metrics_server_new(loop, (struct sockaddr *)&ss, len, &srv), 0);
+	assert_int_equal(dp_metrics_server_address(srv, buf, sizeof(buf)), 0);
+	assert_true(strncmp(buf, "[::]:", 5) == 0 || strncmp(buf, "0.0.0.0:", 8) == 0);
+	const char *port = strrchr(buf, ':') + 1;
+	struct sockaddr_in v4 = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons((uint16_t)atoi(port)) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&v4, sizeof(v4)), 0); /* IPv4 reaches it */
+	close(fd);
+	dp_metrics_server_free(srv);
+	dp_metrics_stop();
+	unsetenv("METRICS_ADDRESS");
+	dp_loop_free(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_routes),
+		cmocka_unit_test(test_parse_malformed),
+		cmocka_unit_test(test_parse_incomplete_and_bounds),
+		cmocka_unit_test(test_address),
+		cmocka_unit_test_setup_teardown(test_server_scrape, server_setup, server_teardown),
+		cmocka_unit_test_setup_teardown(test_server_head_too_large, server_setup, server_teardown),
+		cmocka_unit_test_setup_teardown(test_server_deadline, server_setup, server_teardown),
+		cmocka_unit_test_setup_teardown(test_server_connection_limit, server_setup, server_teardown),
+		cmocka_unit_test_setup_teardown(test_server_byte_by_byte, server_setup, server_teardown),
+		cmocka_unit_test(test_start_from_env),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
