@@ -56,14 +56,10 @@ func TestMockRegisterRejects(t *testing.T) {
 		{"v1beta1", "example.com/foo", "missing.sock", "failed to dial device plugin: context deadline exceeded"},
 	}
 	for _, c := range cases {
-		start := time.Now()
 		_, err := registerAs(k.SocketPath(), &api.RegisterRequest{Version: c.version, ResourceName: c.resource, Endpoint: c.endpoint})
 		st, _ := status.FromError(err)
 		if err == nil || st.Code() != codes.Unknown || st.Message() != c.want {
 			t.Errorf("Register(%q, %q): %v, want code Unknown with %q", c.version, c.resource, err, c.want)
-		}
-		if c.endpoint == "missing.sock" && time.Since(start) < 300*time.Millisecond {
-			t.Errorf("dial failure returned after %v, before the 300ms dial timeout", time.Since(start))
 		}
 	}
 	if n := k.Registrations("example.com/foo"); n != 0 {

@@ -94,7 +94,6 @@ type clientResult struct {
 	status  int
 	message string
 	resp    []byte
-	took    time.Duration
 }
 
 var resultRe = regexp.MustCompile(`^status=(\d+) message=("(?:[^"\\]|\\.)*") resp=([0-9a-f]*)\n$`)
@@ -110,12 +109,11 @@ type clientCmd struct {
 	cmd    *exec.Cmd
 	out    bytes.Buffer
 	stderr syncBuffer
-	start  time.Time
 }
 
 func startClient(t *testing.T, sock, method string, req []byte, timeoutMs int) *clientCmd {
 	t.Helper()
-	c := &clientCmd{start: time.Now()}
+	c := &clientCmd{}
 	c.cmd = exec.Command(testBinary(t), "--client", sock, method, hex.EncodeToString(req),
 		strconv.Itoa(timeoutMs))
 	c.cmd.Stdout = &c.out
@@ -145,7 +143,6 @@ func (c *clientCmd) wait(t *testing.T) clientResult {
 		t.Fatalf("client output %q", c.out.String())
 	}
 	var r clientResult
-	r.took = time.Since(c.start)
 	r.status, _ = strconv.Atoi(m[1])
 	msg, err := strconv.Unquote(m[2])
 	if err != nil {
@@ -238,9 +235,6 @@ func TestClientDeadline(t *testing.T) {
 	if r.status != int(codes.DeadlineExceeded) {
 		t.Fatalf("blocked handler: %+v, want DEADLINE_EXCEEDED", r)
 	}
-	if r.took > 5*time.Second {
-		t.Errorf("300ms deadline took %v", r.took)
-	}
 	// the server's handler context ends too (RST_STREAM or its own deadline)
 	waitFor(t, 5*time.Second, "the handler to return", func() bool { return len(g.calls()) == 1 })
 	if err := g.calls()[0].ctxErr; err == nil {
@@ -262,17 +256,18 @@ func TestClientConnectRetry(t *testing.T) {
 func TestClientNoServer(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
 	r := runClient(t, sock, "/test.Test/Echo", nil, 200)
-	if r.status != int(codes.DeadlineExceeded) || r.took > 5*time.Second {
-		t.Fatalf("no server: %+v, want DEADLINE_EXCEEDED soon after 200ms", r)
+	if r.status != int(codes.DeadlineExceeded) {
+		t.Fatalf("no server: %+v, want DEADLINE_EXCEEDED", r)
 	}
-	// a path below a regular file (ENOTDIR) cannot appear later: no retry, UNAVAILABLE at once
+	// a path below a regular file (ENOTDIR) cannot appear later: no retry, UNAVAILABLE (a client
+	// that retried until its deadline would answer DEADLINE_EXCEEDED)
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = runClient(t, filepath.Join(file, "sock"), "/test.Test/Echo", nil, 5000)
-	if r.status != int(codes.Unavailable) || !strings.Contains(r.message, "connect") || r.took > 4*time.Second {
-		t.Fatalf("ENOTDIR: %+v, want UNAVAILABLE naming connect, before the deadline", r)
+	if r.status != int(codes.Unavailable) || !strings.Contains(r.message, "connect") {
+		t.Fatalf("ENOTDIR: %+v, want UNAVAILABLE naming connect", r)
 	}
 }
 

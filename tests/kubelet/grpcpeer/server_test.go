@@ -181,12 +181,8 @@ func TestDeadline(t *testing.T) {
 	s := startServer(t)
 	cc := dial(t, s.sock, "localhost")
 	base := live(t, cc)
-	start := time.Now()
 	_, err := call(cc, 300*time.Millisecond, "/test.Test/Slow", be32s(60000))
 	wantCode(t, err, codes.DeadlineExceeded, "Slow past its deadline")
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("deadline of 300ms took %v", d)
-	}
 	waitLive(t, cc, base)
 	// an answer within the deadline still works
 	resp, err := call(cc, 5*time.Second, "/test.Test/Slow", append(be32s(10), "late"...))
