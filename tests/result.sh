@@ -12,3 +12,15 @@ result() { # NAME OK [WHY]
 		failed=$((failed + 1))
 	fi
 }
+
+# Count the "PASS name" / "FAIL name: why" lines of a checker read on stdin (echoed as they come).
+tally() {
+	local line
+	while IFS= read -r line; do
+		echo "$line"
+		case $line in
+		PASS\ *) passed=$((passed + 1)) ;;
+		FAIL\ *) failed=$((failed + 1)) ;;
+		esac
+	done
+}

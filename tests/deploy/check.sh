@@ -24,18 +24,6 @@ build=$(cd "${1:-$src/build}" 2>/dev/null && pwd) || build=${1:-$src/build}
 tmp=$(mktemp -d /tmp/sdp-deploy.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-# Count "PASS name" / "FAIL name: why" lines from stdin, echoing them.
-tally() {
-	local line
-	while IFS= read -r line; do
-		echo "$line"
-		case $line in
-		PASS\ *) passed=$((passed + 1)) ;;
-		FAIL\ *) failed=$((failed + 1)) ;;
-		esac
-	done
-}
-
 # shellcheck source=../result.sh
 . "$src/tests/result.sh"
 

@@ -25,13 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/result.sh"
 
 # ---- 1-3: python3-yaml checks, one "PASS name" / "FAIL name: why" line each ----
-while IFS= read -r line; do
-	echo "$line"
-	case $line in
-	PASS\ *) passed=$((passed + 1)) ;;
-	FAIL\ *) failed=$((failed + 1)) ;;
-	esac
-done < <(python3 - "$src" 2>&1 <<'PY' || echo "FAIL python checks: exited non-zero"
+tally < <(python3 - "$src" 2>&1 <<'PY' || echo "FAIL python checks: exited non-zero"
 import json, os, re, sys
 import yaml
 

@@ -59,14 +59,7 @@ func kataSKUExpect(t *testing.T, entries []kataEntry) map[string][]kataDev {
 		}
 		out[r] = append(out[r], kataDev{N: e.N, BDF: e.F.BDF, NUMA: e.F.NUMA})
 	}
-	for r, devs := range out {
-		sort.Slice(devs, func(i, j int) bool { return devs[i].BDF < devs[j].BDF })
-		for i := range devs {
-			devs[i].ID = fmt.Sprint(i)
-		}
-		out[r] = devs
-	}
-	return out
+	return kataNumber(out)
 }
 
 // kataSKUDevice is the device ID of a sku resource.

@@ -134,6 +134,11 @@ func kataExpect(entries []kataEntry) map[string][]kataDev {
 			out[r] = append(out[r], kataDev{N: e.N, BDF: e.F.BDF, NUMA: e.F.NUMA})
 		}
 	}
+	return kataNumber(out)
+}
+
+// kataNumber gives each resource's devices their IDs 0..n-1 in PCI address order.
+func kataNumber(out map[string][]kataDev) map[string][]kataDev {
 	for r, devs := range out {
 		sort.Slice(devs, func(i, j int) bool { return devs[i].BDF < devs[j].BDF })
 		for i := range devs {

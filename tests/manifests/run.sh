@@ -134,13 +134,7 @@ result "a hand-edited plain manifest and README table are reported as drift" \
 
 # Every object: the plain manifests, both renders of each chart, the broken objects; plus what
 # the non-default values must change in the rendered objects.
-while IFS= read -r line; do
-	echo "$line"
-	case $line in
-	PASS\ *) passed=$((passed + 1)) ;;
-	FAIL\ *) failed=$((failed + 1)) ;;
-	esac
-done < <(python3 "$here/collect.py" "$src" "$tmp/render" "$npmdir/input.json" 2>&1 || echo "FAIL collect.py exited non-zero")
+tally < <(python3 "$here/collect.py" "$src" "$tmp/render" "$npmdir/input.json" 2>&1 || echo "FAIL collect.py exited non-zero")
 while IFS= read -r line; do
 	case $line in
 	ok\ -\ *) passed=$((passed + 1)); echo "PASS ${line#ok - }" ;;
