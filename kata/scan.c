@@ -418,33 +418,34 @@ static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const 
 	       "device=%s pci=%s reason=%s", d->name, d->pci, dp_logq(q, sizeof(q), why));
 }
 
+/* One identity attribute: "0x" + digits hex digits + newline; a malformed one says so in why. */
+static int read_hex_attr(const struct ctx *c, int fd, const char *attr, const char *dir,
+			 enum kata_cache_kind cache, parse_fn parse, int digits, uint64_t *ret, char *why)
+{
+	int r = attr_value(c, fd, attr, dir, cache, parse, ret, why);
+
+	if (r == -EBADMSG) {
+		whyf(why, "%s/%s is not \"0x\" + %d hex digits + newline", dir, attr, digits);
+		return -EINVAL;
+	}
+	return r;
+}
+
 static int read_identity(const struct ctx *c, int fd, struct kata_device *d, const char *dir, char *why)
 {
 	uint64_t v;
 	int r;
 
-	r = attr_value(c, fd, "vendor", dir, KATA_CACHE_VENDOR, parse_vendor, &v, why);
-	if (r == -EBADMSG) {
-		whyf(why, "%s/vendor is not \"0x\" + 4 hex digits + newline", dir);
-		return -EINVAL;
-	}
+	r = read_hex_attr(c, fd, "vendor", dir, KATA_CACHE_VENDOR, parse_vendor, 4, &v, why);
 	if (r < 0)
 		return r;
 	d->vendor = (uint16_t)v;
-	r = attr_value(c, fd, "class", dir, KATA_CACHE_CLASS, parse_class, &v, why);
-	if (r == -EBADMSG) {
-		whyf(why, "%s/class is not \"0x\" + 6 hex digits + newline", dir);
-		return -EINVAL;
-	}
+	r = read_hex_attr(c, fd, "class", dir, KATA_CACHE_CLASS, parse_class, 6, &v, why);
 	if (r < 0)
 		return r;
 	d->pci_class = (uint32_t)v;
 	if (c->o->read_device_id) {
-		r = attr_value(c, fd, "device", dir, KATA_CACHE_DEVICE, parse_vendor, &v, why);
-		if (r == -EBADMSG) {
-			whyf(why, "%s/device is not \"0x\" + 4 hex digits + newline", dir);
-			return -EINVAL;
-		}
+		r = read_hex_attr(c, fd, "device", dir, KATA_CACHE_DEVICE, parse_vendor, 4, &v, why);
 		if (r < 0)
 			return r;
 		d->device_id = (uint16_t)v;
