@@ -92,7 +92,9 @@ static int request_line(const char *p, size_t n, bool *ret_get, bool *ret_head, 
 		return 400;
 	if (v[5] != '1')
 		return 505;
-	size_t path = strcspn(t, "? ");
+	size_t path = 0; /* the target up to its query (the buffer is not NUL-terminated) */
+	while (path < tlen && t[path] != '?')
+		path++;
 	*ret_metrics = path == 8 && memcmp(t, "/metrics", 8) == 0;
 	*ret_get = m == 3 && memcmp(p, "GET", 3) == 0;
 	*ret_head = m == 4 && memcmp(p, "HEAD", 4) == 0;
