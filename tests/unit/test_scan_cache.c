@@ -15,12 +15,16 @@
 
 #include "scan_cache.h"
 
-/* A file as fstatat describes it, last modified and changed age_sec ago. */
+/* A file as fstatat describes it, last modified and changed age_sec ago. The clock is the cache's
+ * own (CLOCK_REALTIME, to the nanosecond): time(NULL) is the coarse clock, up to a tick behind,
+ * which made a file 1 s younger than the settle time look settled when a second began in between. */
 static struct stat file(ino_t ino, time_t age_sec)
 {
 	struct stat st = { .st_dev = 42, .st_ino = ino, .st_size = 4096, .st_mode = S_IFREG | 0444 };
-	st.st_mtim.tv_sec = st.st_ctim.tv_sec = time(NULL) - age_sec;
-	st.st_mtim.tv_nsec = st.st_ctim.tv_nsec = 123;
+	struct timespec now;
+	assert_int_equal(clock_gettime(CLOCK_REALTIME, &now), 0);
+	now.tv_sec -= age_sec;
+	st.st_mtim = st.st_ctim = now;
 	return st;
 }
 
