@@ -11,10 +11,10 @@ out=$(cd "$out" && pwd)
 cflags=(-std=c17 -D_GNU_SOURCE -fno-strict-aliasing -Wall -Wextra -Werror -Wshadow
 	-Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wno-unused-parameter -g -O1
 	-fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-	-I"$src/core/include" -I"$build" -I"$build/proto" -I"$src/kata" -I"$src/hyperlight" -I"$src/fuzz")
+	-I"$src/core/include" -I"$build" -I"$build/proto" -I"$src/kata" -I"$src/hyperlight/label-node" -I"$src/fuzz")
 objs=()
 lib_src=("$src"/core/src/*.c "$build/proto/api.pb-c.c" "$build/proto/health.pb-c.c"
-	"$src/kata/scan.c" "$src/kata/scan_cache.c" "$src/kata/table.c" "$src/hyperlight/http_response.c" "$src/fuzz/util.c")
+	"$src/kata/scan.c" "$src/kata/scan_cache.c" "$src/kata/table.c" "$src/hyperlight/label-node/http_response.c" "$src/fuzz/util.c")
 for c in "${lib_src[@]}"; do
 	o="$out/obj/$(basename "$c" .c).o"
 	extra=()

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz target (h): the node-label child's HTTP/1.1 answer parser (hyperlight/http_response.c).
+ * fuzz target (h): the node-label child's HTTP/1.1 answer parser (hyperlight/label-node/http_response.c).
  * The input is an answer as received, parsed whole and at every prefix length a reader could
  * have at hand. Checks: a result is 0, -EAGAIN or -EBADMSG; on 0 the status is 100..999, the
  * excerpt is NUL-terminated, at most HL_HTTP_EXCERPT_MAX bytes and printable; on an error the

@@ -15,9 +15,9 @@ static const dp_seccomp_rule base_rules[] = {
 	DP_SC("futex"),
 };
 
-/* The label child (label_patch.c, https.c): TCP to the API server and waiting on it, and the C
- * library's resolver when the host is a name (glibc sends its A and AAAA queries with
- * sendmmsg; musl with sendto). Reading the CA file and the token is in the core list;
+/* The label child (label-node/label_patch.c, https.c): TCP to the API server and waiting on
+ * it, and the C library's resolver when the host is a name (glibc sends its A and AAAA queries
+ * with sendmmsg; musl with sendto). Reading the CA file and the token is in the core list;
  * musl's open() is added below. */
 static const dp_seccomp_rule label_rules[] = {
 	DP_SC_ARG("socket", 0, ALL32, AF_INET), DP_SC_ARG("socket", 0, ALL32, AF_INET6),

@@ -6,8 +6,8 @@
  * The daemon itself needs nothing beyond the core list; its helper children do, and they
  * inherit the daemon's filter (a filter can only take rights away): the probe helper's three
  * hypervisor ioctls (probe.c), and, only when labelling is on, the label child's calls
- * (label_patch.c: libcurl, OpenSSL, the threaded DNS resolver) and the exec of the label
- * helper's own fd.
+ * (label-node/: TCP to the API server through Mbed TLS, the C library's DNS resolver) and the
+ * exec of the label helper's own fd.
  */
 #pragma once
 

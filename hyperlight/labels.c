@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * labels: the parent side of node labelling. Each attempt is one run of the "label-node"
- * helper child (label_patch.c); this module validates the configuration, starts attempts from
- * the loop, logs their outcome and schedules the retry. No libcurl here.
+ * helper child (label-node/label_patch.c); this module validates the configuration, starts
+ * attempts from the loop, logs their outcome and schedules the retry. No HTTP or TLS here.
  */
 #include "labels.h"
 
@@ -18,7 +18,7 @@
 #include "dp/helper.h"
 #include "dp/log.h"
 #include "dp/paths.h"
-#include "label_patch.h"
+#include "label-node/label_node.h"
 
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 #define SA_TOKEN SA_DIR "/token"

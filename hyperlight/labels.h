@@ -6,10 +6,10 @@
  * (<root>/var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt}, API server from
  * KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT). This is the parent side: it validates
  * the configuration, keeps the retry policy and logs; each attempt is one short-lived helper
- * child (dp/helper.h) running label_patch.h's "label-node" entry, which loads libcurl with
- * dlopen, so the daemon itself never maps libcurl or a TLS library and nothing ever blocks the
- * gRPC service. A failed attempt is retried with a back-off (1 s doubling, capped at 5 min)
- * until it succeeds; then it stops.
+ * child (dp/helper.h): the program hyperlight-label-node (label-node/, its HTTPS client on
+ * Mbed TLS), so the daemon itself never maps an HTTP or TLS library and nothing ever blocks the
+ * gRPC service; label-node/label_node.h is all the two share. A failed attempt is retried
+ * with a back-off (1 s doubling, capped at 5 min) until it succeeds; then it stops.
  */
 #pragma once
 
@@ -18,8 +18,9 @@
 
 #include "dp/loop.h"
 
-/* One attempt's child: killed at this deadline (libcurl's own 15 s transfer timeout comes
- * first; this bounds anything else, e.g. a child stuck loading libraries). */
+/* One attempt's child: killed at this deadline (its own 15 s exchange timeout,
+ * HL_LABEL_TRANSFER_TIMEOUT_MS, comes first; this bounds anything else, e.g. a child stuck
+ * loading libraries). */
 #define HL_LABELS_DEADLINE_USEC (20 * DP_USEC_PER_SEC)
 #define HL_LABELS_KILL_GRACE_USEC (2 * DP_USEC_PER_SEC)
 
@@ -38,12 +39,13 @@ typedef struct hl_labels_params {
  * invalid NODE_NAME (not a DNS subdomain), host or port. Errors (*ret untouched): -EINVAL (loop
  * or ret NULL, hypervisor not a label value, SDP_TEST_ROOT relative, params->exe empty),
  * -ENAMETOOLONG (root prefix too long), -ENOMEM, timerfd errors.
- * Each attempt is one child (label_patch.h): it re-reads the token and sends
+ * Each attempt is one child (label-node/label_patch.h): it re-reads the token and sends
  * PATCH /api/v1/nodes/<NODE_NAME> (JSON merge patch, TLS verified against the service
  * account's ca.crt only; connect 5 s, whole transfer 15 s). HTTP 200 or 201 is success;
  * anything else is logged at warn and retried: "status=<code> body=<excerpt of at most 200
  * bytes>" for an answer, "error=<reason>" otherwise (the child's reason: transport error, token
- * unreadable, libcurl missing; or the helper's: killed by a signal, timeout after 20 s). */
+ * or CA file unreadable, TLS handshake refused; or the helper's: killed by a signal, timeout
+ * after 20 s). */
 int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_params *params, hl_labels **ret);
 /* Kill a running attempt's child (the loop reaps it), release every timer. Call before
  * dp_loop_free(). Accepts NULL, returns NULL. */

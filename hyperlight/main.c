@@ -21,7 +21,7 @@
 #include "dp/usage.h"
 #include "dp/paths.h"
 #include "dp_version.h"
-#include "label_patch.h"
+#include "label-node/label_node.h"
 #include "labels.h"
 #include "plugin.h"
 #include "probe.h"

@@ -2,7 +2,7 @@
 /*
  * label_patch: the child side of node labelling (labels.h is the parent side). One HTTPS
  * PATCH of this node's labels, sent from a short-lived helper child (dp/helper.h): the program
- * hyperlight-label-node (label_main.c) beside the daemon, run as  --dp-helper label-node ...,
+ * hyperlight-label-node (main.c) beside the daemon, run as  --dp-helper label-node ...,
  * so that the HTTP and TLS code (https.h, Mbed TLS) is never even mapped into the daemon.
  *
  *   label-node <url> <token path> <ca path> <hypervisor>
@@ -30,14 +30,6 @@
 
 #include "dp/helper.h"
 #include "http_response.h"
-
-#define HL_LABEL_HELPER "label-node"
-/* The helper executable (label_main.c), installed in the daemon's own directory. */
-#define HL_LABEL_EXE "hyperlight-label-node"
-
-#define HL_LABEL_ENABLED "hyperlight.dev/enabled"
-#define HL_LABEL_HYPERVISOR "hyperlight.dev/hypervisor"
-#define HL_LABEL_CONNECT_TIMEOUT_MS 5000u
-#define HL_LABEL_TRANSFER_TIMEOUT_MS 15000u
+#include "label_node.h"
 
 extern const dp_helper_entry hl_label_helper;
