@@ -66,9 +66,15 @@ run_script() {
 		"$(sed -n 's/^[0-9]* passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)" excerpt_script
 }
 
-for t in "$build"/tests/test_*; do
-	[ -f "$t" ] && [ -x "$t" ] && run_unit "$t"
-done
+# The unit tests live beside their code (core/tests, hyperlight/tests,
+# hyperlight/label-node/tests, kata/tests): every test_* executable the build defines, by name
+# (scripts/build-info.py; one missing from the build directory fails).
+if units=$("$src/scripts/build-info.py" tests "$build" 2>"$logdir/unit-list.log") && [ -n "$units" ]; then
+	for t in $units; do run_unit "$t"; done
+else
+	echo "no unit test list from scripts/build-info.py tests $build" >>"$logdir/unit-list.log"
+	record unit-list "$logdir/unit-list.log" 1 0 1 excerpt_tail
+fi
 # fuzz corpus replay (fuzz/README in docs/reliability.md): one pass per corpus file run without
 # a crash or a sanitizer abort by the target's replay binary
 run_replay() {

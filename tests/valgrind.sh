@@ -46,8 +46,10 @@ count() { # name passed failed
 	[ "$3" -ne 0 ] && failures+=("$1")
 }
 
-for t in "$build"/tests/test_*; do
-	[ -f "$t" ] && [ -x "$t" ] || continue
+# The unit tests beside their code, as tests/run.sh finds them.
+units=$("$src/scripts/build-info.py" tests "$build") || units=
+[ -n "$units" ] || { echo "no unit test list from scripts/build-info.py tests $build"; count unit-list 0 1; }
+for t in $units; do
 	name=$(basename "$t")
 	case "$unit_skip" in *" $name "*) continue ;; esac
 	out="$logdir/$name.out"

@@ -9,7 +9,7 @@ package kubelet
 //
 // Not here: "a helper that ignores SIGKILL keeps probes blocked until it is reaped". A scenario
 // cannot make a real process survive SIGKILL (that takes a task stuck in the kernel);
-// tests/unit/test_helper.c (test_blocked_then_recovers) simulates it with a zero kill grace, so
+// core/tests/test_helper.c (test_blocked_then_recovers) simulates it with a zero kill grace, so
 // the killed child is not yet reaped when the next request arrives and that request fails with
 // "previous helper (pid N) not reaped after SIGKILL; probes blocked" until the reap.
 

@@ -19,8 +19,8 @@
 
 #include "dp/grpc.h"
 #include "dp/loop.h"
+#include "grpc_internal.h"
 #include "health.pb-c.h"
-#include "../../core/src/grpc_internal.h"
 
 /* ---- grpc-timeout parsing ---- */
 

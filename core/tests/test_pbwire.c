@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "../../core/src/pbwire.h"
 #include "api.pb-c.h"
+#include "pbwire.h"
 
 static int next(const uint8_t *data, size_t len, dp_pbfield *f)
 {

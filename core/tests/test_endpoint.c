@@ -18,10 +18,10 @@
 
 #include <cmocka.h>
 
-#include "../../core/src/endpoint_encode.h"
-#include "../../core/src/endpoint_internal.h"
 #include "api.pb-c.h"
 #include "dp/endpoint.h"
+#include "endpoint_encode.h"
+#include "endpoint_internal.h"
 
 static char dir[64];
 static int checks;
