@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/src/endpoint_decode.h"
 #include "api.pb-c.h"
 #include "dp/grpc.h"
+#include "endpoint_decode.h"
 #include "fuzz.h"
 
 static char arena[] = "0\0" "1\0" "10\0" "2\0" "hyperlight-0";

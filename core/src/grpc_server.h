@@ -16,6 +16,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "dp/grpc.h"
+#include "grpc_internal.h"
 #include "h2.h"
 
 #define NO_RST UINT32_MAX

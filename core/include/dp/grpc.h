@@ -60,51 +60,6 @@ enum dp_grpc_status {
 	DP_GRPC_UNAUTHENTICATED = 16,
 };
 
-/* ---- pure helpers (unit-tested, fuzzed) ---- */
-
-/* Parse a grpc-timeout value ("1S", "100m", "30000000u", at most 8 digits, units H M S m u n).
- * -EINVAL when malformed. The result saturates at UINT64_MAX microseconds; "n" rounds up. */
-int dp_grpc_parse_timeout(const char *s, size_t len, uint64_t *ret_usec);
-/* Encode usec as grpc-go does (finest unit whose value fits 8 digits). buf >= 16 bytes. */
-void dp_grpc_format_timeout(uint64_t usec, char buf[static 16]);
-
-/* Percent-encode a grpc-message: bytes 0x20..0x7E except '%' pass, others become %XX (upper
- * hex). Returns malloc'd string or NULL on ENOMEM. */
-char *dp_grpc_percent_encode(const char *s);
-/* Decode leniently: invalid escapes are kept verbatim. malloc'd, NULL on ENOMEM. */
-char *dp_grpc_percent_decode(const char *s, size_t len);
-
-/* Message framing: a decoder fed with arbitrary chunks. */
-typedef struct dp_grpc_deframer {
-	uint8_t hdr[5];
-	size_t hdr_len;
-	uint8_t *msg;
-	size_t msg_len; /* declared length */
-	size_t msg_have;
-	size_t max;     /* maximum message size accepted */
-	unsigned n_msgs; /* complete messages seen */
-	int error;       /* sticky: once a feed failed, every later feed returns the same error */
-} dp_grpc_deframer;
-
-void dp_grpc_deframer_init(dp_grpc_deframer *d, size_t max);
-void dp_grpc_deframer_done(dp_grpc_deframer *d);
-/* Feed bytes. For each complete message fn(ud, msg, len) is called (msg owned by the deframer
- * and valid only during the call, never NULL, also for len 0); a non-zero return from fn stops
- * and is returned (the rest of the chunk is not consumed).
- * -EMSGSIZE: declared length above max (decided from the prefix, before allocating);
- * -EPROTONOSUPPORT: compressed flag set; -EBADMSG: flag neither 0 nor 1; -ENOMEM. These errors
- * are sticky. Nothing is buffered beyond max + 5 bytes. */
-int dp_grpc_deframer_feed(dp_grpc_deframer *d, const uint8_t *data, size_t len,
-			  int (*fn)(void *ud, const uint8_t *msg, size_t len), void *ud);
-/* Inside fn only: take the message buffer (malloc'd, the caller frees it; NULL for an empty
- * message), so that it is not copied. */
-uint8_t *dp_grpc_deframer_take(dp_grpc_deframer *d);
-/* True when no partial message is pending. */
-bool dp_grpc_deframer_idle(const dp_grpc_deframer *d);
-
-/* Write the 5-byte prefix for a message of len bytes. */
-void dp_grpc_frame_header(uint8_t out[static 5], size_t len);
-
 /* ---- server ---- */
 
 typedef struct dp_grpc_server dp_grpc_server;
@@ -174,9 +129,6 @@ int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_met
  * Accepts NULL. */
 dp_grpc_server *dp_grpc_server_free(dp_grpc_server *s);
 DP_DEFINE_CLEANUP(dp_grpc_server, dp_grpc_server_free)
-unsigned dp_grpc_server_connections(const dp_grpc_server *s);
-/* Calls (streams) the server holds right now, including ended ones still being flushed. */
-unsigned dp_grpc_server_calls(const dp_grpc_server *s);
 
 /* The memory budget of the process, shared by every server (all their connections):
  * max_input: request bytes held before their handlers run (partial messages being reassembled,
@@ -198,9 +150,6 @@ typedef struct dp_grpc_budget {
 } dp_grpc_budget;
 extern const dp_grpc_budget dp_grpc_default_budget;
 int dp_grpc_set_budget(const dp_grpc_budget *b);
-/* Request and response bytes held now (all servers of the process). */
-size_t dp_grpc_input_held(void);
-size_t dp_grpc_output_held(void);
 
 /* A limit was hit (what: "input", "output", "streams", "connections"; action: what was done;
  * held/max: the measure and its limit). Called once per episode of each limit (an episode ends
