@@ -1,35 +1,72 @@
 #!/bin/bash
 # Build the libFuzzer targets: clang -fsanitize=fuzzer,address,undefined, in OUT (default
-# build-fuzz). Needs the protoc-c output and dp_version.h of a configured meson build (BUILD,
-# default build). Usage: fuzz/build.sh [BUILD [OUT]]
+# build-fuzz). Needs a built meson build directory (BUILD, default build: its generated sources,
+# the protoc-c output, dp_version.h and kata's name table). What to compile and how comes from
+# it (scripts/build-info.py): each library's sources from its meson target, each file's flags
+# from BUILD/compile_commands.json, so that the source lists and the warning flags exist only
+# in the meson.build files. Each library becomes an archive here, linked like meson links it.
+# Usage: fuzz/build.sh [BUILD [OUT]]
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
 out=${2:-build-fuzz}
 mkdir -p "$out/obj"
 out=$(cd "$out" && pwd)
-cflags=(-std=c17 -D_GNU_SOURCE -fno-strict-aliasing -Wall -Wextra -Werror -Wshadow
-	-Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wno-unused-parameter -g -O1
-	-fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-	-I"$src/core/include" -I"$build" -I"$build/proto" -I"$src/kata" -I"$src/hyperlight/label-node" -I"$src/fuzz")
-objs=()
-lib_src=("$src"/core/src/*.c "$build/proto/api.pb-c.c" "$build/proto/health.pb-c.c"
-	"$src/kata/scan.c" "$src/kata/scan_cache.c" "$src/kata/table.c" "$src/hyperlight/label-node/http_response.c" "$src/fuzz/util.c")
-for c in "${lib_src[@]}"; do
-	o="$out/obj/$(basename "$c" .c).o"
-	extra=()
-	case "$c" in *.pb-c.c) extra=(-Wno-missing-prototypes -Wno-shadow) ;; esac
-	if [ ! -f "$o" ] || [ "$c" -nt "$o" ]; then
-		clang "${cflags[@]}" "${extra[@]}" -fsanitize=fuzzer-no-link -c "$c" -o "$o" &
-	fi
-	objs+=("$o")
+info="$src/scripts/build-info.py"
+# After meson's own flags: the later -O1 wins over its -O2.
+fuzzflags=(-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined)
+# The libraries the fuzz targets link (fuzz/meson.build), users before what they use.
+libs=(kata hyperlight-label-node dp dpproto)
+syslibs=(-lnghttp2 -lprotobuf-c -lseccomp -lmbedtls -lmbedx509 -lmbedcrypto)
+jobs=$(nproc)
+
+# compile SOURCE OBJECT EXTRA...: with the flags meson compiles SOURCE with, in the background
+# (at most $jobs at a time; a failure leaves $failed, checked by join); only when the object is
+# missing or older than the source.
+failed="$out/obj/failed"
+rm -f "$failed"
+compile() {
+	local c=$1 o=$2 flags
+	shift 2
+	[ -f "$o" ] && [ ! "$c" -nt "$o" ] && return 0
+	mapfile -t flags < <("$info" cflags "$build" "$c")
+	[ ${#flags[@]} -ne 0 ] || { echo "fuzz/build.sh: no flags for $c" >&2; return 1; }
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+	{ clang "${flags[@]}" "${fuzzflags[@]}" "$@" -c "$c" -o "$o" || { rm -f "$o"; touch "$failed"; }; } &
+}
+join() {
+	wait
+	[ ! -e "$failed" ] || { echo "fuzz/build.sh: compilation failed (above)" >&2; exit 1; }
+}
+
+archives=()
+for lib in "${libs[@]}"; do
+	mapfile -t lib_src < <("$info" sources "$build" "$lib")
+	[ ${#lib_src[@]} -ne 0 ] || { echo "fuzz/build.sh: no sources for library $lib in $build" >&2; exit 1; }
+	mkdir -p "$out/obj/$lib"
+	objs=()
+	for c in "${lib_src[@]}"; do
+		o="$out/obj/$lib/$(basename "$c" .c).o"
+		compile "$c" "$o" -fsanitize=fuzzer-no-link
+		objs+=("$o")
+	done
+	join
+	rm -f "$out/lib$lib.a"
+	ar rcs "$out/lib$lib.a" "${objs[@]}"
+	archives+=("$out/lib$lib.a")
 done
-wait
+compile "$src/fuzz/util.c" "$out/obj/util.o" -fsanitize=fuzzer-no-link
+join
 for t in "$src"/fuzz/fuzz_*.c; do
 	name=$(basename "$t" .c)
 	name=${name#fuzz_}
-	clang "${cflags[@]}" -fsanitize=fuzzer "$t" "${objs[@]}" -lnghttp2 -lprotobuf-c -lseccomp \
-		-o "$out/fuzz_$name" &
+	compile "$t" "$out/obj/fuzz_$name.o" -fsanitize=fuzzer-no-link
 done
-wait
+join
+for t in "$src"/fuzz/fuzz_*.c; do
+	name=$(basename "$t" .c)
+	name=${name#fuzz_}
+	clang "${fuzzflags[@]}" -fsanitize=fuzzer "$out/obj/fuzz_$name.o" "$out/obj/util.o" \
+		"${archives[@]}" "${syslibs[@]}" -o "$out/fuzz_$name"
+done
 ls "$out"/fuzz_*
