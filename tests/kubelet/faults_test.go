@@ -19,7 +19,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,23 +45,6 @@ func openFDs(pid int) (int, error) {
 		return 0, err
 	}
 	return len(entries), nil
-}
-
-// rssKiB reads VmRSS (KiB) from /proc/<pid>/status.
-func rssKiB(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			f := strings.Fields(strings.TrimPrefix(l, "VmRSS:"))
-			if len(f) >= 1 {
-				return strconv.Atoi(f[0])
-			}
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // fdList names the daemon's open fds and their targets, for a failure message.
@@ -173,7 +155,7 @@ func TestFaultKubeletRestart500(t *testing.T) {
 		t.Fatal(err)
 	}
 	listBefore := fdList(pid)
-	rssBefore, err := rssKiB(pid)
+	rssBefore, err := ProcStatus(pid, "VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +176,7 @@ func TestFaultKubeletRestart500(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rssAfter, err := rssKiB(pid)
+	rssAfter, err := ProcStatus(pid, "VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"sdp/kubelet"
 )
 
 // seen is what a grpc-go handler observed about one call.
@@ -108,7 +110,7 @@ func runClient(t *testing.T, sock, method string, req []byte, timeoutMs int) cli
 type clientCmd struct {
 	cmd    *exec.Cmd
 	out    bytes.Buffer
-	stderr syncBuffer
+	stderr kubelet.LogBuffer
 }
 
 func startClient(t *testing.T, sock, method string, req []byte, timeoutMs int) *clientCmd {
