@@ -60,14 +60,7 @@ func fdList(pid int) string {
 
 // tightPoll is Poll with a 1 ms interval, for the loop of 500 restarts.
 func tightPoll(bound time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return cond()
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
+	return PollEvery(time.Millisecond, bound, cond)
 }
 
 // restartOnce restarts the mock kubelet and waits until the daemon registered again (a newer
@@ -233,11 +226,7 @@ func TestFaultCDIDirRemoved(t *testing.T) {
 	// The repair is stable: removing it a second time works the same way.
 	removeCDIDir(t, s.node)
 	s.waitCDI(want, backoffBound)
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate after the CDI directory was recreated: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("after the CDI directory was recreated")
 	s.devices(3, Healthy, eventBound)
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered; a CDI repair needs no new registration")
@@ -326,11 +315,7 @@ func TestFaultSIGSTOP(t *testing.T) {
 	start := time.Now()
 	cur := s.settled(p.Seq, "", 3, backoffBound)
 	t.Logf("re-registered (#%d, %s) %v after SIGCONT", cur.Seq, cur.Endpoint, time.Since(start).Round(time.Millisecond))
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate after SIGCONT: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("after SIGCONT")
 	if s.d.Exited() {
 		s.fatalf("the daemon exited after SIGCONT")
 	}
