@@ -17,6 +17,7 @@
 #        scripts/check-tree.sh --root DIR --targets JSON   (another tree, targets from a file)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/result.sh
 . "$here/../tests/result.sh"
 
 root=$(cd "$here/.." && pwd)
@@ -91,8 +92,8 @@ check_module_table() {
 # "LINES PATH" of every product file.
 product_lengths() {
 	local files
-	files=$(product_files)
-	[ -z "$files" ] || (cd "$root" && wc -l $files | grep -v ' total$')
+	mapfile -t files < <(product_files)
+	[ ${#files[@]} -eq 0 ] || (cd "$root" && wc -l "${files[@]}" | grep -v ' total$')
 }
 
 check_file_length() {
@@ -157,22 +158,24 @@ libcurl_lines() {
 }
 
 check_no_libcurl() {
-	local code meson docs
+	local code docs
 	cd "$root" || return 0
-	code=$(grep -rIil libcurl core hyperlight kata 2>/dev/null)
-	meson=$(find . \( -name .git -o -type d -name 'build*' \) -prune -o -type f \
-		\( -name meson.build -o -name meson_options.txt -o -name meson.options \) -print | sed 's|^\./||')
-	docs=$(find docs README.md -type f -name '*.md' 2>/dev/null)
-	[ -z "$code$meson" ] || libcurl_lines 0 $code $meson
-	[ -z "$docs" ] || libcurl_lines 1 $docs
+	mapfile -t code < <(grep -rIil libcurl core hyperlight kata 2>/dev/null
+		find . \( -name .git -o -type d -name 'build*' \) -prune -o -type f \
+			\( -name meson.build -o -name meson_options.txt -o -name meson.options \) -print |
+			sed 's|^\./||')
+	mapfile -t docs < <(find docs README.md -type f -name '*.md' 2>/dev/null)
+	[ ${#code[@]} -eq 0 ] || libcurl_lines 0 "${code[@]}"
+	[ ${#docs[@]} -eq 0 ] || libcurl_lines 1 "${docs[@]}"
 }
 
 # A good small tree, then one copy per rule that breaks it: the rule must fail on its copy only.
 self_test() {
-	local tmp good bad why="" rc name out
+	local tmp good why="" rc name out
 	tmp=$(mktemp -d) || return 0
 	good="$tmp/good"
 	mkdir -p "$good"/{docs,core/src,core/include/dp,core/tests,hyperlight,kata}
+	# shellcheck disable=SC2016 # backquotes are Markdown here
 	printf '# A\n\n## Modules\n\n| module | source | holds |\n|---|---|---|\n| a | `a.c` (`dp/a.h`) | a |\n| b | `b.[ch]` | b |\n\n## Next\n\n*Changed from the design* (libcurl): why.\n' >"$good/docs/architecture.md"
 	for f in core/src/a.c core/src/b.c core/src/b.h hyperlight/main.c; do
 		printf '/* SPDX-License-Identifier: Apache-2.0 */\n/* %s: what it is. */\nint x;\n' "$(basename "$f" .c)" >"$good/$f"
@@ -192,7 +195,7 @@ self_test() {
 		rm -rf "$tmp/bad"
 		cp -a "$good" "$tmp/bad"
 		cp "$tmp/targets.json" "$tmp/bad.json"
-		(cd "$tmp/bad" && eval "$@")
+		(cd "$tmp/bad" && eval "$*")
 		sed -i "s|$good/|$tmp/bad/|g" "$tmp/bad.json"
 		out=$("$0" --no-self-test --root "$tmp/bad" --targets "$tmp/bad.json")
 		if ! echo "$out" | grep -q "^FAIL $name:" || [ "$(echo "$out" | grep -c '^FAIL')" -ne 1 ]; then
@@ -221,5 +224,5 @@ rule "file-description" check_file_description
 rule "meson-targets" check_meson_targets
 rule "no-libcurl" check_no_libcurl
 [ $self_test = 0 ] || rule "self-test" self_test
-echo "$passed passed, $failed failed"
+echo "${passed:?} passed, ${failed:?} failed"
 [ "$failed" -eq 0 ]
