@@ -125,6 +125,7 @@ if [ "${SDP_SANITIZE:-0}" != 1 ]; then
 		record scenarios-musl-hyperlight "$logdir/scenarios-musl-hyperlight.log" 1 0 1 excerpt_tail
 	fi
 fi
+run_script tree-checks "$src/scripts/check-tree.sh" "$build"
 run_script manifests "$src/tests/manifests/run.sh" "$build"
 run_script deploy-hyperlight "$src/tests/deploy/check.sh" "$build"
 [ -x "$src/tests/deploy/kata-chart.sh" ] && run_script deploy-kata "$src/tests/deploy/kata-chart.sh" "$build"

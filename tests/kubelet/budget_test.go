@@ -15,8 +15,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,21 +38,11 @@ const (
 // vmHWM is the peak resident set of pid in KiB.
 func vmHWM(t *testing.T, pid int) int {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := ProcStatus(pid, "VmHWM")
 	if err != nil {
-		t.Fatalf("read the daemon's status: %v", err)
+		t.Fatalf("the daemon's VmHWM: %v", err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
-			n, err := strconv.Atoi(strings.Fields(l)[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no VmHWM in /proc/pid/status")
-	return 0
+	return n
 }
 
 // hostile is a raw HTTP/2 client: it sends what it likes and, when reading, tracks flow control

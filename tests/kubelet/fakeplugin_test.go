@@ -272,6 +272,25 @@ func (c *sniffConn) requestHeaders() ([]map[string]string, error) {
 	}
 }
 
+// registeredFake is a new mock kubelet with a fake plugin of example.com/foo (one Healthy
+// device "a" on fake-1.sock) registered, once kubelet has its first device list.
+func registeredFake(t *testing.T) (*MockKubelet, *fakePlugin, *Plugin) {
+	t.Helper()
+	k := newMock(t, Config{})
+	f := newFakePlugin(t, k.Dir, "fake-1.sock", "example.com/foo", api.DevicePluginOptions{}, dev("a", Healthy))
+	if _, err := f.register(k.SocketPath(), APIVersion); err != nil {
+		t.Fatal(err)
+	}
+	p, err := k.WaitRegistered("example.com/foo", 1, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.WaitSnapshots(1, bound); err != nil {
+		t.Fatal(err)
+	}
+	return k, f, p
+}
+
 func newMock(t *testing.T, c Config) *MockKubelet {
 	t.Helper()
 	if c.Dir == "" {

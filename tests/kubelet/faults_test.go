@@ -19,7 +19,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,23 +47,6 @@ func openFDs(pid int) (int, error) {
 	return len(entries), nil
 }
 
-// rssKiB reads VmRSS (KiB) from /proc/<pid>/status.
-func rssKiB(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			f := strings.Fields(strings.TrimPrefix(l, "VmRSS:"))
-			if len(f) >= 1 {
-				return strconv.Atoi(f[0])
-			}
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
 // fdList names the daemon's open fds and their targets, for a failure message.
 func fdList(pid int) string {
 	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -78,14 +60,7 @@ func fdList(pid int) string {
 
 // tightPoll is Poll with a 1 ms interval, for the loop of 500 restarts.
 func tightPoll(bound time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return cond()
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
+	return PollEvery(time.Millisecond, bound, cond)
 }
 
 // restartOnce restarts the mock kubelet and waits until the daemon registered again (a newer
@@ -173,7 +148,7 @@ func TestFaultKubeletRestart500(t *testing.T) {
 		t.Fatal(err)
 	}
 	listBefore := fdList(pid)
-	rssBefore, err := rssKiB(pid)
+	rssBefore, err := ProcStatus(pid, "VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +169,7 @@ func TestFaultKubeletRestart500(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rssAfter, err := rssKiB(pid)
+	rssAfter, err := ProcStatus(pid, "VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +226,7 @@ func TestFaultCDIDirRemoved(t *testing.T) {
 	// The repair is stable: removing it a second time works the same way.
 	removeCDIDir(t, s.node)
 	s.waitCDI(want, backoffBound)
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate after the CDI directory was recreated: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("after the CDI directory was recreated")
 	s.devices(3, Healthy, eventBound)
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered; a CDI repair needs no new registration")
@@ -344,11 +315,7 @@ func TestFaultSIGSTOP(t *testing.T) {
 	start := time.Now()
 	cur := s.settled(p.Seq, "", 3, backoffBound)
 	t.Logf("re-registered (#%d, %s) %v after SIGCONT", cur.Seq, cur.Endpoint, time.Since(start).Round(time.Millisecond))
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate after SIGCONT: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("after SIGCONT")
 	if s.d.Exited() {
 		s.fatalf("the daemon exited after SIGCONT")
 	}

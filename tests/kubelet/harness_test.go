@@ -142,6 +142,17 @@ func (s *scenario) registered(count int, bound time.Duration) *Plugin {
 	return p
 }
 
+// allocateOK requires kubelet's Allocate of hyperlight-0 to be granted with the expected answer
+// (checkAllocation); when says at which point of the scenario.
+func (s *scenario) allocateOK(when string) {
+	s.t.Helper()
+	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
+		s.t.Errorf("Allocate %s: %v", when, err)
+	} else {
+		checkAllocation(s.t, a.Response)
+	}
+}
+
 // devices waits until the current endpoint's newest snapshot has n devices of health h.
 func (s *scenario) devices(n int, h string, bound time.Duration) []*api.Device {
 	s.t.Helper()
@@ -239,6 +250,20 @@ func (s *scenario) readCDI() []byte {
 		s.fatalf("read CDI spec: %v", err)
 	}
 	return b
+}
+
+// checkCDI requires the CDI spec on disk to parse and meet the contract (CheckHyperlightCDI)
+// with the owner uid:gid.
+func (s *scenario) checkCDI(uid, gid uint32) {
+	s.t.Helper()
+	b := s.readCDI()
+	spec, err := ParseCDI(b)
+	if err != nil {
+		s.t.Fatalf("%v:\n%s", err, b)
+	}
+	if err := CheckHyperlightCDI(spec, uid, gid); err != nil {
+		s.t.Errorf("CDI spec: %v\n%s", err, b)
+	}
 }
 
 // waitCDI waits until the CDI path is a regular file holding exactly want.

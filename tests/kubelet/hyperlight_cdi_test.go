@@ -34,14 +34,7 @@ func otherFile(t *testing.T, n *Node) func() {
 func TestHyperlightCDIContent(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=1000", "DEVICE_GID=1001")
 	s.ready(3)
-	b := s.readCDI()
-	spec, err := ParseCDI(b)
-	if err != nil {
-		t.Fatalf("%v:\n%s", err, b)
-	}
-	if err := CheckHyperlightCDI(spec, 1000, 1001); err != nil {
-		t.Errorf("CDI spec: %v\n%s", err, b)
-	}
+	s.checkCDI(1000, 1001)
 	fi, err := os.Lstat(s.node.CDIPath())
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
 		t.Errorf("CDI spec file mode %v (%v), want a regular file 0644", fi.Mode(), err)
@@ -60,26 +53,14 @@ func TestHyperlightCDIContent(t *testing.T) {
 func TestHyperlightCDIDefaultOwner(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3")
 	s.ready(3)
-	spec, err := ParseCDI(s.readCDI())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
-		t.Errorf("CDI spec: %v", err)
-	}
+	s.checkCDI(65534, 65534)
 }
 
 // Invalid DEVICE_UID/DEVICE_GID keep the default with a warning (design: env contract).
 func TestHyperlightCDIInvalidOwner(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=abc", "DEVICE_GID=-5")
 	s.ready(3)
-	spec, err := ParseCDI(s.readCDI())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
-		t.Errorf("CDI spec: %v", err)
-	}
+	s.checkCDI(65534, 65534)
 	for _, name := range []string{"DEVICE_UID", "DEVICE_GID"} {
 		if _, ok := s.d.WaitLog(eventBound, func(l string) bool { return strings.Contains(l, name) }); !ok {
 			t.Errorf("no warning naming %s in the log", name)

@@ -122,11 +122,7 @@ func TestHyperlightDeviceNodeRemoved(t *testing.T) {
 	mknodKVM(t, s.node)
 	s.devices(3, Healthy, periodBound)
 	t.Logf("Healthy again %v after the node came back", time.Since(start).Round(time.Millisecond))
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate after the node came back: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("after the node came back")
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered; a health change must go through the open stream")
 	}
@@ -283,14 +279,7 @@ func TestHyperlightFirstCheckWithoutRegistration(t *testing.T) {
 			}); !ok {
 				s.fatalf("no \"device usable\" line within %v:\n%s", eventBound, s.d.Log())
 			}
-			b := s.readCDI()
-			spec, err := ParseCDI(b)
-			if err != nil {
-				t.Fatalf("%v:\n%s", err, b)
-			}
-			if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
-				t.Errorf("CDI spec: %v\n%s", err, b)
-			}
+			s.checkCDI(65534, 65534)
 			log := s.d.Log()
 			if strings.Contains(log, "registered with kubelet") {
 				t.Errorf("registered without a kubelet answering:\n%s", log)

@@ -237,6 +237,8 @@ func sampleChildren(pid int) *childSampler {
 			if n > c.max {
 				c.max = n
 			}
+			// A sampling period, not a wait: there is no event for "two children at once" to
+			// wait on (checkHelperSequence reads the same rule from the daemon's own log lines).
 			time.Sleep(time.Millisecond)
 		}
 	}()
@@ -396,11 +398,7 @@ func TestHyperlightProbeHang(t *testing.T) {
 	}
 	s.clearShim()
 	s.devices(3, Healthy, backoffBound)
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate after the hang ended: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("after the hang ended")
 	children.finish()
 	if len(children.errs) > 0 {
 		t.Fatalf("sampling the daemon's children: %v", children.errs)
@@ -489,11 +487,7 @@ func TestHyperlightProbeRequesterGoesAway(t *testing.T) {
 	}
 	s.clearShim()
 	s.devices(3, Healthy, backoffBound)
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate after recovery: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("after recovery")
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered")
 	}
@@ -600,11 +594,7 @@ func TestHyperlightHostDeviceDir(t *testing.T) {
 	if err := Mknod(host, KVMMajor, KVMMinor); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		t.Errorf("Allocate with the host node fixed: %v", err)
-	} else {
-		checkAllocation(t, a.Response)
-	}
+	s.allocateOK("with the host node fixed")
 	s.devices(3, Healthy, eventBound)
 	if s.k.Current(HyperlightResource) != p {
 		t.Errorf("the daemon re-registered")
@@ -629,14 +619,7 @@ func TestHyperlightCDIOwnerRange(t *testing.T) {
 		t.Run(strings.Join(tc.env, ","), func(t *testing.T) {
 			s := newScenario(t, append([]string{"DEVICE_COUNT=3"}, tc.env...)...)
 			s.ready(3)
-			b := s.readCDI()
-			spec, err := ParseCDI(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := CheckHyperlightCDI(spec, tc.uid, tc.gid); err != nil {
-				t.Errorf("CDI spec: %v\n%s", err, b)
-			}
+			s.checkCDI(tc.uid, tc.gid)
 			warnings := countLines(s.d, "level=warn", "DEVICE_")
 			if tc.warn == nil {
 				if warnings != 0 {

@@ -280,18 +280,7 @@ func TestMockReRegistrationNewestWins(t *testing.T) {
 }
 
 func TestMockRestart(t *testing.T) {
-	k := newMock(t, Config{})
-	f := newFakePlugin(t, k.Dir, "fake-1.sock", "example.com/foo", api.DevicePluginOptions{}, dev("a", Healthy))
-	if _, err := f.register(k.SocketPath(), APIVersion); err != nil {
-		t.Fatal(err)
-	}
-	p, err := k.WaitRegistered("example.com/foo", 1, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.WaitSnapshots(1, bound); err != nil {
-		t.Fatal(err)
-	}
+	k, f, p := registeredFake(t)
 	keep := []string{filepath.Join(k.Dir, CheckpointFile), filepath.Join(k.Dir, "DEPRECATION")}
 	for _, path := range keep {
 		if err := os.WriteFile(path, []byte("{}"), 0o644); err != nil {
@@ -338,18 +327,7 @@ func TestMockRestart(t *testing.T) {
 }
 
 func TestMockRecreateSocketOnly(t *testing.T) {
-	k := newMock(t, Config{})
-	f := newFakePlugin(t, k.Dir, "fake-1.sock", "example.com/foo", api.DevicePluginOptions{}, dev("a", Healthy))
-	if _, err := f.register(k.SocketPath(), APIVersion); err != nil {
-		t.Fatal(err)
-	}
-	p, err := k.WaitRegistered("example.com/foo", 1, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.WaitSnapshots(1, bound); err != nil {
-		t.Fatal(err)
-	}
+	k, f, p := registeredFake(t)
 	if err := k.RecreateSocketOnly(); err != nil {
 		t.Fatal(err)
 	}
@@ -376,18 +354,7 @@ func TestMockRecreateSocketOnly(t *testing.T) {
 func TestMockEndStream(t *testing.T) {
 	for _, keepConn := range []bool{true, false} {
 		t.Run(map[bool]string{true: "keep-conn", false: "close-conn"}[keepConn], func(t *testing.T) {
-			k := newMock(t, Config{})
-			f := newFakePlugin(t, k.Dir, "fake-1.sock", "example.com/foo", api.DevicePluginOptions{}, dev("a", Healthy))
-			if _, err := f.register(k.SocketPath(), APIVersion); err != nil {
-				t.Fatal(err)
-			}
-			p, err := k.WaitRegistered("example.com/foo", 1, bound)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.WaitSnapshots(1, bound); err != nil {
-				t.Fatal(err)
-			}
+			_, f, p := registeredFake(t)
 			p.EndStream(keepConn)
 			if err, ok := p.WaitEnded(bound); !ok || status.Code(err) != codes.Canceled {
 				t.Fatalf("kubelet side: stream end %v (%v), want Canceled", err, ok)

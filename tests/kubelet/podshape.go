@@ -553,7 +553,7 @@ func PrivateMountNamespace() error {
 	if err != nil {
 		return fmt.Errorf("cannot read the mount namespace: %v", err)
 	}
-	for pid := os.Getppid(); pid > 1; pid = statusInt(pid, "PPid:") {
+	for pid := os.Getppid(); pid > 1; pid = statusInt(pid, "PPid") {
 		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && ns != self {
 			return nil
 		}
@@ -565,26 +565,14 @@ func PrivateMountNamespace() error {
 		"run the scenario binary under `unshare -m --propagation private` (tests/run.sh does)")
 }
 
-// statusInt reads the first number of a /proc/<pid>/status field ("PPid:", "VmHWM:" in KiB);
-// 0 when unknown.
-func statusInt(pid int, field string) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, field) {
-			if f := strings.Fields(strings.TrimPrefix(l, field)); len(f) > 0 {
-				n, _ := strconv.Atoi(f[0])
-				return n
-			}
-		}
-	}
-	return 0
+// statusInt is ProcStatus, 0 when unknown.
+func statusInt(pid int, name string) int {
+	n, _ := ProcStatus(pid, name)
+	return n
 }
 
 // VmHWMKiB is the peak resident size of a (host) pid, 0 when unknown.
-func VmHWMKiB(pid int) int { return statusInt(pid, "VmHWM:") }
+func VmHWMKiB(pid int) int { return statusInt(pid, "VmHWM") }
 
 // NSPid is the innermost PID of a host pid (the last NSpid field): 1 for a pod's daemon.
 func NSPid(pid int) (int, error) {

@@ -13,6 +13,11 @@ const PollInterval = 5 * time.Millisecond
 // Poll checks cond until it is true or timeout passes; it reports whether cond became true.
 // cond is always checked at least once, and once more after the bound.
 func Poll(timeout time.Duration, cond func() bool) bool {
+	return PollEvery(PollInterval, timeout, cond)
+}
+
+// PollEvery is Poll checking every interval.
+func PollEvery(interval, timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		if cond() {
@@ -21,7 +26,7 @@ func Poll(timeout time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return cond()
 		}
-		time.Sleep(PollInterval)
+		time.Sleep(interval)
 	}
 }
 

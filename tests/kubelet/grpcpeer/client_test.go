@@ -28,6 +28,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"sdp/kubelet"
 )
 
 // seen is what a grpc-go handler observed about one call.
@@ -108,7 +110,7 @@ func runClient(t *testing.T, sock, method string, req []byte, timeoutMs int) cli
 type clientCmd struct {
 	cmd    *exec.Cmd
 	out    bytes.Buffer
-	stderr syncBuffer
+	stderr kubelet.LogBuffer
 }
 
 func startClient(t *testing.T, sock, method string, req []byte, timeoutMs int) *clientCmd {
@@ -245,12 +247,26 @@ func TestClientDeadline(t *testing.T) {
 func TestClientConnectRetry(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "go.sock")
 	c := startClient(t, sock, "/test.Test/Echo", []byte("late server"), 5000)
-	time.Sleep(100 * time.Millisecond) // the stimulus: the server appears later
+	// The server appears once the client's first connect has failed: dp_grpc_client_call_new
+	// makes that attempt before the client's loop first waits in epoll_wait.
+	waitFor(t, 5*time.Second, "the client's loop to wait (its first connect failed)", func() bool {
+		return inEpollWait(t, c.cmd.Process.Pid)
+	})
 	startGoServer(t, sock, echoHandler)
 	r := c.wait(t)
 	if r.status != 0 || string(r.resp) != "late server" {
 		t.Fatalf("call with a late server: %+v", r)
 	}
+}
+
+// inEpollWait reports whether pid sleeps in epoll_wait (/proc/PID/wchan).
+func inEpollWait(t *testing.T, pid int) bool {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(b), "epoll_wait") || string(b) == "ep_poll"
 }
 
 func TestClientNoServer(t *testing.T) {

@@ -2,40 +2,26 @@
 
 package grpcpeer
 
+// The fixtures every conformance test starts from: the C test server (startServer), a grpc-go
+// connection to it (dial), a held server stream (holdStream), a raw HTTP/2 connection
+// (rawDial, raw_test.go), and the condition waits (waitFor, waitLive).
+
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/binary"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+
+	"sdp/kubelet"
 )
-
-// syncBuffer collects a child's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func testBinary(t *testing.T) string {
 	t.Helper()
@@ -50,15 +36,11 @@ func testBinary(t *testing.T) string {
 	return bin
 }
 
-// waitFor polls cond every 5 ms until it holds or bound passes.
+// waitFor waits (kubelet.Poll) until cond holds, failing the test after bound.
 func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
-	end := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", bound, what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !kubelet.Poll(bound, cond) {
+		t.Fatalf("timed out after %v waiting for %s", bound, what)
 	}
 }
 
@@ -73,80 +55,74 @@ func checkSanitizers(t *testing.T, who, stderr string) {
 	}
 }
 
+// cServer is the C test server, a kubelet.Daemon serving sock.
 type cServer struct {
-	t      *testing.T
-	sock   string
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-	err    error // exit status, valid once done is closed
+	*kubelet.Daemon
+	t    *testing.T
+	sock string
 }
 
-// startServer runs the C test server on a fresh socket and waits until it accepts.
-func startServer(t *testing.T) *cServer {
+// startServer runs the C test server on a fresh socket, with limit flags if any
+// (grpc_test_server --handshake-ms N ...), and waits until its socket listens.
+func startServer(t *testing.T, args ...string) *cServer {
 	t.Helper()
-	s := &cServer{t: t, sock: filepath.Join(t.TempDir(), "dp.sock"), stderr: &syncBuffer{},
-		done: make(chan struct{})}
-	s.cmd = exec.Command(testBinary(t), s.sock)
-	s.cmd.Stderr = s.stderr
-	if err := s.cmd.Start(); err != nil {
+	s := &cServer{t: t, sock: filepath.Join(t.TempDir(), "dp.sock")}
+	d, err := kubelet.StartDaemon(testBinary(t), nil, append(args, s.sock)...)
+	if err != nil {
 		t.Fatalf("start test server: %v", err)
 	}
-	go func() {
-		s.err = s.cmd.Wait()
-		close(s.done)
-	}()
+	s.Daemon = d
 	t.Cleanup(func() { s.stop() })
 	waitFor(t, 10*time.Second, "the test server socket", func() bool {
-		select {
-		case <-s.done:
-			t.Fatalf("test server exited early: %v\n%s", s.err, s.stderr.String())
-		default:
+		if s.Exited() {
+			t.Fatalf("test server exited early: %s\n%s", s.ExitDescription(), s.Log())
 		}
-		c, err := net.Dial("unix", s.sock)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
+		return listening(t, s.sock)
 	})
 	return s
 }
 
-func (s *cServer) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
+// listening reports whether a unix socket listens on path (/proc/net/unix, flag __SO_ACCEPTCON):
+// a condition seen without connecting, so that no test's connection count includes the wait's.
+func listening(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() { // Num RefCount Protocol Flags Type St Inode Path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 8 || fields[7] != path {
+			continue
+		}
+		if flags, err := strconv.ParseUint(fields[3], 16, 32); err == nil && flags&0x10000 != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // terminate sends SIGTERM and requires exit 0 within a bound, with no sanitizer report.
 func (s *cServer) terminate() {
 	s.t.Helper()
-	if !s.exited() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	code, err := s.Stop(20 * time.Second)
+	if err != nil {
+		s.t.Fatalf("test server: %v\n%s", err, s.Log())
 	}
-	select {
-	case <-s.done:
-	case <-time.After(20 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		s.t.Fatalf("test server did not exit after SIGTERM\n%s", s.stderr.String())
+	if code != 0 {
+		s.t.Errorf("test server exit: %s\n%s", s.ExitDescription(), s.Log())
 	}
-	if s.err != nil {
-		s.t.Errorf("test server exit: %v\n%s", s.err, s.stderr.String())
-	}
-	checkSanitizers(s.t, "test server", s.stderr.String())
+	checkSanitizers(s.t, "test server", s.Log())
 }
 
 func (s *cServer) stop() {
-	if !s.exited() {
+	if !s.Exited() {
 		s.terminate()
 		return
 	}
-	checkSanitizers(s.t, "test server", s.stderr.String())
+	checkSanitizers(s.t, "test server", s.Log())
 }
 
 // dial connects grpc-go to sock with the given :authority and the raw codec.
@@ -194,19 +170,40 @@ func live(t *testing.T, cc *grpc.ClientConn) liveCounts {
 		binary.BigEndian.Uint32(resp[8:])}
 }
 
-// waitLive polls Live until the open calls are back to want (connections are not compared).
+// waitLive waits until the open calls are back to want (connections are not compared).
 func waitLive(t *testing.T, cc *grpc.ClientConn, want liveCounts) {
 	t.Helper()
 	var got liveCounts
-	end := time.Now().Add(5 * time.Second)
-	for {
+	if !kubelet.Poll(5*time.Second, func() bool {
 		got = live(t, cc)
-		if got.live == want.live && got.calls == want.calls {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("open calls did not return to %+v: still %+v", want, got)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return got.live == want.live && got.calls == want.calls
+	}) {
+		t.Fatalf("open calls did not return to %+v: still %+v", want, got)
 	}
+}
+
+// openStream starts /test.Test/Stream with req (be32s(n, size): n messages of size bytes; n = 0
+// holds the stream open until the client ends it) and closes the sending side.
+func openStream(ctx context.Context, cc *grpc.ClientConn, req []byte) (grpc.ClientStream, error) {
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
+	if err != nil {
+		return nil, err
+	}
+	if err := st.SendMsg(req); err != nil {
+		return nil, err
+	}
+	return st, st.CloseSend()
+}
+
+// holdStream opens a stream the server holds open (as kubelet holds ListAndWatch) until cancel
+// is called or the test ends.
+func holdStream(t *testing.T, cc *grpc.ClientConn) (grpc.ClientStream, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := openStream(ctx, cc, be32s(0, 0))
+	if err != nil {
+		t.Fatalf("holding a stream: %v", err)
+	}
+	return st, cancel
 }

@@ -9,7 +9,6 @@ package grpcpeer
 // machine made a 100 ms bound fail once, issue 13).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -17,10 +16,6 @@ import (
 	"io"
 	"math/rand"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,53 +25,18 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-)
 
-// startServerArgs is startServer with limit flags (grpc_test_server --handshake-ms N ...).
-func startServerArgs(t *testing.T, args ...string) *cServer {
-	t.Helper()
-	s := &cServer{t: t, sock: filepath.Join(t.TempDir(), "dp.sock"), stderr: &syncBuffer{},
-		done: make(chan struct{})}
-	s.cmd = exec.Command(testBinary(t), append(args, s.sock)...)
-	s.cmd.Stderr = s.stderr
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start test server: %v", err)
-	}
-	go func() {
-		s.err = s.cmd.Wait()
-		close(s.done)
-	}()
-	t.Cleanup(func() { s.stop() })
-	waitFor(t, 10*time.Second, "the test server socket", func() bool {
-		if s.exited() {
-			t.Fatalf("test server exited early: %v\n%s", s.err, s.stderr.String())
-		}
-		_, err := os.Stat(s.sock)
-		return err == nil
-	})
-	return s
-}
+	"sdp/kubelet"
+)
 
 // rssKiB is the server's VmRSS.
 func (s *cServer) rssKiB(t *testing.T) int {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	kib, err := kubelet.ProcStatus(s.Pid(), "VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "VmRSS:" {
-			kib, err := strconv.Atoi(fields[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kib
-		}
-	}
-	t.Fatal("no VmRSS in /proc/PID/status")
-	return 0
+	return kib
 }
 
 // prober is the well-behaved client: one connection, a stream held open, Echo after Echo.
@@ -96,12 +56,7 @@ func startProber(t *testing.T, sock string) *prober {
 	t.Helper()
 	p := &prober{t: t, cc: dial(t, sock, "localhost"), stop: make(chan struct{}),
 		done: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	st, err := p.cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
-	if err != nil || st.SendMsg(be32s(0, 0)) != nil || st.CloseSend() != nil {
-		t.Fatalf("holding a stream: %v", err)
-	}
+	_, p.cancel = holdStream(t, p.cc)
 	waitFor(t, 5*time.Second, "the held stream to reach its handler", func() bool {
 		return live(t, p.cc).live == 1
 	})
@@ -133,8 +88,7 @@ func (p *prober) run() {
 		if d > p.max {
 			p.max = d
 		}
-		p.mu.Unlock()
-		time.Sleep(time.Millisecond) // pacing, not waiting for an event
+		p.mu.Unlock() // the next call goes once this one is answered: no other pacing
 	}
 }
 
@@ -211,7 +165,7 @@ func (r *rawConn) stillOpen() bool {
 // A client that connects and sends nothing is closed at the handshake deadline (SETTINGS,
 // GOAWAY, EOF); one that completed its handshake stays past it.
 func TestHostileSilent(t *testing.T) {
-	s := startServerArgs(t, "--handshake-ms", "300")
+	s := startServer(t, "--handshake-ms", "300")
 	p := startProber(t, s.sock)
 	good := rawDial(t, s.sock) // connected before the silent one: its deadline passes first
 	c, err := net.Dial("unix", s.sock)
@@ -237,7 +191,7 @@ func TestHostileSilent(t *testing.T) {
 // connection goes at the handshake deadline; after it (half a HEADERS frame, which already
 // opened a stream) at the idle deadline.
 func TestHostileHalfFrame(t *testing.T) {
-	s := startServerArgs(t, "--handshake-ms", "300", "--idle-ms", "500")
+	s := startServer(t, "--handshake-ms", "300", "--idle-ms", "500")
 	p := startProber(t, s.sock)
 
 	c, err := net.Dial("unix", s.sock)
@@ -449,22 +403,11 @@ func TestHostileRandomFrames(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(seed))
 			for i := 0; i < 50; i++ {
-				c, err := net.Dial("unix", s.sock)
-				if err != nil {
+				c, fr, _ := rawStart(s.sock, 5*time.Second)
+				if c == nil {
 					return
 				}
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				fr := http2.NewFramer(c, c)
-				_, _ = c.Write([]byte(http2.ClientPreface))
-				_ = fr.WriteSettings()
-				for k := 0; k < 200; k++ {
-					payload := make([]byte, rng.Intn(100))
-					rng.Read(payload)
-					if fr.WriteRawFrame(http2.FrameType(rng.Intn(12)), http2.Flags(rng.Intn(256)),
-						uint32(rng.Intn(10)), payload) != nil {
-						break
-					}
-				}
+				sprayFrames(fr, rng, 200, 100, 12, 10)
 				c.Close()
 			}
 		}(int64(w + 1))
@@ -480,24 +423,9 @@ func TestHostileRandomFrames(t *testing.T) {
 // rawSquat opens a connection that completes its handshake and then sits idle.
 func rawSquat(t *testing.T, sock string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	fr := http2.NewFramer(c, c)
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	if f, err := fr.ReadFrame(); err != nil || f.Header().Type != http2.FrameSettings {
-		t.Fatalf("squatter: first frame %v, %v", f, err)
-	}
-	_ = c.SetDeadline(time.Time{})
-	return c
+	r := rawDial(t, sock)
+	_ = r.c.SetDeadline(time.Time{})
+	return r.c
 }
 
 // closedNow reports whether the server closed c (its pending frames are skipped).
@@ -515,7 +443,7 @@ func closedNow(c net.Conn) bool {
 // At max_connections a new connection evicts the least recently active one where no handler
 // holds a call; when a handler holds a call on every connection, the new one is refused.
 func TestHostileConnectionLimitEdge(t *testing.T) {
-	s := startServerArgs(t, "--max-conns", "4")
+	s := startServer(t, "--max-conns", "4")
 	p := startProber(t, s.sock)
 	squat := []net.Conn{rawSquat(t, s.sock), rawSquat(t, s.sock), rawSquat(t, s.sock)}
 	waitFor(t, 5*time.Second, "4 connections", func() bool { return live(t, p.cc).conns == 4 })
@@ -536,19 +464,13 @@ func TestHostileConnectionLimitEdge(t *testing.T) {
 
 	// streams may hold 3 of 4 slots: a fourth stream is served and the newest other holder
 	// makes room (UNAVAILABLE), the prober's older stream is kept, a short call still gets in
-	s2 := startServerArgs(t, "--max-conns", "4")
+	s2 := startServer(t, "--max-conns", "4")
 	p2 := startProber(t, s2.sock)
 	ended := make([]chan error, 3)
 	holders := make([]*grpc.ClientConn, 3)
 	for i := range ended {
-		holder := dial(t, s2.sock, "localhost")
-		holders[i] = holder
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		st, err := holder.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
-		if err != nil || st.SendMsg(be32s(0, 0)) != nil || st.CloseSend() != nil {
-			t.Fatalf("holding stream %d: %v", i, err)
-		}
+		holders[i] = dial(t, s2.sock, "localhost")
+		st, _ := holdStream(t, holders[i])
 		ended[i] = make(chan error, 1)
 		go func(st grpc.ClientStream, ch chan error) {
 			var m []byte

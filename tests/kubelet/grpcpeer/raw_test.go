@@ -28,26 +28,48 @@ type rawConn struct {
 	settings map[http2.SettingID]uint32
 }
 
+// rawStart dials sock, bounds the connection by a deadline and sends the client preface and an
+// empty SETTINGS frame. c is nil only when the dial failed.
+func rawStart(sock string, bound time.Duration) (c net.Conn, fr *http2.Framer, err error) {
+	if c, err = net.Dial("unix", sock); err != nil {
+		return nil, nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(bound))
+	fr = http2.NewFramer(c, c)
+	if _, err = c.Write([]byte(http2.ClientPreface)); err == nil {
+		err = fr.WriteSettings()
+	}
+	return c, fr, err
+}
+
+// sprayFrames writes n frames of random type (below types), flags, stream (below ids) and
+// payload (below maxLen bytes), up to the first failed write.
+func sprayFrames(fr *http2.Framer, rng *rand.Rand, n, maxLen, types, ids int) {
+	for k := 0; k < n; k++ {
+		payload := make([]byte, rng.Intn(maxLen))
+		rng.Read(payload)
+		if fr.WriteRawFrame(http2.FrameType(rng.Intn(types)), http2.Flags(rng.Intn(256)),
+			uint32(rng.Intn(ids)), payload) != nil {
+			return
+		}
+	}
+}
+
 // rawDial connects, sends the preface and SETTINGS, and requires SETTINGS as the server's
 // first frame.
 func rawDial(t *testing.T, sock string) *rawConn {
 	t.Helper()
-	c, err := net.Dial("unix", sock)
+	c, fr, err := rawStart(sock, 10*time.Second)
+	if c != nil {
+		t.Cleanup(func() { c.Close() })
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	r := &rawConn{t: t, c: c, fr: http2.NewFramer(c, c), settings: map[http2.SettingID]uint32{}}
+	r := &rawConn{t: t, c: c, fr: fr, settings: map[http2.SettingID]uint32{}}
 	r.enc = hpack.NewEncoder(&r.hb)
 	r.fr.ReadMetaHeaders = hpack.NewDecoder(65536, nil)
 	r.fr.MaxHeaderListSize = 1 << 20
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
 	f, err := r.fr.ReadFrame()
 	if err != nil {
 		t.Fatalf("reading the server's first frame: %v", err)
@@ -387,7 +409,7 @@ func TestRawShutdownGoaway(t *testing.T) {
 	r.headers(1, false, grpcRequest("/test.Test/Stream")...)
 	r.data(1, true, framed(0, be32s(0, 0)))
 	waitFor(t, 5*time.Second, "the open stream", func() bool { return live(t, cc).live == 1 })
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var status string
@@ -525,31 +547,18 @@ func TestRawRandomFrames(t *testing.T) {
 	base := live(t, cc)
 	rng := rand.New(rand.NewSource(1))
 	for i := 0; i < 300; i++ {
-		c, err := net.Dial("unix", s.sock)
-		if err != nil {
-			t.Fatal(err)
+		c, fr, _ := rawStart(s.sock, 5*time.Second)
+		if c == nil {
+			t.Fatal("dial failed")
 		}
-		fr := http2.NewFramer(c, c)
 		var hb bytes.Buffer
 		enc := hpack.NewEncoder(&hb)
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		_, _ = c.Write([]byte(http2.ClientPreface))
-		_ = fr.WriteSettings()
 		for _, h := range grpcRequest("/test.Test/Stream") {
 			_ = enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
 		}
 		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
 		_ = fr.WriteData(1, true, framed(0, be32s(0, 0)))
-		for k := 0; k < 20; k++ {
-			payload := make([]byte, rng.Intn(64))
-			rng.Read(payload)
-			typ := http2.FrameType(rng.Intn(11))
-			flags := http2.Flags(rng.Intn(256))
-			id := uint32(rng.Intn(8))
-			if fr.WriteRawFrame(typ, flags, id, payload) != nil {
-				break
-			}
-		}
+		sprayFrames(fr, rng, 20, 64, 11, 8)
 		c.Close()
 	}
 	waitFor(t, 10*time.Second, "connections and calls back to the baseline", func() bool {

@@ -55,14 +55,8 @@ func TestUnaryEcho(t *testing.T) {
 // readStream collects a server stream until its status.
 func readStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn, req []byte) ([][]byte, error) {
 	t.Helper()
-	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
+	st, err := openStream(ctx, cc, req)
 	if err != nil {
-		return nil, err
-	}
-	if err := st.SendMsg(req); err != nil {
-		return nil, err
-	}
-	if err := st.CloseSend(); err != nil {
 		return nil, err
 	}
 	var msgs [][]byte
@@ -133,18 +127,9 @@ func TestOversizeRequest(t *testing.T) {
 	cc := dial(t, s.sock, "localhost")
 	base := live(t, cc)
 	// another stream on the same connection stays open through the refusal
-	sctx, scancel := context.WithCancel(context.Background())
-	defer scancel()
-	st, err := cc.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SendMsg(be32s(0, 0)); err != nil {
-		t.Fatal(err)
-	}
-	_ = st.CloseSend()
+	_, scancel := holdStream(t, cc)
 	waitFor(t, 5*time.Second, "the open stream", func() bool { return live(t, cc).live == base.live+1 })
-	_, err = call(cc, 20*time.Second, "/test.Test/Echo", make([]byte, 5*1024*1024))
+	_, err := call(cc, 20*time.Second, "/test.Test/Echo", make([]byte, 5*1024*1024))
 	wantCode(t, err, codes.ResourceExhausted, "5 MiB request")
 	if c := live(t, cc); c.live != base.live+1 {
 		t.Fatalf("the other stream was affected: %+v", c)
@@ -195,17 +180,7 @@ func TestClientCancelMidStream(t *testing.T) {
 	s := startServer(t)
 	cc := dial(t, s.sock, "localhost")
 	base := live(t, cc)
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SendMsg(be32s(0, 0)); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
+	st, cancel := holdStream(t, cc)
 	waitFor(t, 5*time.Second, "the open stream to count", func() bool {
 		return live(t, cc).live == base.live+1
 	})
@@ -216,14 +191,9 @@ func TestClientCancelMidStream(t *testing.T) {
 
 	// cancel while a large response is in flight (queued data must be freed)
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	st2, err := cc.NewStream(ctx2, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
-	if err != nil {
+	if _, err := openStream(ctx2, cc, be32s(3, maxMsg-5)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st2.SendMsg(be32s(3, maxMsg-5)); err != nil {
-		t.Fatal(err)
-	}
-	_ = st2.CloseSend()
 	cancel2()
 	waitLive(t, cc, base)
 }
@@ -306,33 +276,19 @@ func TestConcurrentClients(t *testing.T) {
 
 func TestShutdownGoaway(t *testing.T) {
 	s := startServer(t)
-	type open struct {
-		st     grpc.ClientStream
-		cancel context.CancelFunc
-	}
-	var streams []open
+	var streams []grpc.ClientStream
 	for i := 0; i < 3; i++ {
-		cc := dial(t, s.sock, "localhost")
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Test/Stream")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.SendMsg(be32s(0, 0)); err != nil {
-			t.Fatal(err)
-		}
-		_ = st.CloseSend()
-		streams = append(streams, open{st, cancel})
+		st, _ := holdStream(t, dial(t, s.sock, "localhost"))
+		streams = append(streams, st)
 	}
 	cc := dial(t, s.sock, "localhost")
 	waitFor(t, 5*time.Second, "3 open streams", func() bool { return live(t, cc).live == 3 })
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for i, o := range streams {
+	for i, st := range streams {
 		var m []byte
-		err := o.st.RecvMsg(&m)
+		err := st.RecvMsg(&m)
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("stream %d after SIGTERM: %v, want Unavailable", i, err)
 		}
