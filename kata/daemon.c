@@ -9,7 +9,6 @@
 #include "dp/buf.h"
 #include "dp/log.h"
 #include "dp/paths.h"
-#include "sku.h"
 
 /* "0x0302xx": the class prefix, x for the nibbles the mask leaves open. */
 static void class_pattern(const struct kata_row *r, char out[static 9])

@@ -32,7 +32,8 @@ static int health_check(const dp_daemon *d, const dp_daemon_args *a)
 	else if ((r = d->health_prefixes(a, names, DP_ELEMENTSOF(names), &n)) < 0)
 		snprintf(err, sizeof(err), "cannot name the plugin sockets: %s", strerror(-r));
 	if (r >= 0) {
-		for (size_t i = 0; i < n && i < DP_ELEMENTSOF(prefixes); i++)
+		n = n < DP_ELEMENTSOF(prefixes) ? n : DP_ELEMENTSOF(prefixes);
+		for (size_t i = 0; i < n; i++)
 			prefixes[i] = names[i];
 		r = (d->health_present ? dp_health_probe_present : dp_health_probe)(
 			dir, prefixes, n, a->readiness, HEALTH_TIMEOUT_USEC, err, sizeof(err));
