@@ -5,16 +5,16 @@
 
 static void usage(FILE *f)
 {
-	fputs("Advertises the host hypervisor device as the kubelet resource " HL_RESOURCE ",\n"
-	      "owns the CDI spec /var/run/cdi/hyperlight.json and answers Allocate with its CDI name.\n"
-	      "\n"
-	      "  --device-access           bootstrap mode: advertise one " HL_ACCESS_RESOURCE "\n"
-	      "                            whose Allocate grants only the device node (stat only,\n"
-	      "                            no CDI, no probe)\n"
-	      "  --health-check            exit 0 if the plugin answers gRPC health (liveness)\n"
-	      "  --health-check=readiness  exit 0 if registered, streaming to kubelet and healthy\n"
-	      "                            (with --device-access: asks the bootstrap plugin)\n",
-	      f);
+	(void)fputs("Advertises the host hypervisor device as the kubelet resource " HL_RESOURCE ",\n"
+	            "owns the CDI spec /var/run/cdi/hyperlight.json and answers Allocate with its CDI name.\n"
+	            "\n"
+	            "  --device-access           bootstrap mode: advertise one " HL_ACCESS_RESOURCE "\n"
+	            "                            whose Allocate grants only the device node (stat only,\n"
+	            "                            no CDI, no probe)\n"
+	            "  --health-check            exit 0 if the plugin answers gRPC health (liveness)\n"
+	            "  --health-check=readiness  exit 0 if registered, streaming to kubelet and healthy\n"
+	            "                            (with --device-access: asks the bootstrap plugin)\n",
+	            f);
 }
 
 static void usage_env(FILE *f)

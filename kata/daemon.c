@@ -27,7 +27,7 @@ static void class_pattern(const struct kata_row *r, char out[static 9])
 void kata_daemon_usage_table(FILE *f)
 {
 	char cls[9];
-	fputs("Table:\n", f);
+	(void)fputs("Table:\n", f);
 	for (size_t i = 0; i < kata_table_len; i++) {
 		class_pattern(&kata_table[i], cls);
 		fprintf(f, "  %-26s vendor 0x%04x, class %s\n", kata_table[i].resource, kata_table[i].vendor, cls);

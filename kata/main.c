@@ -10,19 +10,19 @@
 
 static void usage(FILE *f)
 {
-	fputs("Advertises the VFIO-bound PCI devices in /dev/vfio/devices that its compile-time\n"
-	      "table names to kubelet, one resource per table row, IDs 0..n-1 in PCI address order,\n"
-	      "and owns one CDI spec per resource: /var/run/cdi/kata.<vendor>-<class>.yaml.\n"
-	      "The device set is fixed at start: when it changes the daemon exits with status 3.\n"
-	      "\n",
-	      f);
+	(void)fputs("Advertises the VFIO-bound PCI devices in /dev/vfio/devices that its compile-time\n"
+	            "table names to kubelet, one resource per table row, IDs 0..n-1 in PCI address order,\n"
+	            "and owns one CDI spec per resource: /var/run/cdi/kata.<vendor>-<class>.yaml.\n"
+	            "The device set is fixed at start: when it changes the daemon exits with status 3.\n"
+	            "\n",
+	            f);
 	kata_daemon_usage_table(f);
-	fputs("\n"
-	      "  --health-check            exit 0 if every plugin socket of this daemon answers\n"
-	      "                            gRPC health (liveness)\n"
-	      "  --health-check=readiness  exit 0 if every advertised resource is registered,\n"
-	      "                            streaming to kubelet and healthy\n",
-	      f);
+	(void)fputs("\n"
+	            "  --health-check            exit 0 if every plugin socket of this daemon answers\n"
+	            "                            gRPC health (liveness)\n"
+	            "  --health-check=readiness  exit 0 if every advertised resource is registered,\n"
+	            "                            streaming to kubelet and healthy\n",
+	            f);
 }
 
 static void usage_env(FILE *f)

@@ -16,18 +16,18 @@ static void print_wrapped(FILE *f, const char *text)
 	while (*text) {
 		size_t n = strcspn(text, " ");
 		if (col && col + 1 + n > USAGE_WIDTH) {
-			fputc('\n', f);
+			(void)fputc('\n', f);
 			col = 0;
 		} else if (col) {
-			fputc(' ', f);
+			(void)fputc(' ', f);
 			col++;
 		}
-		fwrite(text, 1, n, f);
+		(void)fwrite(text, 1, n, f);
 		col += n;
 		text += n;
 		text += strspn(text, " ");
 	}
-	fputc('\n', f);
+	(void)fputc('\n', f);
 }
 
 void dp_daemon_usage(const dp_daemon *d, FILE *f)
@@ -36,17 +36,17 @@ void dp_daemon_usage(const dp_daemon *d, FILE *f)
 	fprintf(f, "Usage: %s", d->prog);
 	for (size_t i = 0; i < d->n_flags; i++)
 		fprintf(f, " [%s]", d->flags[i].name);
-	fputs(" [--health-check[=readiness]] [--version] [-h|--help]\n", f);
+	(void)fputs(" [--health-check[=readiness]] [--version] [-h|--help]\n", f);
 	if (d->usage)
 		d->usage(f);
-	fputs("  --version                 print version and git commit\n"
-	      "  -h, --help                print this help\n"
-	      "\n"
-	      "Environment:\n",
-	      f);
+	(void)fputs("  --version                 print version and git commit\n"
+	            "  -h, --help                print this help\n"
+	            "\n"
+	            "Environment:\n",
+	            f);
 	if (d->usage_env)
 		d->usage_env(f);
-	fputs(DP_USAGE_ENV_COMMON "\n", f);
+	(void)fputs(DP_USAGE_ENV_COMMON "\n", f);
 	snprintf(exits, sizeof(exits),
 		 "Exit status: 0 after SIGTERM or SIGINT; 1 for a startup error (%s); 2 for a bad argument or "
 		 "an invalid %s%sMETRICS_ADDRESS%s%s. --health-check: 0 healthy, 1 not.",
