@@ -240,7 +240,8 @@ def daemon_messages():
     files.append(os.path.join(src, "core/src/seccomp.c"))
     # the signal lines (dp_signals_ignore), the CDI back-off episode (dp_cdi_log_fight) and
     # the gRPC limits (dp_grpc_log_limit): core functions both daemons opt into
-    for n in ("signals.c", "cdi.c", "grpc_budget.c"):
+    # the daemon shell's start-up and shutdown lines (dp_daemon_main) are kata's too
+    for n in ("daemon.c", "signals.c", "cdi.c", "grpc_budget.c"):
         files.append(os.path.join(src, "core/src", n))
     for path in files:
         with open(path) as f:

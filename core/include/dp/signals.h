@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * signals: the daemons' signal set-up, one copy for both mains.
+ * signals: the daemons' signal set-up, done for both by dp_daemon_main (daemon.h).
  *
- * dp_signals_block() is the first thing a daemon's main does: it blocks SIGTERM, SIGINT and the
+ * dp_signals_block() is the first thing dp_daemon_main does: it blocks SIGTERM, SIGINT and the
  * ignored set below. As PID 1 of its PID namespace (as the images run it) the kernel drops a
  * signal from an ancestor namespace while its disposition is SIG_DFL and it is not blocked: a
  * SIGTERM before the loop's signalfd took it would be lost, and the pod would wait its whole

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* daemon: hyperlight-device-plugin's configure, start, confine and stop callbacks (daemon.h). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/sysmacros.h>
+
+#include "confine.h"
+#include "dp/helper.h"
+#include "dp/log.h"
+#include "label-node/label_node.h"
+
+/* ---- the plugin objects: the one place that knows how they are held ---- */
+
+static int plugin_start(struct hl_daemon *d, dp_loop *loop)
+{
+	return hl_plugin_start(&d->plugin, loop, &d->cfg, &d->dev);
+}
+
+static int access_start(struct hl_daemon *d, dp_loop *loop)
+{
+	return hl_access_start(&d->access, loop, &d->dev);
+}
+
+/* The probe helper's exe fd: the only exec besides the label helper's. */
+static int plugin_exe_fd(const struct hl_daemon *d)
+{
+	return dp_helper_exe_fd(d->plugin.probe);
+}
+
+static void plugins_stop(struct hl_daemon *d)
+{
+	hl_plugin_stop(&d->plugin);
+	hl_access_stop(&d->access);
+}
+
+/* ---- the callbacks ---- */
+
+int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
+			      size_t *ret_n)
+{
+	bool access = dp_daemon_flag_given(a, HL_FLAG_DEVICE_ACCESS);
+	if (max < 1)
+		return -ENOSPC;
+	snprintf(names[0], DP_DAEMON_PREFIX_MAX, "%s", access ? HL_ACCESS_SOCKET_PREFIX : HL_SOCKET_PREFIX);
+	*ret_n = 1;
+	return 0;
+}
+
+static int find_device(struct hl_daemon *d)
+{
+	char err[512], q[600];
+	/* The bootstrap pod has no device grant: it sees the host's nodes through HOST_DEVICE_DIR. */
+	const char *dir = d->device_access && d->cfg.host_device_dir[0] ? d->cfg.host_device_dir : "/dev";
+	int r = hl_detect(dir, &d->dev, err, sizeof(err));
+	if (r < 0) {
+		dp_error("no usable hypervisor device", "error=%s", dp_logq(q, sizeof(q), err));
+		return r;
+	}
+	dp_info("hypervisor device found", "hypervisor=%s path=%s node=%s major=%u minor=%u", d->dev.name,
+		d->dev.path, d->dev.host_path, major(d->dev.rdev), minor(d->dev.rdev));
+	return 0;
+}
+
+int hl_daemon_configure(const dp_daemon_args *a, void *userdata)
+{
+	struct hl_daemon *d = userdata;
+	char err[512], q[600];
+	d->device_access = dp_daemon_flag_given(a, HL_FLAG_DEVICE_ACCESS);
+	if (hl_config_load(&d->cfg, err, sizeof(err)) < 0) {
+		dp_error("invalid configuration", "error=%s", dp_logq(q, sizeof(q), err));
+		return DP_EXIT_FAILURE;
+	}
+	return find_device(d) < 0 ? DP_EXIT_FAILURE : DP_EXIT_OK;
+}
+
+/* HL_LABEL_EXE in the directory of our own binary (dp_helper_sibling), else at the root. */
+static const char *label_exe(char *buf, size_t size)
+{
+	return dp_helper_sibling(HL_LABEL_EXE, buf, size) == 0 ? buf : "/" HL_LABEL_EXE;
+}
+
+static int start_plugin(struct hl_daemon *d, dp_loop *loop)
+{
+	char exe[PATH_MAX];
+	dp_info("advertising", "resource=%s devices=%u host_device_dir=%s", HL_RESOURCE, d->cfg.device_count,
+		d->cfg.host_device_dir[0] ? d->cfg.host_device_dir : "none");
+	int r = plugin_start(d, loop);
+	if (r < 0)
+		return r;
+	hl_labels_params lp = { .exe = label_exe(exe, sizeof(exe)) };
+	r = hl_labels_start(loop, d->dev.name, &lp, &d->labels);
+	if (r < 0)
+		dp_warn("node labels disabled", "error=%s", strerror(-r));
+	return 0;
+}
+
+int hl_daemon_start(dp_loop *loop, void *userdata)
+{
+	struct hl_daemon *d = userdata;
+	int r = d->device_access ? access_start(d, loop) : start_plugin(d, loop);
+	if (r < 0)
+		dp_error("cannot start", "error=%s", strerror(-r));
+	return r;
+}
+
+/* The allow-list (confine.c) and the exec of our own binary through the probe helper's fd
+ * (device-access mode has no helper: no exec at all); with labelling on, the label helper's. */
+size_t hl_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int *ret_exe_fd)
+{
+	struct hl_daemon *d = userdata;
+	*ret_exe_fd = d->device_access ? -1 : plugin_exe_fd(d);
+	return hl_seccomp_rules(!d->device_access, hl_labels_exe_fd(d->labels), rules, max);
+}
+
+void hl_daemon_stop(void *userdata)
+{
+	struct hl_daemon *d = userdata;
+	d->labels = hl_labels_free(d->labels);
+	plugins_stop(d);
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * daemon: hyperlight-device-plugin's part of its dp_daemon (main.c holds the description): the
+ * configuration and the hypervisor device found before the loop, then either the plugin (with
+ * node labels) or, with --device-access, the bootstrap plugin; their seccomp rules; their stop.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "access.h"
+#include "config.h"
+#include "detect.h"
+#include "dp/daemon.h"
+#include "labels.h"
+#include "plugin.h"
+
+#define HL_FLAG_DEVICE_ACCESS 0 /* the index of --device-access in main.c's flags */
+
+/* Zero-initialised by main(); the dp_daemon callbacks' userdata. */
+struct hl_daemon {
+	bool device_access;
+	struct hl_config cfg;
+	struct hl_device dev;
+	struct hl_plugin plugin; /* the plugin objects: used in daemon.c's "plugin objects" only */
+	struct hl_access access;
+	hl_labels *labels;
+};
+
+int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
+			      size_t *ret_n);
+int hl_daemon_configure(const dp_daemon_args *a, void *userdata);
+int hl_daemon_start(dp_loop *loop, void *userdata);
+size_t hl_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int *ret_exe_fd);
+void hl_daemon_stop(void *userdata);

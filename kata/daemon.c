@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* daemon: kata-device-plugin's configure, watch, start and stop callbacks (daemon.h). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+
+#include "dp/buf.h"
+#include "dp/log.h"
+#include "dp/paths.h"
+
+/* "0x0302xx": the class prefix, x for the nibbles the mask leaves open. */
+static void class_pattern(const struct kata_row *r, char out[static 9])
+{
+	static const char hex[] = "0123456789abcdef";
+	out[0] = '0';
+	out[1] = 'x';
+	for (int i = 0; i < 6; i++) {
+		int shift = 20 - 4 * i;
+		bool fixed = ((r->class_mask >> shift) & 0xf) == 0xf;
+		out[2 + i] = (char)(fixed ? hex[(r->class_prefix >> shift) & 0xf] : 'x');
+	}
+	out[8] = '\0';
+}
+
+void kata_daemon_usage_table(FILE *f)
+{
+	char cls[9];
+	(void)fputs("Table:\n", f);
+	for (size_t i = 0; i < kata_table_len; i++) {
+		class_pattern(&kata_table[i], cls);
+		fprintf(f, "  %-26s vendor 0x%04x, class %s\n", kata_table[i].resource, kata_table[i].vendor, cls);
+	}
+}
+
+/* Every socket prefix this daemon may serve: one per table row, the idle one and the SKU one. */
+int kata_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
+				size_t *ret_n)
+{
+	static const char *const more[] = { KATA_IDLE_PREFIX, KATA_SKU_SOCKET_PREFIX /* RESOURCE_NAMING=sku */ };
+	size_t n = 0;
+	if (kata_table_len + DP_ELEMENTSOF(more) > max)
+		return -ENOSPC;
+	for (size_t i = 0; i < kata_table_len; i++) {
+		int r = kata_socket_prefix(kata_table[i].resource, names[n++], DP_DAEMON_PREFIX_MAX);
+		if (r < 0)
+			return r;
+	}
+	for (size_t i = 0; i < DP_ELEMENTSOF(more); i++)
+		snprintf(names[n++], DP_DAEMON_PREFIX_MAX, "%s", more[i]);
+	*ret_n = n;
+	return 0;
+}
+
+int kata_daemon_configure(const dp_daemon_args *a, void *userdata)
+{
+	struct kata_daemon *d = userdata;
+	char err[1024], q[1100];
+	if (kata_naming_from_env(&d->naming, err, sizeof(err)) < 0) {
+		dp_error("invalid configuration", "error=%s", dp_logq(q, sizeof(q), err));
+		return DP_EXIT_USAGE;
+	}
+	d->opts = (struct kata_scan_opts){ .table = kata_table, .n_rows = kata_table_len, .verbose = true,
+					   .read_device_id = d->naming == KATA_NAMING_SKU };
+	if (kata_table_validate(kata_table, kata_table_len, err, sizeof(err)) < 0) {
+		dp_error("invalid PCI table", "error=%s", dp_logq(q, sizeof(q), err));
+		return DP_EXIT_FAILURE;
+	}
+	return DP_EXIT_OK;
+}
+
+/* removed=vfio3 added=vfio12 changed=vfio5: only the non-empty lists. */
+static void on_changed(const char *removed, const char *added, const char *changed, void *userdata)
+{
+	struct kata_daemon *d = userdata;
+	const char *keys[] = { "removed", "added", "changed" }, *vals[] = { removed, added, changed };
+	_cleanup_(dp_buf_done) dp_buf kv = { 0 };
+	char q[1024];
+	for (size_t i = 0; i < DP_ELEMENTSOF(keys); i++)
+		if (vals[i][0])
+			dp_buf_printf(&kv, "%s%s=%s", kv.len ? " " : "", keys[i], dp_logq(q, sizeof(q), vals[i]));
+	dp_error("VFIO device set changed, exiting so the DaemonSet restarts the plugin", "%s",
+		 kv.data && !kv.oom ? kv.data : "");
+	dp_loop_exit(d->loop, KATA_EXIT_DEVICE_SET_CHANGED);
+}
+
+/* msg="advertising" resource=nvidia.com/gpu devices=4 ids="0:0000:41:00.0/vfio3 1:..." */
+static void log_resource(const char *resource, const struct kata_device *devs, size_t n)
+{
+	_cleanup_(dp_buf_done) dp_buf ids = { 0 };
+	char q[4096];
+	for (size_t i = 0; i < n; i++)
+		dp_buf_printf(&ids, "%s%zu:%s/%s", i ? " " : "", i, devs[i].pci, devs[i].name);
+	dp_info("advertising", "resource=%s devices=%zu ids=%s", resource, n,
+		dp_logq(q, sizeof(q), ids.oom ? "(out of memory)" : ids.data));
+}
+
+static int start_resource(struct kata_daemon *d, const struct kata_resource *res, const char *kdir,
+			  const char *cdir)
+{
+	if (res->n == 0) {
+		dp_info("resource not present, not registering it", "resource=%s", res->name);
+		return 0;
+	}
+	if (d->n_plugins == KATA_MAX_ROWS)
+		return -ENOSPC;
+	log_resource(res->name, res->devs, res->n);
+	kata_plugin *p = NULL;
+	int r = kata_plugin_new_named(d->loop, &(struct kata_plugin_names){ res->name, res->socket_prefix,
+			res->plugin_name, res->spec_file }, res->devs, res->n, kdir, cdir, &p);
+	if (r < 0)
+		return r;
+	d->plugins[d->n_plugins++] = p;
+	return kata_plugin_start(p);
+}
+
+static int start_plugins(struct kata_daemon *d, const char *kdir, const char *cdir)
+{
+	int r = kata_resources_build(&d->scan, d->opts.table, d->opts.n_rows, d->naming, &d->res);
+	if (r < 0)
+		return r;
+	kata_resources_log(&d->res, d->naming);
+	for (size_t i = 0; r >= 0 && i < d->res.n; i++)
+		r = start_resource(d, &d->res.v[i], kdir, cdir);
+	return r;
+}
+
+/* The kubelet and CDI directories under SDP_TEST_ROOT. */
+static int dirs(char kdir[static PATH_MAX], char cdir[static PATH_MAX])
+{
+	int r = dp_path(kdir, PATH_MAX, DP_KUBELET_DIR);
+	return r < 0 ? r : dp_path(cdir, PATH_MAX, DP_CDI_DIR);
+}
+
+/* RESOURCE_NAMING=sku: devices of models not served yet are served at once, beside the others
+ * (watch.h); any other change ends the daemon (on_changed). */
+static bool on_grow(struct kata_scan *now, void *userdata)
+{
+	struct kata_daemon *d = userdata;
+	struct kata_resources res;
+	char kdir[PATH_MAX], cdir[PATH_MAX];
+	if (dirs(kdir, cdir) < 0 || kata_resources_build(now, d->opts.table, d->opts.n_rows, d->naming, &res) < 0)
+		return false;
+	bool ok = kata_resources_only_added(&d->res, &res);
+	for (size_t i = 0; ok && i < res.n; i++) {
+		if (kata_resources_find(&d->res, res.v[i].name) || res.v[i].n == 0)
+			continue;
+		dp_info("new PCI model, advertising it beside the others", "resource=%s devices=%zu", res.v[i].name,
+			res.v[i].n);
+		int r = start_resource(d, &res.v[i], kdir, cdir);
+		if (r < 0)
+			dp_error("cannot start", "resource=%s error=%s", res.v[i].name, strerror(-r));
+		ok = r >= 0;
+	}
+	if (!ok) {
+		kata_resources_done(&res);
+		return false;
+	}
+	kata_resources_log(&res, d->naming);
+	kata_resources_done(&d->res);
+	d->res = res;
+	kata_scan_done(&d->scan);
+	d->scan = *now;
+	d->idle = kata_idle_free(d->idle);
+	return true;
+}
+
+/* The watch before the scan: no change can fall between them (watch.h). */
+int kata_daemon_prepare(dp_loop *loop, void *userdata)
+{
+	struct kata_daemon *d = userdata;
+	d->loop = loop;
+	int r = kata_watch_new(loop, &d->opts, &d->scan, 0, on_changed, d, &d->watch);
+	if (r >= 0 && d->naming == KATA_NAMING_SKU)
+		kata_watch_set_grow(d->watch, on_grow, d);
+	return r;
+}
+
+int kata_daemon_start(dp_loop *loop, void *userdata)
+{
+	struct kata_daemon *d = userdata;
+	char err[1024], q[1100], kdir[PATH_MAX], cdir[PATH_MAX];
+	int r = kata_scan_run(&d->opts, &d->scan, err, sizeof(err));
+	if (r < 0) {
+		dp_error("cannot scan VFIO devices", "error=%s", dp_logq(q, sizeof(q), err));
+		return r;
+	}
+	r = dirs(kdir, cdir);
+	if (r >= 0 && d->scan.n_devices == 0) {
+		dp_warn("no VFIO device matches the table; nothing to advertise", "dir=%s", KATA_DEV_DIR);
+		r = kata_idle_new(loop, kdir, &d->idle);
+	} else if (r >= 0) {
+		r = start_plugins(d, kdir, cdir);
+	}
+	if (r < 0)
+		dp_error("cannot start", "error=%s", strerror(-r));
+	return r;
+}
+
+void kata_daemon_stop(void *userdata)
+{
+	struct kata_daemon *d = userdata;
+	d->watch = kata_watch_free(d->watch);
+	d->idle = kata_idle_free(d->idle);
+	for (size_t i = 0; i < d->n_plugins; i++)
+		d->plugins[i] = kata_plugin_free(d->plugins[i]);
+	d->n_plugins = 0;
+	kata_resources_done(&d->res);
+	kata_scan_done(&d->scan);
+}
