@@ -131,8 +131,8 @@ static int find_device(const struct options *o, const struct hl_config *cfg, str
 
 struct daemon {
 	dp_loop *loop;
-	struct hl_plugin plugin;
-	struct hl_access access;
+	hl_plugin *plugin;
+	hl_access *access;
 	hl_labels *labels;
 };
 
@@ -147,10 +147,10 @@ static int start(struct daemon *d, const struct options *o, const struct hl_conf
 {
 	int r;
 	if (o->device_access)
-		return hl_access_start(&d->access, d->loop, dev);
+		return hl_access_new(d->loop, dev, &d->access);
 	dp_info("advertising", "resource=%s devices=%u host_device_dir=%s", HL_RESOURCE, cfg->device_count,
 		cfg->host_device_dir[0] ? cfg->host_device_dir : "none");
-	r = hl_plugin_start(&d->plugin, d->loop, cfg, dev);
+	r = hl_plugin_new(d->loop, cfg, dev, &d->plugin);
 	if (r < 0)
 		return r;
 	char exe[PATH_MAX];
@@ -166,7 +166,7 @@ static int start(struct daemon *d, const struct options *o, const struct hl_conf
  * mode has no helper: no exec at all). */
 static int confine(struct daemon *d, const struct options *o)
 {
-	int exe_fd = o->device_access ? -1 : dp_helper_exe_fd(d->plugin.probe);
+	int exe_fd = o->device_access ? -1 : hl_plugin_exe_fd(d->plugin);
 	dp_seccomp_rule rules[HL_SECCOMP_RULES_MAX];
 	size_t n = hl_seccomp_rules(!o->device_access, hl_labels_exe_fd(d->labels), rules, DP_ELEMENTSOF(rules));
 	return dp_seccomp_confine_daemon(rules, n, exe_fd);
@@ -176,8 +176,8 @@ static void stop(struct daemon *d)
 {
 	d->labels = hl_labels_free(d->labels);
 	dp_metrics_stop();
-	hl_plugin_stop(&d->plugin);
-	hl_access_stop(&d->access);
+	d->plugin = hl_plugin_free(d->plugin);
+	d->access = hl_access_free(d->access);
 }
 
 static int run(const struct options *o)

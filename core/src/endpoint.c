@@ -18,8 +18,6 @@
 #define REGISTER_TIMEOUT_USEC (20 * DP_USEC_PER_SEC)
 #define BACKOFF_MIN_USEC (100 * DP_USEC_PER_MSEC)
 #define BACKOFF_MAX_USEC (5 * DP_USEC_PER_SEC)
-#define STAT_FALLBACK_USEC (5 * DP_USEC_PER_SEC)
-#define RECHECK_MIN_USEC (1 * DP_USEC_PER_SEC)
 #define DEFAULT_CHECK_USEC (30 * DP_USEC_PER_SEC)
 #define FAIL_RETELL_USEC (300 * DP_USEC_PER_SEC)
 #define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
@@ -85,13 +83,13 @@ static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 	return 0;
 }
 
-/* ---- health and the ListAndWatch response ---- */
+/* ---- the ListAndWatch response ---- */
 
 /*
  * The response is encoded when sent (a few ms at the ceiling) and not kept: the gRPC layer
  * copies it into its send queue, so a cached copy would only double the per-device memory.
  */
-static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
+void dp_ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 {
 	_cleanup_free_ uint8_t *buf = NULL;
 	size_t len = 0;
@@ -111,71 +109,6 @@ static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 			ep_stream_gone(ep, st);
 		}
 	}
-}
-
-/*
- * Healthy: the next periodic check one interval after this verdict. Unhealthy: a retry after the
- * back-off (1 s doubling up to the interval), armed when health just went bad or when the retry
- * timer has fired; verdicts in between (Allocates, inotify) neither push the retry later nor
- * grow the back-off, so a burst of failed requests cannot delay recovery.
- */
-static void ep_arm_check_timer(dp_endpoint *ep, bool changed)
-{
-	uint64_t usec = ep->check_interval;
-	if (!ep->healthy) {
-		if (changed)
-			ep->recheck_backoff = 0;
-		else if (ep->check_timer_armed)
-			return;
-		usec = ep->recheck_backoff ? ep->recheck_backoff : RECHECK_MIN_USEC;
-		ep->recheck_backoff = usec * 2 > ep->check_interval ? ep->check_interval : usec * 2;
-	} else {
-		ep->recheck_backoff = 0;
-	}
-	/* Coarse: the periodic check shares the stat backstop's wake-up (loop.h). */
-	if (ep->check_timer && dp_timer_set_coarse(ep->check_timer, usec, 0) == 0)
-		ep->check_timer_armed = true;
-}
-
-void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason)
-{
-	bool first = !ep->checked;
-	bool changed = first || ep->healthy != healthy;
-	ep->checked = true;
-	ep->healthy = healthy;
-	snprintf(ep->reason, sizeof(ep->reason), "%s", healthy ? "" : (reason ? reason : "unhealthy"));
-	ep_arm_check_timer(ep, changed);
-	if (!changed)
-		return;
-	dp_debug("health changed", "resource=%s healthy=%d", ep->resource, healthy);
-	dp_ep_metrics_health(ep, first);
-	if (ep->streams)
-		ep_send_list(ep, NULL);
-	if (ep->health)
-		dp_health_changed(ep->health);
-}
-
-static void ep_do_check(void *userdata)
-{
-	dp_endpoint *ep = userdata;
-	ep->check_deferred = false;
-	ep->driver.check(ep, ep->userdata);
-}
-
-void dp_endpoint_request_check(dp_endpoint *ep)
-{
-	if (ep->check_deferred)
-		return;
-	if (dp_defer(ep->loop, ep_do_check, ep) == 0)
-		ep->check_deferred = true;
-}
-
-static int ep_on_check_timer(dp_source *s, void *userdata)
-{
-	dp_endpoint *ep = userdata;
-	ep->check_timer_armed = false;
-	dp_endpoint_request_check(ep);
-	return 0;
 }
 
 /* ---- streams ---- */
@@ -245,7 +178,7 @@ void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t l
 		dp_grpc_call_protect(call);
 	}
 	if (ep->checked)
-		ep_send_list(ep, st);
+		dp_ep_send_list(ep, st);
 	if (ep->health)
 		dp_health_changed(ep->health);
 }
@@ -283,6 +216,7 @@ static void ep_failed(dp_endpoint *ep, enum ep_fail kind)
 {
 	uint64_t now = dp_now_usec();
 	ep->failures++;
+	dp_ep_hold_release(ep);
 	dp_ep_metrics_registration(ep, kind);
 	dp_debug("registration attempt failed", "resource=%s kind=%d attempts=%u", ep->resource, (int)kind,
 		 ep->failures);
@@ -360,7 +294,6 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	}
 	ep->state = EP_REGISTERED;
 	ep->backoff = 0;
-	ep->registrations++;
 	ep->registered_at = dp_now_usec();
 	ep->reason_register[0] = '\0';
 	dp_endpoint_watch_remember(ep);
@@ -370,6 +303,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 		dp_health_changed(ep->health);
 	if (ep->events.on_registered)
 		ep->events.on_registered(ep, ep->events.userdata);
+	dp_ep_hold_release(ep);
 	ep->failures = 0;
 	ep->fail_kind = EP_FAIL_NONE;
 	if (ep->stream_ended_registering && !ep->kubelet_stream && ep->state == EP_REGISTERED &&
@@ -516,6 +450,12 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 	ep->preferred_allocation = cfg->preferred_allocation;
 	ep->pre_start_required = cfg->pre_start_required;
 	ep->check_interval = cfg->check_interval_usec ? cfg->check_interval_usec : DEFAULT_CHECK_USEC;
+	ep->hold_usec = cfg->first_check_hold_usec;
+	ep->healthy_message = cfg->healthy_message ? cfg->healthy_message : "devices usable";
+	ep->unhealthy_message = cfg->unhealthy_message ? cfg->unhealthy_message :
+			        "devices unusable, advertising every device Unhealthy";
+	ep->healthy_fields = cfg->healthy_fields;
+	ep->healthy_detail = cfg->healthy_detail;
 	ep->resource = strdup(cfg->resource_name);
 	ep->prefix = strdup(cfg->socket_prefix);
 	ep->dir = strdup(kubelet_dir);
@@ -534,10 +474,9 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 	if (r < 0)
 		return r;
 	(void)dp_timer_set(ep->register_timer, 0, 0);
-	r = dp_timer_add(loop, 0, 0, ep_on_check_timer, ep, &ep->check_timer);
+	r = dp_ep_health_init(ep);
 	if (r < 0)
 		return r;
-	(void)dp_timer_set(ep->check_timer, 0, 0);
 	*ret = TAKE_PTR(ep);
 	return 0;
 }
@@ -553,6 +492,9 @@ int dp_endpoint_start(dp_endpoint *ep)
 	if (r < 0)
 		return r;
 	(void)dp_ep_socket_sweep(ep);
+	r = dp_ep_hold_start(ep);
+	if (r < 0)
+		return r;
 	ep_register_now(ep);
 	dp_endpoint_request_check(ep);
 	return 0;
@@ -568,6 +510,7 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	dp_endpoint_watch_stop(ep);
 	dp_source_free(ep->register_timer);
 	dp_source_free(ep->check_timer);
+	dp_source_free(ep->hold);
 	free(ep->ids);
 	free(ep->sorted);
 	free(ep->numa);

@@ -25,15 +25,6 @@
 
 static size_t held;
 
-struct dp_alloc {
-	dp_endpoint *ep;
-	dp_grpc_call *call; /* NULL once the requester went away */
-	uint64_t deadline;
-	struct dp_ep_request *req;
-	V1beta1__ContainerAllocateResponse *resp; /* one per container request */
-	size_t n;
-};
-
 static struct dp_ep_index ep_index(const dp_endpoint *ep)
 {
 	return (struct dp_ep_index){ .ids = ep->ids, .sorted = ep->sorted, .n = ep->n_devices,
@@ -210,7 +201,8 @@ static void *push(void ***arr, size_t *n, size_t size)
 #pragma GCC diagnostic pop
 #endif
 
-int dp_alloc_add_cdi(dp_alloc *a, size_t c, const char *cdi_name)
+/* The CDI device named by the len bytes at name. */
+static int add_cdi(dp_alloc *a, size_t c, const char *name, size_t len)
 {
 	if (c >= a->n)
 		return -EINVAL;
@@ -219,8 +211,55 @@ int dp_alloc_add_cdi(dp_alloc *a, size_t c, const char *cdi_name)
 	if (!d)
 		return -ENOMEM;
 	v1beta1__cdidevice__init(d);
-	d->name = strdup(cdi_name);
+	d->name = strndup(name, len);
 	return d->name ? 0 : -ENOMEM;
+}
+
+int dp_alloc_add_cdi(dp_alloc *a, size_t c, const char *cdi_name)
+{
+	return add_cdi(a, c, cdi_name, strlen(cdi_name));
+}
+
+/* Container c's CDI answer, built in one buffer: the annotation's key, its NUL, then its value
+ * (the names, comma-separated), each name also added as a CDI device as it is appended. */
+static int add_cdi_answer(dp_alloc *a, size_t c, const char *plugin_name, const char *kind,
+			  const char *device)
+{
+	_cleanup_(dp_buf_done) dp_buf b = { 0 };
+	size_t n;
+	char **ids = dp_alloc_ids(a, c, &n);
+
+	if (n == 0)
+		return -EINVAL;
+	dp_buf_puts(&b, "cdi.k8s.io/");
+	dp_buf_puts(&b, plugin_name);
+	dp_buf_puts(&b, "_");
+	dp_buf_puts(&b, ids[0]);
+	dp_buf_append(&b, "", 1);
+	size_t value = b.len;
+	for (size_t i = 0; i < (device ? 1 : n); i++) {
+		if (i)
+			dp_buf_puts(&b, ",");
+		size_t start = b.len;
+		dp_buf_puts(&b, kind);
+		dp_buf_puts(&b, "=");
+		dp_buf_puts(&b, device ? device : ids[i]);
+		if (b.oom || add_cdi(a, c, b.data + start, b.len - start) < 0)
+			return -ENOMEM;
+	}
+	return dp_alloc_add_annotation(a, c, b.data, b.data + value);
+}
+
+int dp_alloc_add_cdi_answer(dp_alloc *a, const char *plugin_name, const char *kind, const char *device)
+{
+	if (!plugin_name || !kind)
+		return -EINVAL;
+	for (size_t c = 0; c < a->n; c++) {
+		int r = add_cdi_answer(a, c, plugin_name, kind, device);
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 int dp_alloc_add_annotation(dp_alloc *a, size_t c, const char *key, const char *value)
