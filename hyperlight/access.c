@@ -55,6 +55,15 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *al, void *userdata)
 
 static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
 
+hl_access *hl_access_free(hl_access *a)
+{
+	if (!a)
+		return NULL;
+	hl_node_watch_stop(&a->watch);
+	a->ep = dp_endpoint_free(a->ep);
+	return (free(a), NULL);
+}
+
 static int setup_endpoint(struct hl_access *a)
 {
 	char kdir[PATH_MAX];
@@ -71,14 +80,11 @@ static int setup_endpoint(struct hl_access *a)
 		.healthy_message = "device present",
 		.unhealthy_message = "device gone",
 		.healthy_fields = a->health_fields,
+		.events = &dp_endpoint_log_events,
 		.driver = &driver,
 		.userdata = a,
 	};
-	r = dp_endpoint_new(a->loop, kdir, &ec, &a->ep);
-	if (r < 0)
-		return r;
-	dp_endpoint_set_events(a->ep, &dp_endpoint_log_events);
-	return 0;
+	return dp_endpoint_new(a->loop, kdir, &ec, &a->ep);
 }
 
 int hl_access_new(dp_loop *loop, const struct hl_device *dev, hl_access **ret)
@@ -89,24 +95,15 @@ int hl_access_new(dp_loop *loop, const struct hl_device *dev, hl_access **ret)
 	a->loop = loop;
 	a->dev = *dev;
 	int r = setup_endpoint(a);
+	if (r >= 0) {
+		a->watch = (struct hl_node_watch){ .loop = loop, .ep = a->ep, .dir = a->dev.host_dir,
+						   .name = a->dev.name };
+		hl_node_watch_ensure(&a->watch);
+		r = dp_endpoint_start(a->ep);
+	}
 	if (r < 0)
 		// cppcheck-suppress memleak ; a is freed by its _cleanup_ attribute, which cppcheck does not model
 		return r;
-	a->watch = (struct hl_node_watch){ .loop = loop, .ep = a->ep, .dir = a->dev.host_dir,
-					   .name = a->dev.name };
-	hl_node_watch_ensure(&a->watch);
-	r = dp_endpoint_start(a->ep);
-	if (r < 0)
-		return r;
 	*ret = TAKE_PTR(a);
 	return 0;
-}
-
-hl_access *hl_access_free(hl_access *a)
-{
-	if (!a)
-		return NULL;
-	hl_node_watch_stop(&a->watch);
-	a->ep = dp_endpoint_free(a->ep);
-	return (free(a), NULL);
 }

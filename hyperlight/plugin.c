@@ -302,14 +302,11 @@ static int setup_endpoint(struct hl_plugin *p)
 		.unhealthy_message = "device unusable, advertising every device Unhealthy",
 		.healthy_fields = p->health_fields,
 		.healthy_detail = "probe",
+		.events = &dp_endpoint_log_events,
 		.driver = &driver,
 		.userdata = p,
 	};
-	r = dp_endpoint_new(p->loop, kdir, &ec, &p->ep);
-	if (r < 0)
-		return r;
-	dp_endpoint_set_events(p->ep, &dp_endpoint_log_events);
-	return 0;
+	return dp_endpoint_new(p->loop, kdir, &ec, &p->ep);
 }
 
 /* The node in the daemon's own /dev, and with HOST_DEVICE_DIR the host's (checked by the probe):

@@ -169,7 +169,6 @@ static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 {
 	_cleanup_free_ dp_device *dd = calloc(p->n, sizeof(*dd));
-	int r;
 	if (!dd)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++) {
@@ -184,14 +183,11 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 		.devices = dd,
 		.n_devices = p->n,
 		.healthy_fields = p->health_fields,
+		.events = &dp_endpoint_log_events,
 		.driver = &driver,
 		.userdata = p,
 	};
-	r = dp_endpoint_new(p->loop, kubelet_dir, &ec, &p->ep);
-	if (r < 0)
-		return r;
-	dp_endpoint_set_events(p->ep, &dp_endpoint_log_events);
-	return 0;
+	return dp_endpoint_new(p->loop, kubelet_dir, &ec, &p->ep);
 }
 
 static int open_devdir(void)

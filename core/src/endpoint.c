@@ -55,17 +55,22 @@ static ssize_t ep_ids_size(const dp_device *devs, size_t n, bool *ret_numa)
 	return (ssize_t)total;
 }
 
+/* One block (freed through ep->sorted): the sorted offsets, the NUMA nodes when one is known (at
+ * an 8-byte boundary), the ID arena. */
 static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 {
 	bool numa = false;
 	ssize_t size = ep_ids_size(devs, n, &numa);
 	if (size < 0)
 		return (int)size;
-	ep->ids = malloc(size ? (size_t)size : 1);
-	ep->sorted = calloc(n ? n : 1, sizeof(*ep->sorted));
-	ep->numa = numa ? calloc(n ? n : 1, sizeof(*ep->numa)) : NULL;
-	if (!ep->ids || !ep->sorted || (numa && !ep->numa))
+	size_t numa_at = (n * sizeof(*ep->sorted) + 7) & ~(size_t)7;
+	size_t ids_at = numa_at + (numa ? n * sizeof(*ep->numa) : 0);
+	char *b = malloc(ids_at + (size_t)size + 1);
+	if (!b)
 		return -ENOMEM;
+	ep->sorted = (uint32_t *)b;
+	ep->numa = numa ? (int64_t *)(b + numa_at) : NULL;
+	ep->ids = b + ids_at;
 	size_t off = 0;
 	for (size_t i = 0; i < n; i++) {
 		size_t len = strlen(devs[i].id) + 1;
@@ -435,6 +440,19 @@ static int ep_validate(const dp_endpoint_config *cfg)
 	return 0;
 }
 
+/* resource, prefix and dir in one block (freed through ep->resource). */
+static int ep_copy_names(dp_endpoint *ep, const char *resource, const char *prefix, const char *dir)
+{
+	size_t lr = strlen(resource) + 1, lp = strlen(prefix) + 1, ld = strlen(dir) + 1;
+	char *b = malloc(lr + lp + ld);
+	if (!b)
+		return -ENOMEM;
+	ep->resource = memcpy(b, resource, lr);
+	ep->prefix = memcpy(b + lr, prefix, lp);
+	ep->dir = memcpy(b + lr + lp, dir, ld);
+	return 0;
+}
+
 int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_config *cfg,
 		    dp_endpoint **ret)
 {
@@ -456,16 +474,15 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 			        "devices unusable, advertising every device Unhealthy";
 	ep->healthy_fields = cfg->healthy_fields;
 	ep->healthy_detail = cfg->healthy_detail;
-	ep->resource = strdup(cfg->resource_name);
-	ep->prefix = strdup(cfg->socket_prefix);
-	ep->dir = strdup(kubelet_dir);
-	if (!ep->resource || !ep->prefix || !ep->dir)
+	if (cfg->events)
+		ep->events = *cfg->events;
+	r = ep_copy_names(ep, cfg->resource_name, cfg->socket_prefix, kubelet_dir);
+	if (r >= 0)
+		r = ep_copy_devices(ep, cfg->devices, cfg->n_devices);
+	if (r < 0)
 		/* ep is freed by its _cleanup_ attribute, which the analyzers do not model */
 		// cppcheck-suppress memleak
-		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
-	r = ep_copy_devices(ep, cfg->devices, cfg->n_devices);
-	if (r < 0)
-		return r;
+		return r; // NOLINT(clang-analyzer-unix.Malloc)
 	dp_ep_metrics_state(ep);
 	r = dp_health_new(dp_endpoint_health_status, ep, &ep->health);
 	if (r < 0)
@@ -486,20 +503,6 @@ void dp_endpoint_set_events(dp_endpoint *ep, const dp_endpoint_events *ev)
 	ep->events = *ev;
 }
 
-int dp_endpoint_start(dp_endpoint *ep)
-{
-	int r = dp_endpoint_watch_start(ep);
-	if (r < 0)
-		return r;
-	(void)dp_ep_socket_sweep(ep);
-	r = dp_ep_hold_start(ep);
-	if (r < 0)
-		return r;
-	ep_register_now(ep);
-	dp_endpoint_request_check(ep);
-	return 0;
-}
-
 dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 {
 	if (!ep)
@@ -508,15 +511,22 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	ep_stop_server(ep, "plugin shutting down");
 	ep->health = dp_health_free(ep->health);
 	dp_endpoint_watch_stop(ep);
+	dp_ep_health_done(ep);
 	dp_source_free(ep->register_timer);
-	dp_source_free(ep->check_timer);
-	dp_source_free(ep->hold);
-	free(ep->ids);
-	free(ep->sorted);
-	free(ep->numa);
-	free(ep->resource);
-	free(ep->prefix);
-	free(ep->dir);
-	free(ep);
-	return NULL;
+	free(ep->sorted); /* and the IDs, the NUMA nodes */
+	free(ep->resource); /* and the prefix, the directory */
+	return (free(ep), NULL);
+}
+
+int dp_endpoint_start(dp_endpoint *ep)
+{
+	int r = dp_endpoint_watch_start(ep);
+	if (r >= 0)
+		r = dp_ep_hold_start(ep);
+	if (r < 0)
+		return r;
+	(void)dp_ep_socket_sweep(ep);
+	ep_register_now(ep);
+	dp_endpoint_request_check(ep);
+	return 0;
 }

@@ -138,3 +138,9 @@ int dp_ep_health_init(dp_endpoint *ep)
 	(void)dp_timer_set(ep->check_timer, 0, 0);
 	return 0;
 }
+
+void dp_ep_health_done(dp_endpoint *ep)
+{
+	ep->check_timer = dp_source_free(ep->check_timer);
+	ep->hold = dp_source_free(ep->hold);
+}

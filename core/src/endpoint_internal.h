@@ -43,12 +43,13 @@ struct ep_stream {
 struct dp_endpoint {
 	dp_loop *loop;
 	void *userdata;
-	char *resource;
+	char *resource; /* one block with prefix and dir */
 	char *prefix;
 	char *dir;
 
-	/* devices, compact: one arena of NUL-terminated IDs in the configured order, the arena
-	 * offsets of the IDs in sorted order (lookups), NUMA nodes only when one is known */
+	/* devices, compact and in one block (sorted is its start): one arena of NUL-terminated IDs
+	 * in the configured order, the arena offsets of the IDs in sorted order (lookups), NUMA
+	 * nodes only when one is known */
 	char *ids;
 	uint32_t *sorted;
 	int64_t *numa;
@@ -136,9 +137,11 @@ int dp_ep_socket_stale(const char *path);
 /* endpoint.c: send the current list to one stream (only) or to every open stream (NULL). */
 void dp_ep_send_list(dp_endpoint *ep, struct ep_stream *only);
 
-/* endpoint_health.c: the check timer (disarmed); the first check's hold: armed (with
- * first_check_hold_usec) before the first registration attempt, released when it ends. */
+/* endpoint_health.c: the check timer (disarmed), freed with the hold by done; the first
+ * check's hold: armed (with first_check_hold_usec) before the first registration attempt,
+ * released when it ends. */
 int dp_ep_health_init(dp_endpoint *ep);
+void dp_ep_health_done(dp_endpoint *ep);
 int dp_ep_hold_start(dp_endpoint *ep);
 void dp_ep_hold_release(dp_endpoint *ep);
 

@@ -68,6 +68,7 @@ typedef struct dp_endpoint_config {
 	const char *unhealthy_message; /* ["devices unusable, advertising every device Unhealthy"] */
 	const char *healthy_fields;    /* "device=/dev/kvm" [none] */
 	const char *healthy_detail;    /* "probe": the healthy verdict's reason is its proof [none] */
+	const struct dp_endpoint_events *events; /* copied; NULL: none (dp_endpoint_set_events) */
 	const dp_driver *driver;
 	void *userdata;
 } dp_endpoint_config;
