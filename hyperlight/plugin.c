@@ -324,6 +324,12 @@ static void setup_watches(struct hl_plugin *p)
 	hl_node_watch_ensure(&p->host_watch);
 }
 
+static void stop_watches(struct hl_plugin *p)
+{
+	hl_node_watch_stop(&p->watch);
+	hl_node_watch_stop(&p->host_watch);
+}
+
 int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev,
 		  hl_plugin **ret)
 {
@@ -354,11 +360,10 @@ hl_plugin *hl_plugin_free(hl_plugin *p)
 	if (!p)
 		return NULL;
 	finish_waiters(p);
+	stop_watches(p);
 	p->probe = dp_helper_free(p->probe);
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
-	hl_node_watch_stop(&p->watch);
-	hl_node_watch_stop(&p->host_watch);
 	return (free(p), NULL);
 }
 

@@ -91,8 +91,9 @@ static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 /* ---- the ListAndWatch response ---- */
 
 /*
- * The response is encoded when sent (a few ms at the ceiling) and not kept: the gRPC layer
- * copies it into its send queue, so a cached copy would only double the per-device memory.
+ * The response is encoded when sent (make bench's sdp-encode-bench times it) and not kept: the
+ * gRPC layer copies it into its send queue, so a cached copy would only double the per-device
+ * memory.
  */
 void dp_ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 {

@@ -170,13 +170,13 @@ static void health_lines_in_configured_wording(void **state)
 	c.unhealthy_message = "device unusable, advertising every device Unhealthy";
 	c.healthy_fields = "device=/dev/kvm";
 	c.healthy_detail = "probe";
+	c.events = &dp_endpoint_log_events; /* in the configuration, or set after: */
 	dp_endpoint_config d = config();
 	d.socket_prefix = "plain";
 	dp_log_set_level(DP_LOG_INFO);
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &d, &plain), 0);
-	dp_endpoint_set_events(ep, &dp_endpoint_log_events);
 	dp_endpoint_set_events(plain, &dp_endpoint_log_events);
 
 	capture_start();
