@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* endpoint internals shared by the endpoint*.c files (and the white-box tests). */
+/* endpoint_internal: what the endpoint*.c files (and the white-box tests) share. */
 #pragma once
 
 #include <limits.h>
