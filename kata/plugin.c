@@ -182,6 +182,8 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 		.socket_prefix = p->socket_prefix,
 		.devices = dd,
 		.n_devices = p->n,
+		.healthy_message = "devices usable",
+		.unhealthy_message = "devices unusable, advertising every device Unhealthy",
 		.healthy_fields = p->health_fields,
 		.events = &dp_endpoint_log_events,
 		.driver = &driver,
