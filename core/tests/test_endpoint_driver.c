@@ -224,72 +224,70 @@ static int on_accept_hold(dp_source *s, int fd, uint32_t ev, void *ud)
 	return 0;
 }
 
-static int silent_kubelet(dp_loop *loop, dp_source **ret)
+/* An endpoint with this hold started against a kubelet.sock that accepts and never answers. */
+struct held {
+	dp_loop *loop;
+	dp_endpoint *ep;
+	dp_source *src;
+	int fd;
+};
+
+static void start_held(struct held *h, uint64_t hold_usec)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	dp_endpoint_config c = config();
+	dp_endpoint_events ev = { .on_register_failed = on_failed };
+	c.first_check_hold_usec = hold_usec;
+	c.events = &ev;
+	assert_int_equal(dp_loop_new(&h->loop), 0);
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/kubelet.sock", dir);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(fd, 8), 0);
-	assert_int_equal(dp_io_add(loop, fd, EPOLLIN, on_accept_hold, NULL, ret), 0);
-	return fd;
+	h->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	assert_true(h->fd >= 0);
+	assert_int_equal(bind(h->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(h->fd, 8), 0);
+	assert_int_equal(dp_io_add(h->loop, h->fd, EPOLLIN, on_accept_hold, NULL, &h->src), 0);
+	assert_int_equal(dp_endpoint_new(h->loop, dir, &c, &h->ep), 0);
+	assert_int_equal(dp_endpoint_start(h->ep), 0);
+}
+
+static void stop_held(struct held *h)
+{
+	dp_endpoint_free(h->ep);
+	dp_source_free(h->src);
+	close(h->fd);
+	dp_loop_free(h->loop);
 }
 
 /* The first check waits while the first Register is in flight, and runs as soon as it ends. */
 static void first_check_waits_for_registration(void **state)
 {
-	dp_loop *loop = NULL;
-	dp_endpoint *ep = NULL;
-	dp_source *src = NULL;
-	dp_endpoint_config c = config();
-	dp_endpoint_events ev = { .on_register_failed = on_failed };
-	c.first_check_hold_usec = 600 * DP_USEC_PER_SEC; /* longer than the test */
-	assert_int_equal(dp_loop_new(&loop), 0);
-	int fd = silent_kubelet(loop, &src);
-	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
-	dp_endpoint_set_events(ep, &ev);
-	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(run_until(loop, accepted_one, 5000));
+	struct held h;
+	start_held(&h, 600 * DP_USEC_PER_SEC); /* longer than the test */
+	assert_true(run_until(h.loop, accepted_one, 5000));
 	for (int i = 0; i < 10; i++) /* the check asked for at start has had its turn */
-		dp_loop_run_once(loop, 0);
+		dp_loop_run_once(h.loop, 0);
 	assert_int_equal(checks, 0);
-	assert_false(dp_endpoint_healthy(ep));
+	assert_false(dp_endpoint_healthy(h.ep));
 	assert_int_equal(failures, 0);
 
 	close(held_conn); /* the attempt fails: the held check runs */
 	held_conn = -1;
-	assert_true(run_until(loop, checked, 5000));
+	assert_true(run_until(h.loop, checked, 5000));
 	assert_int_equal(failures, 1);
 	assert_int_equal(checks, 1);
-	assert_true(dp_endpoint_healthy(ep));
-	dp_endpoint_free(ep);
-	dp_source_free(src);
-	close(fd);
-	dp_loop_free(loop);
+	assert_true(dp_endpoint_healthy(h.ep));
+	stop_held(&h);
 }
 
 /* Bounded: with Register never answered the check runs after the hold's bound. */
 static void first_check_hold_is_bounded(void **state)
 {
-	dp_loop *loop = NULL;
-	dp_endpoint *ep = NULL;
-	dp_source *src = NULL;
-	dp_endpoint_config c = config();
-	dp_endpoint_events ev = { .on_register_failed = on_failed };
-	c.first_check_hold_usec = 100 * DP_USEC_PER_MSEC;
-	assert_int_equal(dp_loop_new(&loop), 0);
-	int fd = silent_kubelet(loop, &src);
-	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
-	dp_endpoint_set_events(ep, &ev);
-	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(run_until(loop, checked, 5000));
+	struct held h;
+	start_held(&h, 100 * DP_USEC_PER_MSEC);
+	assert_true(run_until(h.loop, checked, 5000));
 	assert_int_equal(failures, 0); /* the attempt is still in flight (20 s deadline) */
-	assert_false(dp_endpoint_registered(ep));
-	dp_endpoint_free(ep);
-	dp_source_free(src);
-	close(fd);
-	dp_loop_free(loop);
+	assert_false(dp_endpoint_registered(h.ep));
+	stop_held(&h);
 }
 
 /* Without kubelet.sock the first attempt ends at once: no wait, however long the hold. */

@@ -108,8 +108,8 @@ int dp_alloc_add_env(dp_alloc *a, size_t c, const char *key, const char *value);
 int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const char *host_path,
 			const char *permissions);
 /*
- * The CDI answer of the design (decision 5) for every container request of a: the CDI device
- * "<kind>=<device>", or with device NULL one "<kind>=<ID>" per requested ID, and the annotation
+ * The CDI answer of the design's Allocate contract, for every container request of a: the CDI
+ * device "<kind>=<device>", or with device NULL one "<kind>=<ID>" per requested ID, and the annotation
  * "cdi.k8s.io/<plugin_name>_<first ID>" = those names comma-separated (for runtimes without the
  * cdi_devices field; unique per container, as IDs are not shared). -ENOMEM (the response may
  * hold part of it: finish with an error), -EINVAL (NULL plugin_name or kind).
