@@ -358,6 +358,16 @@ static void cdi_answer(void **state)
 		      "cdi.k8s.io/kata.nvidia.com-gpu_3", "nvidia.com/gpu=3,nvidia.com/gpu=1");
 	assert_answer(&a->resp[1], (const char *const[]){ "nvidia.com/gpu=0" }, 1,
 		      "cdi.k8s.io/kata.nvidia.com-gpu_0", "nvidia.com/gpu=0");
+	/* the other fields go where they belong (one generic push per field), not past the end */
+	assert_int_equal(dp_alloc_add_env(a, 0, "K", "V"), 0);
+	assert_int_equal(dp_alloc_add_device(a, 1, "/dev/x", "/dev/y", "rw"), 0);
+	assert_int_equal(dp_alloc_add_env(a, 2, "K", "V"), -EINVAL);
+	assert_int_equal(a->resp[0].n_envs, 1);
+	assert_string_equal(a->resp[0].envs[0]->key, "K");
+	assert_string_equal(a->resp[0].envs[0]->value, "V");
+	assert_int_equal(a->resp[1].n_devices, 1);
+	assert_string_equal(a->resp[1].devices[0]->host_path, "/dev/y");
+	assert_int_equal(a->resp[0].n_annotations + a->resp[1].n_annotations, 2);
 	dp_alloc_finish(a, DP_GRPC_OK, NULL); /* nobody to answer: frees it */
 
 	/* hyperlight: every ID is the one device */
