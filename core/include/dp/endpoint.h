@@ -109,10 +109,10 @@ int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const
 			const char *permissions);
 /*
  * The CDI answer of the design's Allocate contract, for every container request of a: the CDI
- * device "<kind>=<device>", or with device NULL one "<kind>=<ID>" per requested ID, and the annotation
- * "cdi.k8s.io/<plugin_name>_<first ID>" = those names comma-separated (for runtimes without the
- * cdi_devices field; unique per container, as IDs are not shared). -ENOMEM (the response may
- * hold part of it: finish with an error), -EINVAL (NULL plugin_name or kind).
+ * device "<kind>=<device>", or with device NULL one "<kind>=<ID>" per requested ID, and the
+ * annotation "cdi.k8s.io/<plugin_name>_<first ID>" = those names comma-separated (for runtimes
+ * without the cdi_devices field; unique per container, as IDs are not shared). -ENOMEM (the
+ * response may hold part of it: finish with an error), -EINVAL (NULL plugin_name or kind).
  */
 int dp_alloc_add_cdi_answer(dp_alloc *a, const char *plugin_name, const char *kind, const char *device);
 /* True when the requester went away; the driver may still finish (nothing is sent). */
@@ -142,7 +142,7 @@ size_t dp_endpoint_max_devices(const char *id_prefix);
  * INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...); method is the gRPC path, message the status
  * message the client got. Told for every refusal: rate-limiting is the handler's.
  * on_health_changed: the driver's first verdict, and each change of the verdict or its reason
- * (reason: "" when the driver gave none).
+ * (without one from the driver: "" when healthy, "unhealthy" when not).
  */
 typedef struct dp_endpoint_events {
 	void (*on_registered)(dp_endpoint *ep, void *userdata);
