@@ -32,7 +32,6 @@ struct kata_plugin {
 	dp_endpoint *ep;
 	dp_cdi_file *cdi;
 	bool cdi_changed; /* the CDI watch saw a change that no check has looked at yet */
-	char health_fields[32]; /* "devices=<n>" on the "devices usable" line */
 };
 
 /* The cdev is still the character device with the number the scan saw. By its name in the
@@ -176,7 +175,6 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 		dd[i].id = p->ids[i];
 		dd[i].numa_node = p->devs[i].numa_node;
 	}
-	snprintf(p->health_fields, sizeof(p->health_fields), "devices=%zu", p->n);
 	dp_endpoint_config ec = {
 		.resource_name = p->resource,
 		.socket_prefix = p->socket_prefix,
@@ -184,7 +182,6 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 		.n_devices = p->n,
 		.healthy_message = "devices usable",
 		.unhealthy_message = "devices unusable, advertising every device Unhealthy",
-		.healthy_fields = p->health_fields,
 		.events = &dp_endpoint_log_events,
 		.driver = &driver,
 		.userdata = p,

@@ -61,7 +61,7 @@ struct dp_endpoint {
 	dp_source *check_timer;
 	uint64_t hold_usec; /* first_check_hold_usec */
 	dp_source *hold;    /* bounds the first check's wait for the first registration attempt */
-	/* the health lines' wording (dp_endpoint_config, kept; NULL fields and detail: none) */
+	/* the health lines' wording (dp_endpoint_config, kept; NULL fields: devices=<n>, detail: none) */
 	const char *healthy_message;
 	const char *unhealthy_message;
 	const char *healthy_fields;

@@ -59,7 +59,7 @@ static void on_contended(dp_endpoint *ep, uint64_t delay_usec, void *userdata)
  * that the probe's ioctls ran); unhealthy at warn with the reason. */
 static void on_health_changed(dp_endpoint *ep, bool healthy, const char *reason, void *userdata)
 {
-	char q[600], fields[300];
+	char q[600], fields[300], n[32];
 	const char *f = ep->healthy_fields, *d = ep->healthy_detail;
 
 	if (!healthy) {
@@ -67,8 +67,11 @@ static void on_health_changed(dp_endpoint *ep, bool healthy, const char *reason,
 			dp_logq(q, sizeof(q), reason));
 		return;
 	}
-	snprintf(fields, sizeof(fields), "%s%s%s%s%s", f ? " " : "", f ? f : "", d ? " " : "", d ? d : "",
-		 d ? "=" : "");
+	if (!f) {
+		snprintf(n, sizeof(n), "devices=%zu", ep->n_devices);
+		f = n;
+	}
+	snprintf(fields, sizeof(fields), " %s%s%s%s", f, d ? " " : "", d ? d : "", d ? "=" : "");
 	dp_info(ep->healthy_message, "resource=%s%s%s", ep->resource, fields,
 		d ? dp_logq(q, sizeof(q), reason) : "");
 }

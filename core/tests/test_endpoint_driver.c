@@ -192,7 +192,7 @@ static void health_lines_in_configured_wording(void **state)
 				    "device=/dev/kvm probe=\"KVM API version 12, VM created\"\n"), 1);
 	assert_int_equal(count(log, "level=warn msg=\"device unusable, advertising every device Unhealthy\" "
 				    "resource=example.com/thing reason=\"KVM_CREATE_VM: ENOMEM\"\n"), 1);
-	assert_int_equal(count(log, "level=info msg=\"devices usable\" resource=example.com/thing\n"), 1);
+	assert_int_equal(count(log, "level=info msg=\"devices usable\" resource=example.com/thing devices=2\n"), 1);
 	assert_int_equal(count(log, "level=warn msg=\"devices unusable, advertising every device Unhealthy\" "
 				    "resource=example.com/thing reason=\"a cdev is gone\"\n"), 1);
 	assert_int_equal(count(log, "\n"), 4);

@@ -66,7 +66,7 @@ typedef struct dp_endpoint_config {
 	 * Kept, not copied: literals, or storage that outlives the endpoint. */
 	const char *healthy_message;   /* ["devices usable"] */
 	const char *unhealthy_message; /* ["devices unusable, advertising every device Unhealthy"] */
-	const char *healthy_fields;    /* "device=/dev/kvm" [none] */
+	const char *healthy_fields;    /* "device=/dev/kvm" ["devices=<n_devices>"] */
 	const char *healthy_detail;    /* "probe": the healthy verdict's reason is its proof [none] */
 	const struct dp_endpoint_events *events; /* copied; NULL: none (dp_endpoint_set_events) */
 	const dp_driver *driver;
