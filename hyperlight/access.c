@@ -1,27 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* access: the --device-access bootstrap plugin, one device granting the node (access.h). */
 #include "access.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "dp/endpoint.h"
 #include "dp/grpc.h"
-#include "dp/log.h"
 #include "dp/paths.h"
-#include "plugin.h"
 
+struct hl_access {
+	dp_loop *loop;
+	struct hl_device dev;
+	char health_fields[PATH_MAX + 16]; /* "device=/dev/kvm" on the "device present" line */
+	dp_endpoint *ep;
+	struct hl_node_watch watch;
+};
+
+/* The verdict, logged once per change by the endpoint ("device present" / "device gone"). */
 static bool node_present(struct hl_access *a)
 {
-	char reason[512], q[600];
+	char reason[512];
 	hl_node_watch_ensure(&a->watch);
 	bool ok = hl_device_verify(&a->dev, reason, sizeof(reason)) == 0;
-	if (!a->reported || ok != a->last_healthy) {
-		if (ok)
-			dp_info("device present", "resource=%s device=%s", HL_ACCESS_RESOURCE, a->dev.path);
-		else
-			dp_warn("device gone", "resource=%s reason=%s", HL_ACCESS_RESOURCE,
-				dp_logq(q, sizeof(q), reason));
-	}
-	a->reported = true;
-	a->last_healthy = ok;
 	dp_endpoint_set_health(a->ep, ok, ok ? NULL : reason);
 	return ok;
 }
@@ -53,35 +55,55 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *al, void *userdata)
 
 static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
 
-int hl_access_start(struct hl_access *a, dp_loop *loop, const struct hl_device *dev)
+hl_access *hl_access_free(hl_access *a)
+{
+	if (!a)
+		return NULL;
+	hl_node_watch_stop(&a->watch);
+	a->ep = dp_endpoint_free(a->ep);
+	return (free(a), NULL);
+}
+
+static int setup_endpoint(struct hl_access *a)
 {
 	char kdir[PATH_MAX];
 	const dp_device devices[] = { { HL_ACCESS_DEVICE_ID, -1 } };
 	int r = dp_path(kdir, sizeof(kdir), DP_KUBELET_DIR);
 	if (r < 0)
 		return r;
-	a->loop = loop;
-	a->dev = *dev;
+	snprintf(a->health_fields, sizeof(a->health_fields), "device=%s", a->dev.path);
 	dp_endpoint_config ec = {
 		.resource_name = HL_ACCESS_RESOURCE,
 		.socket_prefix = HL_ACCESS_SOCKET_PREFIX,
 		.devices = devices,
 		.n_devices = 1,
+		.healthy_message = "device present",
+		.unhealthy_message = "device gone",
+		.healthy_fields = a->health_fields,
+		.events = &dp_endpoint_log_events,
 		.driver = &driver,
 		.userdata = a,
 	};
-	r = dp_endpoint_new(loop, kdir, &ec, &a->ep);
-	if (r < 0)
-		return r;
-	dp_endpoint_set_events(a->ep, &dp_endpoint_log_events);
-	a->watch = (struct hl_node_watch){ .loop = loop, .ep = a->ep, .dir = a->dev.host_dir,
-					   .name = a->dev.name };
-	hl_node_watch_ensure(&a->watch);
-	return dp_endpoint_start(a->ep);
+	return dp_endpoint_new(a->loop, kdir, &ec, &a->ep);
 }
 
-void hl_access_stop(struct hl_access *a)
+int hl_access_new(dp_loop *loop, const struct hl_device *dev, hl_access **ret)
 {
-	hl_node_watch_stop(&a->watch);
-	a->ep = dp_endpoint_free(a->ep);
+	_cleanup_(hl_access_freep) hl_access *a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->loop = loop;
+	a->dev = *dev;
+	int r = setup_endpoint(a);
+	if (r >= 0) {
+		a->watch = (struct hl_node_watch){ .loop = loop, .ep = a->ep, .dir = a->dev.host_dir,
+						   .name = a->dev.name };
+		hl_node_watch_ensure(&a->watch);
+		r = dp_endpoint_start(a->ep);
+	}
+	if (r < 0)
+		// cppcheck-suppress memleak ; a is freed by its _cleanup_ attribute, which cppcheck does not model
+		return r;
+	*ret = TAKE_PTR(a);
+	return 0;
 }

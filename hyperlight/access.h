@@ -9,21 +9,18 @@
 #pragma once
 
 #include "detect.h"
-#include "dp/endpoint.h"
 #include "dp/loop.h"
+#include "dp/macro.h"
 
 #define HL_ACCESS_RESOURCE "hyperlight.dev/device-access"
 #define HL_ACCESS_SOCKET_PREFIX "hyperlight-device-access"
 #define HL_ACCESS_DEVICE_ID "device-access"
 
-struct hl_access {
-	dp_loop *loop;
-	struct hl_device dev;
-	dp_endpoint *ep;
-	struct hl_node_watch watch;
-	bool reported;
-	bool last_healthy;
-};
+typedef struct hl_access hl_access;
 
-int hl_access_start(struct hl_access *a, dp_loop *loop, const struct hl_device *dev);
-void hl_access_stop(struct hl_access *a);
+/* Serve and register the one device-access device for dev (copied). Negative errno; *ret
+ * written only on success. */
+int hl_access_new(dp_loop *loop, const struct hl_device *dev, hl_access **ret);
+/* Removes our socket. Accepts NULL, returns NULL. */
+hl_access *hl_access_free(hl_access *a);
+DP_DEFINE_CLEANUP(hl_access, hl_access_free)

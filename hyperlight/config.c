@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* config: the hyperlight daemon's environment, read once at start (config.h). */
 #include "config.h"
 
 #include <errno.h>
@@ -6,46 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp/endpoint.h"
 #include "dp/env.h"
-#include "dp/grpc.h"
 #include "dp/log.h"
 
-static size_t varint_len(size_t v)
-{
-	size_t n = 1;
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
-}
-
-/* Bytes one Device takes inside ListAndWatchResponse (field 1, length-delimited) when its ID
- * ("hyperlight-<i>") has idlen bytes. */
-static size_t device_wire_size(size_t idlen)
-{
-	size_t dev = 1 + varint_len(idlen) + idlen + 1 + varint_len(9) + 9; /* ID, "Unhealthy" */
-	return 1 + varint_len(dev) + dev;
-}
-
-/* Every ID with the same number of decimal digits has the same size: fill the message one
- * digit count at a time (10 steps, not one snprintf per device: this runs at every start). */
+/* The encoder owns the wire size (dp_endpoint_max_devices); the count is a uint32_t. */
 uint32_t hl_device_count_ceiling(void)
 {
-	size_t total = 0;
-	uint64_t n = 0, first = 0, end = 10;
-
-	for (size_t digits = 1; end <= (uint64_t)UINT32_MAX + 1; digits++) {
-		size_t each = device_wire_size(sizeof(HL_ID_PREFIX) - 1 + digits);
-		uint64_t fit = (DP_GRPC_MAX_MESSAGE - total) / each;
-		if (fit < end - first)
-			return (uint32_t)(n + fit);
-		total += (size_t)(end - first) * each;
-		n += end - first;
-		first = end;
-		end *= 10;
-	}
-	return UINT32_MAX;
+	size_t n = dp_endpoint_max_devices(HL_ID_PREFIX);
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
 void hl_device_id(uint32_t i, char *buf, size_t size)

@@ -13,30 +13,6 @@
 #include "dp/log.h"
 #include "label-node/label_node.h"
 
-/* ---- the plugin objects: the one place that knows how they are held ---- */
-
-static int plugin_start(struct hl_daemon *d, dp_loop *loop)
-{
-	return hl_plugin_start(&d->plugin, loop, &d->cfg, &d->dev);
-}
-
-static int access_start(struct hl_daemon *d, dp_loop *loop)
-{
-	return hl_access_start(&d->access, loop, &d->dev);
-}
-
-/* The probe helper's exe fd: the only exec besides the label helper's. */
-static int plugin_exe_fd(const struct hl_daemon *d)
-{
-	return dp_helper_exe_fd(d->plugin.probe);
-}
-
-static void plugins_stop(struct hl_daemon *d)
-{
-	hl_plugin_stop(&d->plugin);
-	hl_access_stop(&d->access);
-}
-
 /* ---- the callbacks ---- */
 
 int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
@@ -88,7 +64,7 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 	char exe[PATH_MAX];
 	dp_info("advertising", "resource=%s devices=%u host_device_dir=%s", HL_RESOURCE, d->cfg.device_count,
 		d->cfg.host_device_dir[0] ? d->cfg.host_device_dir : "none");
-	int r = plugin_start(d, loop);
+	int r = hl_plugin_new(loop, &d->cfg, &d->dev, &d->plugin);
 	if (r < 0)
 		return r;
 	hl_labels_params lp = { .exe = label_exe(exe, sizeof(exe)) };
@@ -101,7 +77,7 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 int hl_daemon_start(dp_loop *loop, void *userdata)
 {
 	struct hl_daemon *d = userdata;
-	int r = d->device_access ? access_start(d, loop) : start_plugin(d, loop);
+	int r = d->device_access ? hl_access_new(loop, &d->dev, &d->access) : start_plugin(d, loop);
 	if (r < 0)
 		dp_error("cannot start", "error=%s", strerror(-r));
 	return r;
@@ -112,7 +88,7 @@ int hl_daemon_start(dp_loop *loop, void *userdata)
 size_t hl_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int *ret_exe_fd)
 {
 	struct hl_daemon *d = userdata;
-	*ret_exe_fd = d->device_access ? -1 : plugin_exe_fd(d);
+	*ret_exe_fd = d->device_access ? -1 : hl_plugin_exe_fd(d->plugin);
 	return hl_seccomp_rules(!d->device_access, hl_labels_exe_fd(d->labels), rules, max);
 }
 
@@ -120,5 +96,6 @@ void hl_daemon_stop(void *userdata)
 {
 	struct hl_daemon *d = userdata;
 	d->labels = hl_labels_free(d->labels);
-	plugins_stop(d);
+	d->plugin = hl_plugin_free(d->plugin);
+	d->access = hl_access_free(d->access);
 }

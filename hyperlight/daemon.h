@@ -23,8 +23,8 @@ struct hl_daemon {
 	bool device_access;
 	struct hl_config cfg;
 	struct hl_device dev;
-	struct hl_plugin plugin; /* the plugin objects: used in daemon.c's "plugin objects" only */
-	struct hl_access access;
+	hl_plugin *plugin;
+	hl_access *access;
 	hl_labels *labels;
 };
 

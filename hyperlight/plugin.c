@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* plugin: the hyperlight.dev/hypervisor driver: checks, probe runs and Allocate (plugin.h). */
 #include "plugin.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include "dp/cdi.h"
+#include "dp/endpoint.h"
 #include "dp/grpc.h"
+#include "dp/helper.h"
 #include "dp/log.h"
 #include "dp/metrics.h"
 #include "dp/paths.h"
@@ -17,26 +20,27 @@
 
 /* The probe's deadline; a killed helper gets as long again to be reaped before probes block. */
 #define PROBE_DEADLINE_USEC (2 * DP_USEC_PER_SEC)
+/* The first check's wait for the first registration attempt (plugin.h). */
+#define FIRST_CHECK_HOLD_USEC (1 * DP_USEC_PER_SEC)
+/* "hyperlight.dev/hypervisor" as an annotation name's part: cdi.k8s.io/<this>_<device>. */
+#define PLUGIN_NAME "hyperlight.dev-hypervisor"
 
-
-
-/* Log the verdict once per change, not at every periodic check. Healthy: reason is the probe's
- * own result ("KVM API version 12, VM created"), proof that its ioctls ran. */
-static void report(struct hl_plugin *p, bool healthy, const char *reason)
-{
-	char q[600];
-	if (p->reported && healthy == p->last_healthy && strcmp(reason, p->last_reason) == 0)
-		return;
-	if (healthy)
-		dp_info("device usable", "resource=%s device=%s probe=%s", HL_RESOURCE, p->dev.path,
-			dp_logq(q, sizeof(q), reason));
-	else
-		dp_warn("device unusable, advertising every device Unhealthy", "resource=%s reason=%s",
-			HL_RESOURCE, dp_logq(q, sizeof(q), reason));
-	p->reported = true;
-	p->last_healthy = healthy;
-	snprintf(p->last_reason, sizeof(p->last_reason), "%s", reason);
-}
+struct hl_plugin {
+	dp_loop *loop;
+	struct hl_config cfg;
+	struct hl_device dev;
+	char health_fields[PATH_MAX + 16]; /* "device=/dev/kvm" on the "device usable" line */
+	dp_endpoint *ep;
+	dp_cdi_file *cdi;
+	struct hl_node_watch watch;      /* the node in the daemon's own /dev */
+	char host_dir[PATH_MAX];         /* HOST_DEVICE_DIR resolved, "" without it */
+	struct hl_node_watch host_watch; /* the host's node there (with HOST_DEVICE_DIR) */
+	dp_helper *probe;
+	struct hl_waiter *waiters; /* requesters of the probe in flight */
+	struct hl_waiter *queued;  /* requesters of the next probe (stale: a node changed) */
+	bool stale;                /* a node changed while the probe in flight ran */
+	unsigned probe_counted;    /* the last probe run counted in the metrics */
+};
 
 /* The checks done in the daemon itself: the injected node, then the CDI spec. */
 static int precheck(struct hl_plugin *p, char *reason, size_t size)
@@ -59,33 +63,26 @@ static int precheck(struct hl_plugin *p, char *reason, size_t size)
 	return 0;
 }
 
+/* Every requested ID is the one CDI device "hyperlight.dev/hypervisor=<kvm|mshv>". */
 static void answer_allocate(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
 {
-	char key[256], msg[600];
+	char msg[600];
 
 	if (!healthy) {
 		snprintf(msg, sizeof(msg), "%s is not usable: %s", p->dev.path, reason);
 		dp_alloc_finish(a, DP_GRPC_UNAVAILABLE, msg);
-		return;
+	} else if (dp_alloc_add_cdi_answer(a, PLUGIN_NAME, HL_RESOURCE, p->dev.name) < 0) {
+		dp_alloc_finish(a, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	} else {
+		dp_alloc_finish(a, DP_GRPC_OK, NULL);
 	}
-	for (size_t c = 0; c < dp_alloc_containers(a); c++) {
-		size_t n;
-		char **ids = dp_alloc_ids(a, c, &n);
-		/* cdi.k8s.io/<plugin>_<device>: unique per container, a valid annotation name. */
-		snprintf(key, sizeof(key), "cdi.k8s.io/hyperlight.dev-hypervisor_%s", ids[0]);
-		if (dp_alloc_add_cdi(a, c, p->cdi_name) < 0 ||
-		    dp_alloc_add_annotation(a, c, key, p->cdi_name) < 0) {
-			dp_alloc_finish(a, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-			return;
-		}
-	}
-	dp_alloc_finish(a, DP_GRPC_OK, NULL);
 }
 
-/* A check ended: every stream learns the verdict, the Allocate (if any) gets its answer. */
+/* A check ended: every stream learns the verdict (logged once per change by the endpoint;
+ * healthy, reason is the probe's own result, proof that its ioctls ran), the Allocate (if any)
+ * gets its answer. */
 static void check_done(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
 {
-	report(p, healthy, reason);
 	dp_endpoint_set_health(p->ep, healthy, reason);
 	if (a)
 		answer_allocate(p, a, healthy, reason);
@@ -209,13 +206,7 @@ static void finish_waiters(struct hl_plugin *p)
 
 static void drv_check(dp_endpoint *ep, void *userdata)
 {
-	struct hl_plugin *p = userdata;
-
-	if (p->holding) {
-		p->check_held = true;
-		return;
-	}
-	start_check(p, NULL);
+	start_check(userdata, NULL);
 }
 
 static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
@@ -229,52 +220,6 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 {
 	struct hl_plugin *p = userdata;
 	dp_endpoint_request_check(p->ep);
-}
-
-/* ---------------------------------------------------------------- the first check's hold */
-
-/* The first registration attempt ended (or the hold's bound passed): checks run from now on. */
-static void release_hold(struct hl_plugin *p)
-{
-	if (!p->holding)
-		return;
-	p->holding = false;
-	p->hold = dp_source_free(p->hold);
-	if (p->check_held)
-		dp_endpoint_request_check(p->ep);
-	p->check_held = false;
-}
-
-static int on_hold_timeout(dp_source *s, void *userdata)
-{
-	dp_debug("first check no longer waits for registration", "resource=%s", HL_RESOURCE);
-	release_hold(userdata);
-	return 0;
-}
-
-static void on_registered(dp_endpoint *ep, void *userdata)
-{
-	dp_endpoint_log_events.on_registered(ep, NULL);
-	release_hold(userdata);
-}
-
-static void on_register_failed(dp_endpoint *ep, const char *reason, void *userdata)
-{
-	dp_endpoint_log_events.on_register_failed(ep, reason, NULL);
-	release_hold(userdata);
-}
-
-/* Hold the first check when a Register call is about to go out (kubelet.sock exists). */
-static int start_hold(struct hl_plugin *p, const char *kubelet_dir)
-{
-	char sock[PATH_MAX];
-	struct stat st;
-
-	if ((size_t)snprintf(sock, sizeof(sock), "%s/%s", kubelet_dir, DP_KUBELET_SOCKET) >= sizeof(sock) ||
-	    stat(sock, &st) < 0 || !S_ISSOCK(st.st_mode))
-		return 0;
-	p->holding = true;
-	return dp_timer_add(p->loop, HL_FIRST_CHECK_HOLD_USEC, 0, on_hold_timeout, p, &p->hold);
 }
 
 static int make_devices(const struct hl_config *cfg, dp_device **ret, char **ret_ids)
@@ -305,13 +250,7 @@ static int setup_cdi(struct hl_plugin *p)
 	if (r < 0)
 		return r;
 	hl_spec_render(&p->dev, p->cfg.uid, p->cfg.gid, &spec);
-	if (spec.oom)
-		return -ENOMEM;
-	r = dp_cdi_file_new(p->loop, dir, HL_CDI_FILE, on_cdi_changed, p, &p->cdi);
-	if (r < 0)
-		return r;
-	dp_cdi_file_set_fight_fn(p->cdi, dp_cdi_log_fight);
-	return dp_cdi_file_set_content(p->cdi, spec.data, spec.len);
+	return dp_cdi_file_new_owned(p->loop, dir, HL_CDI_FILE, &spec, on_cdi_changed, p, &p->cdi);
 }
 
 /* The helper child runs: probe <kind> <device> [<host node> <major> <minor>]. */
@@ -340,71 +279,95 @@ static int setup_probe(struct hl_plugin *p)
 	return dp_helper_new(p->loop, NULL, argv, PROBE_DEADLINE_USEC, PROBE_DEADLINE_USEC, &p->probe);
 }
 
-int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *cfg,
-		    const struct hl_device *dev)
+static int setup_endpoint(struct hl_plugin *p)
 {
 	char kdir[PATH_MAX];
 	_cleanup_free_ dp_device *devs = NULL;
 	_cleanup_free_ char *ids = NULL;
-	int r;
-
-	p->loop = loop;
-	p->cfg = *cfg;
-	p->dev = *dev;
-	snprintf(p->cdi_name, sizeof(p->cdi_name), "%s=%s", HL_RESOURCE, dev->name);
-	r = setup_cdi(p);
-	if (r < 0)
-		return r;
-	r = setup_probe(p);
-	if (r < 0)
-		return r;
-	r = make_devices(cfg, &devs, &ids);
+	int r = make_devices(&p->cfg, &devs, &ids);
 	if (r < 0)
 		return r;
 	r = dp_path(kdir, sizeof(kdir), DP_KUBELET_DIR);
 	if (r < 0)
 		/* devs is freed by its _cleanup_ attribute, which the analyzer does not model */
 		return r; // NOLINT(clang-analyzer-unix.Malloc)
+	snprintf(p->health_fields, sizeof(p->health_fields), "device=%s", p->dev.path);
 	dp_endpoint_config ec = {
 		.resource_name = HL_RESOURCE,
 		.socket_prefix = HL_SOCKET_PREFIX,
 		.devices = devs,
-		.n_devices = cfg->device_count,
+		.n_devices = p->cfg.device_count,
+		.first_check_hold_usec = FIRST_CHECK_HOLD_USEC,
+		.healthy_message = "device usable",
+		.unhealthy_message = "device unusable, advertising every device Unhealthy",
+		.healthy_fields = p->health_fields,
+		.healthy_detail = "probe",
+		.events = &dp_endpoint_log_events,
 		.driver = &driver,
 		.userdata = p,
 	};
-	r = dp_endpoint_new(loop, kdir, &ec, &p->ep);
-	if (r < 0)
-		return r;
-	p->events = dp_endpoint_log_events;
-	p->events.on_registered = on_registered;
-	p->events.on_register_failed = on_register_failed;
-	p->events.userdata = p;
-	dp_endpoint_set_events(p->ep, &p->events);
-	p->watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dir = p->dev.host_dir,
-					   .name = p->dev.name, .changed = on_node_changed,
-					   .userdata = p };
-	hl_node_watch_ensure(&p->watch);
-	if (p->host_dir[0]) { /* the host's node, checked by the probe: its changes are seen at once */
-		p->host_watch = (struct hl_node_watch){ .loop = loop, .ep = p->ep, .dir = p->host_dir,
-							.name = p->dev.name, .changed = on_node_changed,
-							.userdata = p };
-		hl_node_watch_ensure(&p->host_watch);
-	}
-	r = start_hold(p, kdir);
-	if (r < 0)
-		return r;
-	return dp_endpoint_start(p->ep);
+	return dp_endpoint_new(p->loop, kdir, &ec, &p->ep);
 }
 
-void hl_plugin_stop(struct hl_plugin *p)
+/* The node in the daemon's own /dev, and with HOST_DEVICE_DIR the host's (checked by the probe):
+ * their changes are seen at once. */
+static void setup_watches(struct hl_plugin *p)
 {
-	p->holding = false;
-	p->hold = dp_source_free(p->hold);
+	struct hl_node_watch w = { .loop = p->loop, .ep = p->ep, .dir = p->dev.host_dir,
+				   .name = p->dev.name, .changed = on_node_changed, .userdata = p };
+	p->watch = w;
+	hl_node_watch_ensure(&p->watch);
+	if (!p->host_dir[0])
+		return;
+	w.dir = p->host_dir;
+	p->host_watch = w;
+	hl_node_watch_ensure(&p->host_watch);
+}
+
+static void stop_watches(struct hl_plugin *p)
+{
+	hl_node_watch_stop(&p->watch);
+	hl_node_watch_stop(&p->host_watch);
+}
+
+int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev,
+		  hl_plugin **ret)
+{
+	_cleanup_(hl_plugin_freep) hl_plugin *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->loop = loop;
+	p->cfg = *cfg;
+	p->dev = *dev;
+	int r = setup_cdi(p);
+	if (r >= 0)
+		r = setup_probe(p);
+	if (r >= 0)
+		r = setup_endpoint(p);
+	if (r < 0)
+		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, which cppcheck does not model
+		return r;
+	setup_watches(p);
+	r = dp_endpoint_start(p->ep);
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(p);
+	return 0;
+}
+
+hl_plugin *hl_plugin_free(hl_plugin *p)
+{
+	if (!p)
+		return NULL;
 	finish_waiters(p);
+	stop_watches(p);
 	p->probe = dp_helper_free(p->probe);
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
-	hl_node_watch_stop(&p->watch);
-	hl_node_watch_stop(&p->host_watch);
+	return (free(p), NULL);
+}
+
+int hl_plugin_exe_fd(const hl_plugin *p)
+{
+	return dp_helper_exe_fd(p->probe);
 }

@@ -12,48 +12,27 @@
  * 30 s period (the backstop) and the backoff while unhealthy.
  *
  * The first check waits for the first registration attempt to end (registered or failed; at
- * most HL_FIRST_CHECK_HOLD_USEC; not at all when kubelet.sock is absent): kubelet dials back
- * inside Register, and answering it must not queue behind the CDI write (two fsyncs) and the
- * probe child's spawn. The devices are Unhealthy until that check, as always, and the first
- * ListAndWatch response waits for it.
+ * most 1 s; not at all when kubelet.sock is absent): the endpoint's first_check_hold_usec, as
+ * kubelet dials back inside Register, and answering it must not queue behind the CDI write (two
+ * fsyncs) and the probe child's spawn. The devices are Unhealthy until that check, as always,
+ * and the first ListAndWatch response waits for it.
  */
 #pragma once
 
-#include <stdbool.h>
-
 #include "config.h"
 #include "detect.h"
-#include "dp/cdi.h"
-#include "dp/endpoint.h"
-#include "dp/helper.h"
 #include "dp/loop.h"
+#include "dp/macro.h"
 
-struct hl_plugin {
-	dp_loop *loop;
-	struct hl_config cfg;
-	struct hl_device dev;
-	char cdi_name[128]; /* "hyperlight.dev/hypervisor=kvm" */
-	dp_endpoint *ep;
-	dp_cdi_file *cdi;
-	struct hl_node_watch watch;      /* the node in the daemon's own /dev */
-	char host_dir[PATH_MAX];         /* HOST_DEVICE_DIR resolved, "" without it */
-	struct hl_node_watch host_watch; /* the host's node there (with HOST_DEVICE_DIR) */
-	dp_helper *probe;
-	struct hl_waiter *waiters; /* requesters of the probe in flight */
-	struct hl_waiter *queued;  /* requesters of the next probe (stale: a node changed) */
-	bool stale;                /* a node changed while the probe in flight ran */
-	unsigned probe_counted;    /* the last probe run counted in the metrics */
-	dp_endpoint_events events; /* the shared log lines, plus the release of the first check */
-	dp_source *hold;           /* bounds the first check's wait for registration */
-	bool holding;              /* the first check waits for the first registration attempt */
-	bool check_held;           /* a check was asked for meanwhile */
-	bool last_healthy;
-	bool reported;
-	char last_reason[512];
-};
+typedef struct hl_plugin hl_plugin;
 
-#define HL_FIRST_CHECK_HOLD_USEC (1 * DP_USEC_PER_SEC)
-
-int hl_plugin_start(struct hl_plugin *p, dp_loop *loop, const struct hl_config *cfg,
-		    const struct hl_device *dev);
-void hl_plugin_stop(struct hl_plugin *p);
+/* Render and own the CDI spec, start the probe helper, serve and register (the endpoint's first
+ * check follows). cfg and dev are copied. Negative errno; *ret written only on success. */
+int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev,
+		  hl_plugin **ret);
+/* Answers the Allocates still waiting (UNAVAILABLE), stops the probe helper, removes our socket;
+ * the CDI spec is kept. Accepts NULL, returns NULL. */
+hl_plugin *hl_plugin_free(hl_plugin *p);
+DP_DEFINE_CLEANUP(hl_plugin, hl_plugin_free)
+/* The probe helper's executable fd (the seccomp allow-list's only exec). */
+int hl_plugin_exe_fd(const hl_plugin *p);

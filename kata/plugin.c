@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* plugin: one kata resource's driver: its checks and Allocate answer (plugin.h). */
 #include "plugin.h"
 
 #include <errno.h>
@@ -31,26 +32,7 @@ struct kata_plugin {
 	dp_endpoint *ep;
 	dp_cdi_file *cdi;
 	bool cdi_changed; /* the CDI watch saw a change that no check has looked at yet */
-	bool reported;
-	bool last_healthy;
-	char last_reason[512];
 };
-
-/* Log the verdict once per change, not at every periodic check. */
-static void report(kata_plugin *p, bool healthy, const char *reason)
-{
-	char q[600];
-	if (p->reported && healthy == p->last_healthy && strcmp(reason, p->last_reason) == 0)
-		return;
-	if (healthy)
-		dp_info("devices usable", "resource=%s devices=%zu", p->resource, p->n);
-	else
-		dp_warn("devices unusable, advertising every device Unhealthy", "resource=%s reason=%s",
-			p->resource, dp_logq(q, sizeof(q), reason));
-	p->reported = true;
-	p->last_healthy = healthy;
-	snprintf(p->last_reason, sizeof(p->last_reason), "%s", reason);
-}
 
 /* The cdev is still the character device with the number the scan saw. By its name in the
  * directory opened at start: a stat of one path component, not of the whole path, on every
@@ -128,11 +110,9 @@ static bool check(kata_plugin *p, char *reason, size_t size)
 	}
 	if (repaired)
 		dp_info("CDI spec written", "resource=%s path=%s", p->resource, dp_cdi_file_path(p->cdi));
-	report(p, true, "");
 	dp_endpoint_set_health(p->ep, true, NULL);
 	return true;
 unhealthy:
-	report(p, false, reason);
 	dp_endpoint_set_health(p->ep, false, reason);
 	return false;
 }
@@ -141,44 +121,6 @@ static void drv_check(dp_endpoint *ep, void *userdata)
 {
 	char reason[512];
 	(void)check(userdata, reason, sizeof(reason));
-}
-
-/* The parts one after the other into out (size > 0), cut like snprintf would. Allocate's
- * names are built this way: snprintf cost more than the rest of the answer in musl. */
-static void join(char *out, size_t size, const char *const *parts, size_t n)
-{
-	size_t off = 0;
-	for (size_t i = 0; i < n; i++) {
-		size_t len = strlen(parts[i]);
-		if (len > size - 1 - off)
-			len = size - 1 - off;
-		memcpy(out + off, parts[i], len);
-		off += len;
-	}
-	out[off] = '\0';
-}
-
-/* One container request: every CDI name, and the annotation for runtimes without the field. */
-static int answer_container(kata_plugin *p, dp_alloc *a, size_t c)
-{
-	_cleanup_(dp_buf_done) dp_buf names = { 0 };
-	char name[2 * KATA_NAME_MAX], key[2 * KATA_NAME_MAX];
-	size_t n;
-	char **ids = dp_alloc_ids(a, c, &n);
-
-	for (size_t i = 0; i < n; i++) {
-		join(name, sizeof(name), (const char *const[]){ p->resource, "=", ids[i] }, 3);
-		if (dp_alloc_add_cdi(a, c, name) < 0)
-			return -ENOMEM;
-		if (i)
-			dp_buf_puts(&names, ",");
-		dp_buf_puts(&names, name);
-	}
-	if (names.oom)
-		return -ENOMEM;
-	/* cdi.k8s.io/<plugin>_<device>: unique per container (IDs are not shared). */
-	join(key, sizeof(key), (const char *const[]){ "cdi.k8s.io/", p->plugin_name, "_", ids[0] }, 4);
-	return dp_alloc_add_annotation(a, c, key, names.data);
 }
 
 static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
@@ -191,23 +133,20 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
 	 * periodic check; a removed or replaced cdev also ends the daemon through the VFIO watch).
 	 * The CDI spec has a watch (any change of the file or its directory triggers a check that
 	 * repairs it), so while the last check passed and no change is pending, the spec is not
-	 * re-read here: a compare per Allocate cost a third of its time in open/read/close.
-	 * Otherwise the full check runs.
+	 * re-read here: its open/read/close would be a large part of an Allocate's time (make
+	 * bench's Allocate figures, sdp-bench). Otherwise the full check runs.
 	 */
 	bool fast = dp_endpoint_healthy(ep) && !p->cdi_changed &&
 		    verify_requested(p, a, reason, sizeof(reason)) == 0;
 	if (!fast && !check(p, reason, sizeof(reason))) {
 		snprintf(msg, sizeof(msg), "%s is not usable: %s", p->resource, reason);
 		dp_alloc_finish(a, DP_GRPC_UNAVAILABLE, msg);
-		return;
+	} else if (dp_alloc_add_cdi_answer(a, p->plugin_name, p->resource, NULL) < 0) {
+		/* per container request: "<resource>=<id>" for each ID, and the annotation */
+		dp_alloc_finish(a, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	} else {
+		dp_alloc_finish(a, DP_GRPC_OK, NULL);
 	}
-	for (size_t c = 0; c < dp_alloc_containers(a); c++) {
-		if (answer_container(p, a, c) < 0) {
-			dp_alloc_finish(a, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-			return;
-		}
-	}
-	dp_alloc_finish(a, DP_GRPC_OK, NULL);
 }
 
 static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
@@ -222,21 +161,13 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 {
 	_cleanup_(dp_buf_done) dp_buf spec = { 0 };
-	int r;
 	kata_spec_render(p->resource, p->devs, p->n, &spec);
-	if (spec.oom)
-		return -ENOMEM;
-	r = dp_cdi_file_new(p->loop, cdi_dir, p->spec_file, on_cdi_changed, p, &p->cdi);
-	if (r < 0)
-		return r;
-	dp_cdi_file_set_fight_fn(p->cdi, dp_cdi_log_fight);
-	return dp_cdi_file_set_content(p->cdi, spec.data, spec.len);
+	return dp_cdi_file_new_owned(p->loop, cdi_dir, p->spec_file, &spec, on_cdi_changed, p, &p->cdi);
 }
 
 static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 {
 	_cleanup_free_ dp_device *dd = calloc(p->n, sizeof(*dd));
-	int r;
 	if (!dd)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++) {
@@ -249,14 +180,13 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 		.socket_prefix = p->socket_prefix,
 		.devices = dd,
 		.n_devices = p->n,
+		.healthy_message = "devices usable",
+		.unhealthy_message = "devices unusable, advertising every device Unhealthy",
+		.events = &dp_endpoint_log_events,
 		.driver = &driver,
 		.userdata = p,
 	};
-	r = dp_endpoint_new(p->loop, kubelet_dir, &ec, &p->ep);
-	if (r < 0)
-		return r;
-	dp_endpoint_set_events(p->ep, &dp_endpoint_log_events);
-	return 0;
+	return dp_endpoint_new(p->loop, kubelet_dir, &ec, &p->ep);
 }
 
 static int open_devdir(void)

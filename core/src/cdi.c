@@ -551,3 +551,20 @@ void dp_cdi_log_fight(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata)
 	else
 		dp_info("CDI spec no longer replaced by another writer", "path=%s", dp_cdi_file_path(f));
 }
+
+int dp_cdi_file_new_owned(dp_loop *loop, const char *dir, const char *name, const dp_buf *spec,
+			  dp_cdi_changed_fn changed, void *userdata, dp_cdi_file **ret)
+{
+	_cleanup_(dp_cdi_file_freep) dp_cdi_file *f = NULL;
+	if (spec->oom)
+		return -ENOMEM;
+	int r = dp_cdi_file_new(loop, dir, name, changed, userdata, &f);
+	if (r < 0)
+		return r;
+	dp_cdi_file_set_fight_fn(f, dp_cdi_log_fight);
+	r = dp_cdi_file_set_content(f, spec->data, spec->len);
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(f);
+	return 0;
+}

@@ -18,8 +18,6 @@
 #define REGISTER_TIMEOUT_USEC (20 * DP_USEC_PER_SEC)
 #define BACKOFF_MIN_USEC (100 * DP_USEC_PER_MSEC)
 #define BACKOFF_MAX_USEC (5 * DP_USEC_PER_SEC)
-#define STAT_FALLBACK_USEC (5 * DP_USEC_PER_SEC)
-#define RECHECK_MIN_USEC (1 * DP_USEC_PER_SEC)
 #define DEFAULT_CHECK_USEC (30 * DP_USEC_PER_SEC)
 #define FAIL_RETELL_USEC (300 * DP_USEC_PER_SEC)
 #define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
@@ -57,17 +55,22 @@ static ssize_t ep_ids_size(const dp_device *devs, size_t n, bool *ret_numa)
 	return (ssize_t)total;
 }
 
+/* One block (freed through ep->sorted): the sorted offsets, the NUMA nodes when one is known (at
+ * an 8-byte boundary), the ID arena. */
 static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 {
 	bool numa = false;
 	ssize_t size = ep_ids_size(devs, n, &numa);
 	if (size < 0)
 		return (int)size;
-	ep->ids = malloc(size ? (size_t)size : 1);
-	ep->sorted = calloc(n ? n : 1, sizeof(*ep->sorted));
-	ep->numa = numa ? calloc(n ? n : 1, sizeof(*ep->numa)) : NULL;
-	if (!ep->ids || !ep->sorted || (numa && !ep->numa))
+	size_t numa_at = (n * sizeof(*ep->sorted) + 7) & ~(size_t)7;
+	size_t ids_at = numa_at + (numa ? n * sizeof(*ep->numa) : 0);
+	char *b = malloc(ids_at + (size_t)size + 1);
+	if (!b)
 		return -ENOMEM;
+	ep->sorted = (uint32_t *)b;
+	ep->numa = numa ? (int64_t *)(b + numa_at) : NULL;
+	ep->ids = b + ids_at;
 	size_t off = 0;
 	for (size_t i = 0; i < n; i++) {
 		size_t len = strlen(devs[i].id) + 1;
@@ -85,13 +88,14 @@ static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 	return 0;
 }
 
-/* ---- health and the ListAndWatch response ---- */
+/* ---- the ListAndWatch response ---- */
 
 /*
- * The response is encoded when sent (a few ms at the ceiling) and not kept: the gRPC layer
- * copies it into its send queue, so a cached copy would only double the per-device memory.
+ * The response is encoded when sent (make bench's sdp-encode-bench times it) and not kept: the
+ * gRPC layer copies it into its send queue, so a cached copy would only double the per-device
+ * memory.
  */
-static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
+void dp_ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 {
 	_cleanup_free_ uint8_t *buf = NULL;
 	size_t len = 0;
@@ -111,71 +115,6 @@ static void ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 			ep_stream_gone(ep, st);
 		}
 	}
-}
-
-/*
- * Healthy: the next periodic check one interval after this verdict. Unhealthy: a retry after the
- * back-off (1 s doubling up to the interval), armed when health just went bad or when the retry
- * timer has fired; verdicts in between (Allocates, inotify) neither push the retry later nor
- * grow the back-off, so a burst of failed requests cannot delay recovery.
- */
-static void ep_arm_check_timer(dp_endpoint *ep, bool changed)
-{
-	uint64_t usec = ep->check_interval;
-	if (!ep->healthy) {
-		if (changed)
-			ep->recheck_backoff = 0;
-		else if (ep->check_timer_armed)
-			return;
-		usec = ep->recheck_backoff ? ep->recheck_backoff : RECHECK_MIN_USEC;
-		ep->recheck_backoff = usec * 2 > ep->check_interval ? ep->check_interval : usec * 2;
-	} else {
-		ep->recheck_backoff = 0;
-	}
-	/* Coarse: the periodic check shares the stat backstop's wake-up (loop.h). */
-	if (ep->check_timer && dp_timer_set_coarse(ep->check_timer, usec, 0) == 0)
-		ep->check_timer_armed = true;
-}
-
-void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason)
-{
-	bool first = !ep->checked;
-	bool changed = first || ep->healthy != healthy;
-	ep->checked = true;
-	ep->healthy = healthy;
-	snprintf(ep->reason, sizeof(ep->reason), "%s", healthy ? "" : (reason ? reason : "unhealthy"));
-	ep_arm_check_timer(ep, changed);
-	if (!changed)
-		return;
-	dp_debug("health changed", "resource=%s healthy=%d", ep->resource, healthy);
-	dp_ep_metrics_health(ep, first);
-	if (ep->streams)
-		ep_send_list(ep, NULL);
-	if (ep->health)
-		dp_health_changed(ep->health);
-}
-
-static void ep_do_check(void *userdata)
-{
-	dp_endpoint *ep = userdata;
-	ep->check_deferred = false;
-	ep->driver.check(ep, ep->userdata);
-}
-
-void dp_endpoint_request_check(dp_endpoint *ep)
-{
-	if (ep->check_deferred)
-		return;
-	if (dp_defer(ep->loop, ep_do_check, ep) == 0)
-		ep->check_deferred = true;
-}
-
-static int ep_on_check_timer(dp_source *s, void *userdata)
-{
-	dp_endpoint *ep = userdata;
-	ep->check_timer_armed = false;
-	dp_endpoint_request_check(ep);
-	return 0;
 }
 
 /* ---- streams ---- */
@@ -245,7 +184,7 @@ void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t l
 		dp_grpc_call_protect(call);
 	}
 	if (ep->checked)
-		ep_send_list(ep, st);
+		dp_ep_send_list(ep, st);
 	if (ep->health)
 		dp_health_changed(ep->health);
 }
@@ -283,6 +222,7 @@ static void ep_failed(dp_endpoint *ep, enum ep_fail kind)
 {
 	uint64_t now = dp_now_usec();
 	ep->failures++;
+	dp_ep_hold_release(ep);
 	dp_ep_metrics_registration(ep, kind);
 	dp_debug("registration attempt failed", "resource=%s kind=%d attempts=%u", ep->resource, (int)kind,
 		 ep->failures);
@@ -360,7 +300,6 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	}
 	ep->state = EP_REGISTERED;
 	ep->backoff = 0;
-	ep->registrations++;
 	ep->registered_at = dp_now_usec();
 	ep->reason_register[0] = '\0';
 	dp_endpoint_watch_remember(ep);
@@ -370,6 +309,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 		dp_health_changed(ep->health);
 	if (ep->events.on_registered)
 		ep->events.on_registered(ep, ep->events.userdata);
+	dp_ep_hold_release(ep);
 	ep->failures = 0;
 	ep->fail_kind = EP_FAIL_NONE;
 	if (ep->stream_ended_registering && !ep->kubelet_stream && ep->state == EP_REGISTERED &&
@@ -501,6 +441,19 @@ static int ep_validate(const dp_endpoint_config *cfg)
 	return 0;
 }
 
+/* resource, prefix and dir in one block (freed through ep->resource). */
+static int ep_copy_names(dp_endpoint *ep, const char *resource, const char *prefix, const char *dir)
+{
+	size_t lr = strlen(resource) + 1, lp = strlen(prefix) + 1, ld = strlen(dir) + 1;
+	char *b = malloc(lr + lp + ld);
+	if (!b)
+		return -ENOMEM;
+	ep->resource = memcpy(b, resource, lr);
+	ep->prefix = memcpy(b + lr, prefix, lp);
+	ep->dir = memcpy(b + lr + lp, dir, ld);
+	return 0;
+}
+
 int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_config *cfg,
 		    dp_endpoint **ret)
 {
@@ -516,16 +469,21 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 	ep->preferred_allocation = cfg->preferred_allocation;
 	ep->pre_start_required = cfg->pre_start_required;
 	ep->check_interval = cfg->check_interval_usec ? cfg->check_interval_usec : DEFAULT_CHECK_USEC;
-	ep->resource = strdup(cfg->resource_name);
-	ep->prefix = strdup(cfg->socket_prefix);
-	ep->dir = strdup(kubelet_dir);
-	if (!ep->resource || !ep->prefix || !ep->dir)
+	ep->hold_usec = cfg->first_check_hold_usec;
+	ep->healthy_message = cfg->healthy_message ? cfg->healthy_message : "devices usable";
+	ep->unhealthy_message = cfg->unhealthy_message ? cfg->unhealthy_message :
+			        "devices unusable, advertising every device Unhealthy";
+	ep->healthy_fields = cfg->healthy_fields;
+	ep->healthy_detail = cfg->healthy_detail;
+	if (cfg->events)
+		ep->events = *cfg->events;
+	r = ep_copy_names(ep, cfg->resource_name, cfg->socket_prefix, kubelet_dir);
+	if (r >= 0)
+		r = ep_copy_devices(ep, cfg->devices, cfg->n_devices);
+	if (r < 0)
 		/* ep is freed by its _cleanup_ attribute, which the analyzers do not model */
 		// cppcheck-suppress memleak
-		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
-	r = ep_copy_devices(ep, cfg->devices, cfg->n_devices);
-	if (r < 0)
-		return r;
+		return r; // NOLINT(clang-analyzer-unix.Malloc)
 	dp_ep_metrics_state(ep);
 	r = dp_health_new(dp_endpoint_health_status, ep, &ep->health);
 	if (r < 0)
@@ -534,10 +492,9 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 	if (r < 0)
 		return r;
 	(void)dp_timer_set(ep->register_timer, 0, 0);
-	r = dp_timer_add(loop, 0, 0, ep_on_check_timer, ep, &ep->check_timer);
+	r = dp_ep_health_init(ep);
 	if (r < 0)
 		return r;
-	(void)dp_timer_set(ep->check_timer, 0, 0);
 	*ret = TAKE_PTR(ep);
 	return 0;
 }
@@ -545,17 +502,6 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 void dp_endpoint_set_events(dp_endpoint *ep, const dp_endpoint_events *ev)
 {
 	ep->events = *ev;
-}
-
-int dp_endpoint_start(dp_endpoint *ep)
-{
-	int r = dp_endpoint_watch_start(ep);
-	if (r < 0)
-		return r;
-	(void)dp_ep_socket_sweep(ep);
-	ep_register_now(ep);
-	dp_endpoint_request_check(ep);
-	return 0;
 }
 
 dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
@@ -566,14 +512,22 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	ep_stop_server(ep, "plugin shutting down");
 	ep->health = dp_health_free(ep->health);
 	dp_endpoint_watch_stop(ep);
+	dp_ep_health_done(ep);
 	dp_source_free(ep->register_timer);
-	dp_source_free(ep->check_timer);
-	free(ep->ids);
-	free(ep->sorted);
-	free(ep->numa);
-	free(ep->resource);
-	free(ep->prefix);
-	free(ep->dir);
-	free(ep);
-	return NULL;
+	free(ep->sorted); /* and the IDs, the NUMA nodes */
+	free(ep->resource); /* and the prefix, the directory */
+	return (free(ep), NULL);
+}
+
+int dp_endpoint_start(dp_endpoint *ep)
+{
+	int r = dp_endpoint_watch_start(ep);
+	if (r >= 0)
+		r = dp_ep_hold_start(ep);
+	if (r < 0)
+		return r;
+	(void)dp_ep_socket_sweep(ep);
+	ep_register_now(ep);
+	dp_endpoint_request_check(ep);
+	return 0;
 }

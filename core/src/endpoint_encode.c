@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp/endpoint.h"
+#include "dp/grpc.h"
+
 /*
  * api.proto (proto3): ListAndWatchResponse { repeated Device devices = 1; }
  * Device { string ID = 1; string health = 2; TopologyInfo topology = 3; }
@@ -115,4 +118,24 @@ int dp_ep_encode_list(const char *ids, size_t n, const int64_t *numa, bool healt
 	*ret = buf;
 	*ret_len = total;
 	return 0;
+}
+
+/* Every ID with the same number of decimal digits has the same size: fill the message one digit
+ * count at a time (a few steps, not one ID per device: daemons call this at every start). The
+ * message is full long before the count could overflow; IDs longer than 63 are invalid. */
+size_t dp_endpoint_max_devices(const char *id_prefix)
+{
+	size_t prefix = strlen(id_prefix), hlen = strlen("Unhealthy"), total = 0, first = 0, end = 10;
+
+	for (size_t digits = 1; prefix + digits <= MAX_ID_LEN; digits++) {
+		size_t body = device_body_size(prefix + digits, hlen, -1);
+		size_t each = 1 + varint_size(body) + body;
+		size_t fit = (DP_GRPC_MAX_MESSAGE - total) / each;
+		if (fit < end - first)
+			return first + fit;
+		total += (end - first) * each;
+		first = end;
+		end *= 10;
+	}
+	return first;
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* endpoint internals shared by endpoint.c, endpoint_rpc.c and endpoint_watch.c. */
+/* endpoint_internal: what the endpoint*.c files (and the white-box tests) share. */
 #pragma once
 
 #include <limits.h>
 #include <sys/types.h>
 
+#include "api.pb-c.h"
 #include "dp/endpoint.h"
 #include "dp/grpc.h"
 #include "dp/health.h"
@@ -23,6 +24,16 @@ enum ep_fail {
 	EP_FAIL_REFUSED,   /* kubelet answered Register with an error */
 };
 
+/* One Allocate call (endpoint_rpc.c): the decoded request and the response being built. */
+struct dp_alloc {
+	dp_endpoint *ep;
+	dp_grpc_call *call; /* NULL once the requester went away */
+	uint64_t deadline;
+	struct dp_ep_request *req;
+	V1beta1__ContainerAllocateResponse *resp; /* one per container request */
+	size_t n;
+};
+
 struct ep_stream {
 	struct ep_stream *next;
 	dp_endpoint *ep;
@@ -32,12 +43,13 @@ struct ep_stream {
 struct dp_endpoint {
 	dp_loop *loop;
 	void *userdata;
-	char *resource;
+	char *resource; /* one block with prefix and dir */
 	char *prefix;
 	char *dir;
 
-	/* devices, compact: one arena of NUL-terminated IDs in the configured order, the arena
-	 * offsets of the IDs in sorted order (lookups), NUMA nodes only when one is known */
+	/* devices, compact and in one block (sorted is its start): one arena of NUL-terminated IDs
+	 * in the configured order, the arena offsets of the IDs in sorted order (lookups), NUMA
+	 * nodes only when one is known */
 	char *ids;
 	uint32_t *sorted;
 	int64_t *numa;
@@ -47,6 +59,13 @@ struct dp_endpoint {
 	uint64_t check_interval;
 	uint64_t recheck_backoff;
 	dp_source *check_timer;
+	uint64_t hold_usec; /* first_check_hold_usec */
+	dp_source *hold;    /* bounds the first check's wait for the first registration attempt */
+	/* the health lines' wording (dp_endpoint_config, kept; NULL fields: devices=<n>, detail: none) */
+	const char *healthy_message;
+	const char *unhealthy_message;
+	const char *healthy_fields;
+	const char *healthy_detail;
 
 	/* serving and registration */
 	dp_grpc_server *server;
@@ -71,7 +90,6 @@ struct dp_endpoint {
 	dp_endpoint_events events;
 
 	enum ep_state state;
-	unsigned registrations;
 	enum ep_fail fail_kind; /* the failure last told through on_register_failed */
 	unsigned failures;      /* failed attempts since the last registration */
 	unsigned quick_ends;    /* streams in a row that ended soon after registering */
@@ -83,11 +101,16 @@ struct dp_endpoint {
 	bool healthy;
 	bool check_deferred;
 	bool check_timer_armed; /* a periodic check or retry is pending */
+	bool holding;           /* the first check waits for the first registration attempt */
+	bool check_held;        /* a check was asked for meanwhile */
+	bool told;              /* on_health_changed was told a verdict: told_healthy, told_reason */
+	bool told_healthy;
 	bool stopping;
 	bool stream_ended_registering; /* a stream ended before Register returned */
 
 	char socket_name[128];
 	char reason[512];
+	char told_reason[512];
 	char reason_register[2 * PATH_MAX + 256];
 };
 
@@ -110,6 +133,17 @@ void dp_ep_socket_remove(dp_endpoint *ep);
 unsigned dp_ep_socket_sweep(dp_endpoint *ep);
 bool dp_ep_socket_ours(const char *prefix, const char *name);
 int dp_ep_socket_stale(const char *path);
+
+/* endpoint.c: send the current list to one stream (only) or to every open stream (NULL). */
+void dp_ep_send_list(dp_endpoint *ep, struct ep_stream *only);
+
+/* endpoint_health.c: the check timer (disarmed), freed with the hold by done; the first
+ * check's hold: armed (with first_check_hold_usec) before the first registration attempt,
+ * released when it ends. */
+int dp_ep_health_init(dp_endpoint *ep);
+void dp_ep_health_done(dp_endpoint *ep);
+int dp_ep_hold_start(dp_endpoint *ep);
+void dp_ep_hold_release(dp_endpoint *ep);
 
 /* endpoint_rpc.c: fills out (at least 8 entries) with the served methods; returns the count. */
 size_t dp_endpoint_methods(dp_endpoint *ep, dp_grpc_method *out);

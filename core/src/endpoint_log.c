@@ -2,7 +2,8 @@
 /*
  * endpoint_log: the life-cycle log lines a daemon's main path wants (info and warn). Library
  * code logs only at debug; this table is the daemons' own, shared here so both log the same
- * lines, and a daemon opts in with dp_endpoint_set_events(ep, &dp_endpoint_log_events).
+ * lines, and a daemon opts in with dp_endpoint_set_events(ep, &dp_endpoint_log_events); the
+ * health lines' wording is each endpoint's (dp_endpoint_config).
  */
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "dp/grpc.h"
 #include "dp/log.h"
 #include "dp/loop.h"
+#include "endpoint_internal.h"
 
 /* After failed attempts the line says so: the failure told before is cleared. */
 static void on_registered(dp_endpoint *ep, void *userdata)
@@ -50,6 +52,28 @@ static void on_contended(dp_endpoint *ep, uint64_t delay_usec, void *userdata)
 	dp_warn("another plugin is registering this resource; backing off",
 		"resource=%s first_delay_ms=%llu max_delay_s=60", dp_endpoint_resource(ep),
 		(unsigned long long)(delay_usec / 1000));
+}
+
+/* In the endpoint's configured wording (dp_endpoint_config): healthy at info, with the verdict's
+ * reason under the detail's name (hyperlight's probe="KVM API version 12, VM created", proof
+ * that the probe's ioctls ran); unhealthy at warn with the reason. */
+static void on_health_changed(dp_endpoint *ep, bool healthy, const char *reason, void *userdata)
+{
+	char q[600], fields[300], n[32];
+	const char *f = ep->healthy_fields, *d = ep->healthy_detail;
+
+	if (!healthy) {
+		dp_warn(ep->unhealthy_message, "resource=%s reason=%s", ep->resource,
+			dp_logq(q, sizeof(q), reason));
+		return;
+	}
+	if (!f) {
+		snprintf(n, sizeof(n), "devices=%zu", ep->n_devices);
+		f = n;
+	}
+	snprintf(fields, sizeof(fields), " %s%s%s%s", f, d ? " " : "", d ? d : "", d ? "=" : "");
+	dp_info(ep->healthy_message, "resource=%s%s%s", ep->resource, fields,
+		d ? dp_logq(q, sizeof(q), reason) : "");
 }
 
 /*
@@ -117,4 +141,5 @@ const dp_endpoint_events dp_endpoint_log_events = {
 	.on_stale_removed = on_stale_removed,
 	.on_contended = on_contended,
 	.on_request_refused = on_request_refused,
+	.on_health_changed = on_health_changed,
 };

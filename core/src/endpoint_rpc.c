@@ -25,19 +25,14 @@
 
 static size_t held;
 
-struct dp_alloc {
-	dp_endpoint *ep;
-	dp_grpc_call *call; /* NULL once the requester went away */
-	uint64_t deadline;
-	struct dp_ep_request *req;
-	V1beta1__ContainerAllocateResponse *resp; /* one per container request */
-	size_t n;
-};
-
-static struct dp_ep_index ep_index(const dp_endpoint *ep)
+/* Decode msg against ep's devices (endpoint_decode.h): DP_GRPC_OK with *ret, or the status with
+ * the reason in why. */
+static int decode(const dp_endpoint *ep, enum dp_ep_kind kind, const uint8_t *msg, size_t len,
+		  struct dp_ep_request **ret, dp_buf *why)
 {
-	return (struct dp_ep_index){ .ids = ep->ids, .sorted = ep->sorted, .n = ep->n_devices,
-				     .resource = ep->resource };
+	struct dp_ep_index x = { .ids = ep->ids, .sorted = ep->sorted, .n = ep->n_devices,
+				 .resource = ep->resource };
+	return dp_ep_decode(kind, &x, msg, len, ret, why);
 }
 
 /* Refuse call with status and message; the daemon's handler is told (on_request_refused). */
@@ -75,9 +70,8 @@ static void rpc_prestart(dp_grpc_call *call, const uint8_t *msg, size_t len, voi
 {
 	dp_endpoint *ep = userdata;
 	_cleanup_(dp_buf_done) dp_buf b = { 0 };
-	struct dp_ep_index x = ep_index(ep);
 	struct dp_ep_request *req = NULL;
-	int status = dp_ep_decode(DP_EP_PRESTART, &x, msg, len, &req, &b);
+	int status = decode(ep, DP_EP_PRESTART, msg, len, &req, &b);
 	if (status != DP_GRPC_OK) {
 		finish_buf(ep, call, status, &b);
 		return;
@@ -89,35 +83,27 @@ static void rpc_prestart(dp_grpc_call *call, const uint8_t *msg, size_t len, voi
 
 /* ---- Allocate ---- */
 
+/* What container response r holds: each of its fields is a repeated message (api.proto), each
+ * element allocated with its strings by push_field; r itself is an element of a->resp. */
+static void resp_clear(V1beta1__ContainerAllocateResponse *r)
+{
+	const ProtobufCMessageDescriptor *d = r->base.descriptor;
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		if (f->label != PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		ProtobufCMessage **arr = *(ProtobufCMessage ***)((char *)r + f->offset);
+		size_t n = *(size_t *)((char *)r + f->quantifier_offset);
+		for (size_t j = 0; j < n; j++)
+			protobuf_c_message_free_unpacked(arr[j], NULL);
+		free(arr);
+	}
+}
+
 static void alloc_free(dp_alloc *a)
 {
-	for (size_t i = 0; i < a->n; i++) {
-		V1beta1__ContainerAllocateResponse *r = &a->resp[i];
-		for (size_t j = 0; j < r->n_envs; j++) {
-			free(r->envs[j]->key);
-			free(r->envs[j]->value);
-			free(r->envs[j]);
-		}
-		free(r->envs);
-		for (size_t j = 0; j < r->n_annotations; j++) {
-			free(r->annotations[j]->key);
-			free(r->annotations[j]->value);
-			free(r->annotations[j]);
-		}
-		free(r->annotations);
-		for (size_t j = 0; j < r->n_devices; j++) {
-			free(r->devices[j]->container_path);
-			free(r->devices[j]->host_path);
-			free(r->devices[j]->permissions);
-			free(r->devices[j]);
-		}
-		free(r->devices);
-		for (size_t j = 0; j < r->n_cdi_devices; j++) {
-			free(r->cdi_devices[j]->name);
-			free(r->cdi_devices[j]);
-		}
-		free(r->cdi_devices);
-	}
+	for (size_t i = 0; i < a->n; i++)
+		resp_clear(&a->resp[i]);
 	free(a->resp);
 	if (a->req) {
 		held -= a->req->size;
@@ -145,9 +131,8 @@ static void rpc_allocate(dp_grpc_call *call, const uint8_t *msg, size_t len, voi
 {
 	dp_endpoint *ep = userdata;
 	_cleanup_(dp_buf_done) dp_buf b = { 0 };
-	struct dp_ep_index x = ep_index(ep);
 	_cleanup_free_ struct dp_ep_request *req = NULL;
-	int status = dp_ep_decode(DP_EP_ALLOCATE, &x, msg, len, &req, &b);
+	int status = decode(ep, DP_EP_ALLOCATE, msg, len, &req, &b);
 	if (status == DP_GRPC_OK && !held_fits(req->size)) {
 		dp_buf_printf(&b, "too many Allocate requests in progress: %zu bytes held, at most %u",
 			      held, HELD_MAX);
@@ -210,58 +195,114 @@ static void *push(void ***arr, size_t *n, size_t size)
 #pragma GCC diagnostic pop
 #endif
 
+/* A new element of container c's repeated message field (by its api.proto name), initialised,
+ * or NULL with *ret_err: -EINVAL (no container c), -ENOMEM. */
+static void *push_field(dp_alloc *a, size_t c, const char *field, int *ret_err)
+{
+	const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(
+		&v1beta1__container_allocate_response__descriptor, field);
+	if (c >= a->n) {
+		*ret_err = -EINVAL;
+		return NULL;
+	}
+	char *r = (char *)&a->resp[c];
+	void *e = push((void ***)(r + f->offset), (size_t *)(r + f->quantifier_offset),
+		       ((const ProtobufCMessageDescriptor *)f->descriptor)->sizeof_message);
+	if (!e) {
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	protobuf_c_message_init(f->descriptor, e);
+	return e;
+}
+
+/* The CDI device named by the len bytes at name. */
+static int add_cdi(dp_alloc *a, size_t c, const char *name, size_t len)
+{
+	int r = 0;
+	V1beta1__CDIDevice *d = push_field(a, c, "cdi_devices", &r);
+	if (!d)
+		return r;
+	d->name = strndup(name, len);
+	return d->name ? 0 : -ENOMEM;
+}
+
 int dp_alloc_add_cdi(dp_alloc *a, size_t c, const char *cdi_name)
 {
-	if (c >= a->n)
+	return add_cdi(a, c, cdi_name, strlen(cdi_name));
+}
+
+/* Container c's CDI answer, built in one buffer: the annotation's key, its NUL, then its value
+ * (the names, comma-separated), each name also added as a CDI device as it is appended. */
+static int add_cdi_answer(dp_alloc *a, size_t c, const char *plugin_name, const char *kind,
+			  const char *device)
+{
+	_cleanup_(dp_buf_done) dp_buf b = { 0 };
+	size_t n;
+	char **ids = dp_alloc_ids(a, c, &n);
+
+	if (n == 0)
 		return -EINVAL;
-	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
-	V1beta1__CDIDevice *d = push((void ***)&r->cdi_devices, &r->n_cdi_devices, sizeof(*d));
-	if (!d)
-		return -ENOMEM;
-	v1beta1__cdidevice__init(d);
-	d->name = strdup(cdi_name);
-	return d->name ? 0 : -ENOMEM;
+	dp_buf_puts(&b, "cdi.k8s.io/");
+	dp_buf_puts(&b, plugin_name);
+	dp_buf_puts(&b, "_");
+	dp_buf_puts(&b, ids[0]);
+	dp_buf_append(&b, "", 1);
+	size_t value = b.len;
+	for (size_t i = 0; i < (device ? 1 : n); i++) {
+		if (i)
+			dp_buf_puts(&b, ",");
+		size_t start = b.len;
+		dp_buf_puts(&b, kind);
+		dp_buf_puts(&b, "=");
+		dp_buf_puts(&b, device ? device : ids[i]);
+		if (b.oom || add_cdi(a, c, b.data + start, b.len - start) < 0)
+			return -ENOMEM;
+	}
+	return dp_alloc_add_annotation(a, c, b.data, b.data + value);
+}
+
+int dp_alloc_add_cdi_answer(dp_alloc *a, const char *plugin_name, const char *kind, const char *device)
+{
+	if (!plugin_name || !kind)
+		return -EINVAL;
+	for (size_t c = 0; c < a->n; c++) {
+		int r = add_cdi_answer(a, c, plugin_name, kind, device);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* A map entry's key and value (annotations and envs), copied. */
+static int set_pair(char **ret_key, char **ret_value, const char *key, const char *value)
+{
+	*ret_key = strdup(key);
+	*ret_value = strdup(value);
+	return *ret_key && *ret_value ? 0 : -ENOMEM;
 }
 
 int dp_alloc_add_annotation(dp_alloc *a, size_t c, const char *key, const char *value)
 {
-	if (c >= a->n)
-		return -EINVAL;
-	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
-	V1beta1__ContainerAllocateResponse__AnnotationsEntry *e =
-		push((void ***)&r->annotations, &r->n_annotations, sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	v1beta1__container_allocate_response__annotations_entry__init(e);
-	e->key = strdup(key);
-	e->value = strdup(value);
-	return e->key && e->value ? 0 : -ENOMEM;
+	int r = 0;
+	V1beta1__ContainerAllocateResponse__AnnotationsEntry *e = push_field(a, c, "annotations", &r);
+	return e ? set_pair(&e->key, &e->value, key, value) : r;
 }
 
 int dp_alloc_add_env(dp_alloc *a, size_t c, const char *key, const char *value)
 {
-	if (c >= a->n)
-		return -EINVAL;
-	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
-	V1beta1__ContainerAllocateResponse__EnvsEntry *e = push((void ***)&r->envs, &r->n_envs, sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	v1beta1__container_allocate_response__envs_entry__init(e);
-	e->key = strdup(key);
-	e->value = strdup(value);
-	return e->key && e->value ? 0 : -ENOMEM;
+	int r = 0;
+	V1beta1__ContainerAllocateResponse__EnvsEntry *e = push_field(a, c, "envs", &r);
+	return e ? set_pair(&e->key, &e->value, key, value) : r;
 }
 
 int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const char *host_path,
 			const char *permissions)
 {
-	if (c >= a->n)
-		return -EINVAL;
-	V1beta1__ContainerAllocateResponse *r = &a->resp[c];
-	V1beta1__DeviceSpec *d = push((void ***)&r->devices, &r->n_devices, sizeof(*d));
+	int r = 0;
+	V1beta1__DeviceSpec *d = push_field(a, c, "devices", &r);
 	if (!d)
-		return -ENOMEM;
-	v1beta1__device_spec__init(d);
+		return r;
 	d->container_path = strdup(container_path);
 	d->host_path = strdup(host_path);
 	d->permissions = strdup(permissions);
@@ -300,9 +341,8 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 {
 	dp_endpoint *ep = userdata;
 	_cleanup_(dp_buf_done) dp_buf b = { 0 };
-	struct dp_ep_index x = ep_index(ep);
 	_cleanup_free_ struct dp_ep_request *req = NULL;
-	int status = dp_ep_decode(DP_EP_PREFERRED, &x, msg, len, &req, &b);
+	int status = decode(ep, DP_EP_PREFERRED, msg, len, &req, &b);
 	if (status != DP_GRPC_OK) {
 		finish_buf(ep, call, status, &b);
 		return;

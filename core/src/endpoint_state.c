@@ -56,8 +56,6 @@ bool dp_endpoint_ready(const dp_endpoint *ep)
 {
 	return dp_endpoint_registered(ep) && ep->n_streams > 0 && dp_endpoint_healthy(ep);
 }
-unsigned dp_endpoint_streams(const dp_endpoint *ep) { return ep->n_streams; }
-unsigned dp_endpoint_registrations(const dp_endpoint *ep) { return ep->registrations; }
 const char *dp_endpoint_resource(const dp_endpoint *ep) { return ep->resource; }
 const char *dp_endpoint_socket(const dp_endpoint *ep)
 {

@@ -248,6 +248,9 @@ def daemon_messages():
             code = f.read()
         for m in re.finditer(r'dp_(info|warn|error)\(\s*"((?:[^"\\]|\\.)*)"', code):
             msgs[m.group(2)] = m.group(1)
+        # the health-change lines' wording, logged by dp_endpoint_log_events (endpoint.h)
+        for m in re.finditer(r'\.(healthy|unhealthy)_message\s*=\s*"((?:[^"\\]|\\.)*)"', code):
+            msgs[m.group(2)] = "info" if m.group(1) == "healthy" else "warn"
         # dp_log(verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "msg", ...)
         for m in re.finditer(r'dp_log\([^,]*DP_LOG_(INFO|WARN|ERROR)[^,]*,\s*"((?:[^"\\]|\\.)*)"', code):
             msgs.setdefault(m.group(2), m.group(1).lower())

@@ -96,6 +96,11 @@ void dp_cdi_file_set_fight_fn(dp_cdi_file *f, dp_cdi_fight_fn fn);
 /* The daemons' log lines for an episode (warn when it starts, naming the other content; info
  * when it ends), one copy for both daemons: dp_cdi_file_set_fight_fn(f, dp_cdi_log_fight). */
 void dp_cdi_log_fight(dp_cdi_file *f, const dp_cdi_fight *ev, void *userdata);
+/* A daemon's owned spec in one step: dp_cdi_file_new, the fight lines (dp_cdi_log_fight) and
+ * the content (spec's bytes, copied; nothing is written before the first sync). -ENOMEM when
+ * spec->oom (its rendering ran out of memory); the errors of new and set_content. */
+int dp_cdi_file_new_owned(dp_loop *loop, const char *dir, const char *name, const dp_buf *spec,
+			  dp_cdi_changed_fn changed, void *userdata, dp_cdi_file **ret);
 /* Set the exact bytes the file must hold (copied). */
 int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len);
 /* Make the file match: compare, replace when it differs (creating the directory 0755 when

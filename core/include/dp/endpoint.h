@@ -20,7 +20,9 @@
  * Health (decision 7): devices start Unhealthy until the driver reports its first check; the
  * first ListAndWatch response is sent only after it. Later responses only on change, to every
  * open stream. While unhealthy the endpoint asks the driver to check again with a backoff
- * (1 s doubling to the periodic interval); healthy: every check_interval_usec.
+ * (1 s doubling to the periodic interval); healthy: every check_interval_usec. Each change of
+ * the verdict or its reason is told once (on_health_changed; dp_endpoint_log_events logs it).
+ * The first check may wait for the first registration attempt (first_check_hold_usec).
  */
 #pragma once
 
@@ -53,6 +55,20 @@ typedef struct dp_endpoint_config {
 	bool preferred_allocation;   /* advertise GetPreferredAllocation */
 	bool pre_start_required;
 	uint64_t check_interval_usec; /* 0: 30 s */
+	/* The first check waits for the first registration attempt to end (registered or failed),
+	 * at most this long (0: it does not wait; none when kubelet.sock is absent, as that attempt
+	 * ends at once): kubelet dials back inside Register, and answering it must not queue behind
+	 * a first check's blocking work. The devices stay Unhealthy until that check. */
+	uint64_t first_check_hold_usec;
+	/* The wording of on_health_changed's lines in dp_endpoint_log_events (NULL: the default in
+	 * brackets): healthy at info "<healthy_message> resource=R[ <healthy_fields>][ <detail>=<the
+	 * verdict's reason>]", unhealthy at warn "<unhealthy_message> resource=R reason=<reason>".
+	 * Kept, not copied: literals, or storage that outlives the endpoint. */
+	const char *healthy_message;   /* ["devices usable"] */
+	const char *unhealthy_message; /* ["devices unusable, advertising every device Unhealthy"] */
+	const char *healthy_fields;    /* "device=/dev/kvm" ["devices=<n_devices>"] */
+	const char *healthy_detail;    /* "probe": the healthy verdict's reason is its proof [none] */
+	const struct dp_endpoint_events *events; /* copied; NULL: none (dp_endpoint_set_events) */
 	const dp_driver *driver;
 	void *userdata;
 } dp_endpoint_config;
@@ -66,7 +82,9 @@ int dp_endpoint_start(dp_endpoint *ep);
 dp_endpoint *dp_endpoint_free(dp_endpoint *ep);
 DP_DEFINE_CLEANUP(dp_endpoint, dp_endpoint_free)
 
-/* The driver's verdict for every device. reason: why unhealthy (logged once per change). */
+/* The driver's verdict for every device. reason: why unhealthy, or what a healthy verdict rests
+ * on (NULL: none); on_health_changed is told the first verdict and each change of the verdict or
+ * of its reason, so a daemon that opts into dp_endpoint_log_events logs it once per change. */
 void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason);
 /* Ask the driver for a check soon (coalesced into one per loop batch). */
 void dp_endpoint_request_check(dp_endpoint *ep);
@@ -74,8 +92,6 @@ void dp_endpoint_request_check(dp_endpoint *ep);
 bool dp_endpoint_healthy(const dp_endpoint *ep);
 bool dp_endpoint_registered(const dp_endpoint *ep);
 bool dp_endpoint_ready(const dp_endpoint *ep);
-unsigned dp_endpoint_streams(const dp_endpoint *ep);
-unsigned dp_endpoint_registrations(const dp_endpoint *ep);
 const char *dp_endpoint_resource(const dp_endpoint *ep);
 /* Current socket file name (base name), NULL when not serving. */
 const char *dp_endpoint_socket(const dp_endpoint *ep);
@@ -91,12 +107,25 @@ int dp_alloc_add_annotation(dp_alloc *a, size_t c, const char *key, const char *
 int dp_alloc_add_env(dp_alloc *a, size_t c, const char *key, const char *value);
 int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const char *host_path,
 			const char *permissions);
+/*
+ * The CDI answer of the design's Allocate contract, for every container request of a: the CDI
+ * device "<kind>=<device>", or with device NULL one "<kind>=<ID>" per requested ID, and the
+ * annotation "cdi.k8s.io/<plugin_name>_<first ID>" = those names comma-separated (for runtimes
+ * without the cdi_devices field; unique per container, as IDs are not shared). -ENOMEM (the
+ * response may hold part of it: finish with an error), -EINVAL (NULL plugin_name or kind).
+ */
+int dp_alloc_add_cdi_answer(dp_alloc *a, const char *plugin_name, const char *kind, const char *device);
 /* True when the requester went away; the driver may still finish (nothing is sent). */
 bool dp_alloc_cancelled(const dp_alloc *a);
 /* Deadline of the request (0: none). */
 uint64_t dp_alloc_deadline(const dp_alloc *a);
 /* Send the response (status OK) or the error; frees a. */
 void dp_alloc_finish(dp_alloc *a, int status, const char *message);
+
+/* The most devices "<id_prefix>0" .. "<id_prefix><n-1>" (decimal IDs, no NUMA node) whose
+ * ListAndWatch response, every device "Unhealthy" (the longer word), fits one gRPC message
+ * (DP_GRPC_MAX_MESSAGE, kubelet's receive limit): the ceiling of a daemon's device count. */
+size_t dp_endpoint_max_devices(const char *id_prefix);
 
 /* ---- events for the daemon's own (info-level) logging ---- */
 
@@ -112,6 +141,8 @@ void dp_alloc_finish(dp_alloc *a, int status, const char *message);
  * socket was answered with an error status before reaching the driver (bad or hostile input:
  * INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...); method is the gRPC path, message the status
  * message the client got. Told for every refusal: rate-limiting is the handler's.
+ * on_health_changed: the driver's first verdict, and each change of the verdict or its reason
+ * (without one from the driver: "" when healthy, "unhealthy" when not).
  */
 typedef struct dp_endpoint_events {
 	void (*on_registered)(dp_endpoint *ep, void *userdata);
@@ -121,13 +152,14 @@ typedef struct dp_endpoint_events {
 	void (*on_contended)(dp_endpoint *ep, uint64_t delay_usec, void *userdata);
 	void (*on_request_refused)(dp_endpoint *ep, const char *method, int status, const char *message,
 				   void *userdata);
+	void (*on_health_changed)(dp_endpoint *ep, bool healthy, const char *reason, void *userdata);
 	void *userdata;
 } dp_endpoint_events;
 
 void dp_endpoint_set_events(dp_endpoint *ep, const dp_endpoint_events *ev);
 /* The daemons' life-cycle log lines (info/warn: "registered with kubelet", "registration failed,
- * retrying", "re-registering", "request refused" rate-limited per kind), for a daemon's main
- * path to opt into. */
+ * retrying", "re-registering", "request refused" rate-limited per kind, the health changes in
+ * the configured wording), for a daemon's main path to opt into. */
 extern const dp_endpoint_events dp_endpoint_log_events;
 /* Why the endpoint is unhealthy, or why registration is pending ("" otherwise). */
 const char *dp_endpoint_reason(const dp_endpoint *ep);
