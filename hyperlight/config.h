@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* config: the hyperlight daemon's environment (DEVICE_COUNT, DEVICE_UID, DEVICE_GID,
- * HOST_DEVICE_DIR). */
+/* config: the hyperlight daemon's environment: DEVICE_COUNT, DEVICE_UID/GID, HOST_DEVICE_DIR. */
 #pragma once
 
 #include <limits.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* spec: the CDI spec of the hypervisor device, rendered to its exact bytes (spec.h). */
 #include "spec.h"
 
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* idle: the health socket kata serves when no device matches the table (idle.h). */
 #include "idle.h"
 
 #include <errno.h>

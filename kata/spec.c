@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* spec: one kata resource's CDI spec, rendered to canonical YAML bytes (spec.h). */
 #include "spec.h"
 
 #include <stdio.h>
