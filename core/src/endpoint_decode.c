@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* endpoint_decode: device-plugin and health requests read from the wire and checked (endpoint_decode.h). */
+/* endpoint_decode: device-plugin and health requests read from the wire and checked. */
 #include "endpoint_decode.h"
 
 #include <errno.h>
