@@ -14,7 +14,7 @@ cflags=(-std=c17 -D_GNU_SOURCE -fno-strict-aliasing -Wall -Wextra -Werror -Wshad
 	-I"$src/core/include" -I"$build" -I"$build/proto" -I"$src/kata" -I"$src/hyperlight" -I"$src/fuzz")
 objs=()
 lib_src=("$src"/core/src/*.c "$build/proto/api.pb-c.c" "$build/proto/health.pb-c.c"
-	"$src/kata/scan.c" "$src/kata/scan_cache.c" "$src/kata/table.c" "$src/hyperlight/http_response.c" "$src/fuzz/util.c")
+	"$src/kata/scan.c" "$src/kata/scan_device.c" "$src/kata/scan_diff.c" "$src/kata/scan_parse.c" "$src/kata/scan_cache.c" "$src/kata/table.c" "$src/hyperlight/http_response.c" "$src/fuzz/util.c")
 for c in "${lib_src[@]}"; do
 	o="$out/obj/$(basename "$c" .c).o"
 	extra=()

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "dp/env.h"
 #include "grpc_internal.h"
 
 /* ---- grpc-timeout ---- */
@@ -115,17 +116,6 @@ char *dp_grpc_percent_encode(const char *s)
 	return out;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 char *dp_grpc_percent_decode(const char *s, size_t len)
 {
 	char *out = malloc(len + 1), *p = out;
@@ -135,8 +125,8 @@ char *dp_grpc_percent_decode(const char *s, size_t len)
 	for (size_t i = 0; i < len; i++) {
 		int hi, lo;
 
-		if (s[i] == '%' && i + 2 < len && (hi = hexval(s[i + 1])) >= 0 &&
-		    (lo = hexval(s[i + 2])) >= 0) {
+		if (s[i] == '%' && i + 2 < len && (hi = dp_hex_digit(s[i + 1])) >= 0 &&
+		    (lo = dp_hex_digit(s[i + 2])) >= 0) {
 			*p++ = (char)(hi << 4 | lo);
 			i += 2;
 		} else {

@@ -27,6 +27,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "dp/list.h"
 #include "dp/log.h"
 #include "helper_internal.h"
 
@@ -40,7 +41,7 @@ typedef struct wait_list {
 struct dp_helper_wait {
 	dp_helper *h;
 	wait_list *list; /* the list it is on */
-	dp_helper_wait *prev, *next;
+	DP_LIST_FIELDS(dp_helper_wait);
 	dp_helper_done_fn done;
 	void *userdata;
 	dp_helper_result result; /* valid on h->ready */
@@ -147,12 +148,7 @@ void dp_helper_main(int argc, char **argv, const dp_helper_entry *entries, size_
 static void list_append(wait_list *l, dp_helper_wait *w)
 {
 	w->list = l;
-	w->next = NULL;
-	w->prev = l->tail;
-	if (l->tail)
-		l->tail->next = w;
-	else
-		l->head = w;
+	DP_LIST_INSERT_AFTER(l->head, l->tail, w);
 	l->tail = w;
 }
 
@@ -162,16 +158,10 @@ static void list_unlink(dp_helper_wait *w)
 
 	if (!l)
 		return;
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		l->head = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-	else
+	if (l->tail == w)
 		l->tail = w->prev;
+	DP_LIST_REMOVE(l->head, w);
 	w->list = NULL;
-	w->prev = w->next = NULL;
 }
 
 static void list_free_all(wait_list *l)

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dp/list.h"
 #include "dp/log.h"
 
 #define DP_LOOP_BATCH 64
@@ -47,7 +48,7 @@ struct dp_source {
 	bool reaped;   /* SOURCE_CHILD */
 	bool polled;   /* SOURCE_CHILD without pidfd: fd is a CHILD_POLL_USEC interval timerfd */
 	bool ignored;  /* SOURCE_INOTIFY: IN_IGNORED seen, fn is not called again */
-	dp_source *prev, *next; /* live list, or dead list (next only) */
+	DP_LIST_FIELDS(dp_source); /* on the live list, or the dead list */
 };
 
 typedef struct defer_entry {
@@ -360,10 +361,7 @@ static dp_source *source_new(dp_loop *l, enum source_type type, int fd, bool own
 		return NULL;
 	}
 	s->in_epoll = true;
-	s->next = l->live;
-	if (l->live)
-		l->live->prev = s;
-	l->live = s;
+	DP_LIST_PREPEND(l->live, s);
 	return s;
 }
 
@@ -379,16 +377,9 @@ dp_source *dp_source_free(dp_source *s)
 	if (s->owns_fd && s->fd >= 0)
 		close(s->fd);
 	s->fd = -1;
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		l->live = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->prev = NULL;
+	DP_LIST_REMOVE(l->live, s);
 	if (l->dispatching) {
-		s->next = l->dead;
-		l->dead = s;
+		DP_LIST_PREPEND(l->dead, s);
 	} else {
 		source_release(s);
 	}
