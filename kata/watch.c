@@ -95,8 +95,8 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 	/* No rescan at start: the caller scans after this (watch.h), so there is no gap to close. */
 	if (r < 0 || (r = dp_watch_new(loop, &cfg, &w->watch)) < 0)
 		return r;
-	r = dp_timer_add(loop, 0, 0, on_timer, w, &w->kick);
-	if (r < 0 || (r = dp_timer_set(w->kick, 0, 0)) < 0)
+	r = dp_timer_add_disarmed(loop, on_timer, w, &w->kick);
+	if (r < 0)
 		return r;
 	*ret = TAKE_PTR(w);
 	return 0;

@@ -506,9 +506,7 @@ static int client_new(dp_loop *loop, const char *socket_path, const char *author
 	if (r >= 0)
 		r = dp_timer_add(loop, timeout_usec, 0, client_deadline_fired, c, &c->deadline_timer);
 	if (r >= 0)
-		r = dp_timer_add(loop, 0, 0, client_retry_fired, c, &c->retry);
-	if (r >= 0)
-		r = dp_timer_set(c->retry, 0, 0);
+		r = dp_timer_add_disarmed(loop, client_retry_fired, c, &c->retry);
 	if (r < 0) {
 		client_free(c);
 		return r;

@@ -263,10 +263,9 @@ int dp_grpc_server_new(dp_loop *loop, const char *socket_path, const dp_grpc_met
 		goto fail;
 	if (n_methods)
 		memcpy(s->methods, methods, n_methods * sizeof(*methods));
-	r = dp_timer_add(loop, 0, 0, server_backoff_done, s, &s->backoff);
+	r = dp_timer_add_disarmed(loop, server_backoff_done, s, &s->backoff);
 	if (r < 0)
 		goto fail;
-	dp_timer_set(s->backoff, 0, 0);
 	r = server_listen(s, socket_path);
 	if (r < 0)
 		goto fail;

@@ -390,17 +390,11 @@ int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t d
 		return -ENOMEM;
 	}
 	(void)open_exe(h); /* a failure is reported by the first run */
-	r = dp_timer_add(loop, 0, 0, on_deadline, h, &h->deadline);
+	r = dp_timer_add_disarmed(loop, on_deadline, h, &h->deadline);
 	if (r >= 0)
-		r = dp_timer_add(loop, 0, 0, on_grace, h, &h->grace);
+		r = dp_timer_add_disarmed(loop, on_grace, h, &h->grace);
 	if (r >= 0)
-		r = dp_timer_add(loop, 0, 0, on_kick, h, &h->kick);
-	if (r >= 0)
-		r = dp_timer_set(h->deadline, 0, 0);
-	if (r >= 0)
-		r = dp_timer_set(h->grace, 0, 0);
-	if (r >= 0)
-		r = dp_timer_set(h->kick, 0, 0);
+		r = dp_timer_add_disarmed(loop, on_kick, h, &h->kick);
 	if (r < 0) {
 		dp_helper_free(h);
 		return r;

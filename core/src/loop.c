@@ -269,7 +269,7 @@ int dp_defer(dp_loop *l, dp_defer_fn fn, void *userdata)
  * the negative errno in *ret_error (-ENOMEM, or epoll_ctl's); on failure an owned fd is closed.
  * Returning the pointer lets callers test it directly (the analyzers then see it is non-NULL). */
 dp_source *loop_source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
-			   void *userdata, int *ret_error)
+			   source_fn fn, void *userdata, int *ret_error)
 {
 	struct epoll_event ev = {.events = events};
 	dp_source *s = calloc(1, sizeof(*s));
@@ -284,6 +284,7 @@ dp_source *loop_source_new(dp_loop *l, enum source_type type, int fd, bool owns_
 	s->type = type;
 	s->fd = fd;
 	s->owns_fd = owns_fd;
+	s->fn = fn;
 	s->userdata = userdata;
 	ev.data.ptr = s;
 	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -331,10 +332,9 @@ int dp_io_add(dp_loop *l, int fd, uint32_t events, dp_io_fn fn, void *userdata, 
 
 	if (!l || fd < 0 || !fn || !ret)
 		return -EINVAL;
-	s = loop_source_new(l, SOURCE_IO, fd, false, events, userdata, &r);
+	s = loop_source_new(l, SOURCE_IO, fd, false, events, (source_fn){ .io = fn }, userdata, &r);
 	if (!s)
 		return r;
-	s->fn.io = fn;
 	*ret = s;
 	return 0;
 }
@@ -366,10 +366,9 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 	fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	s = loop_source_new(l, SOURCE_SIGNAL, fd, true, EPOLLIN, userdata, &r);
+	s = loop_source_new(l, SOURCE_SIGNAL, fd, true, EPOLLIN, (source_fn){ .signal = fn }, userdata, &r);
 	if (!s)
 		return r;
-	s->fn.signal = fn;
 	*ret = s;
 	return 0;
 }
@@ -390,10 +389,10 @@ int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn
 		close(fd);
 		return r;
 	}
-	s = loop_source_new(l, SOURCE_INOTIFY, fd, true, EPOLLIN, userdata, &r);
+	s = loop_source_new(l, SOURCE_INOTIFY, fd, true, EPOLLIN, (source_fn){ .inotify = fn }, userdata,
+			    &r);
 	if (!s)
 		return r;
-	s->fn.inotify = fn;
 	*ret = s;
 	return 0;
 }

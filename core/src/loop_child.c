@@ -77,10 +77,9 @@ int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_sourc
 	}
 	if (fd < 0)
 		return -errno;
-	s = loop_source_new(l, SOURCE_CHILD, fd, true, EPOLLIN, userdata, &r);
+	s = loop_source_new(l, SOURCE_CHILD, fd, true, EPOLLIN, (source_fn){ .child = fn }, userdata, &r);
 	if (!s)
 		return r;
-	s->fn.child = fn;
 	s->pid = pid;
 	s->polled = polled;
 	*ret = s;

@@ -10,6 +10,14 @@
 
 enum source_type { SOURCE_IO, SOURCE_TIMER, SOURCE_SIGNAL, SOURCE_CHILD, SOURCE_INOTIFY };
 
+typedef union source_fn {
+	dp_io_fn io;
+	dp_timer_fn timer;
+	dp_signal_fn signal;
+	dp_child_fn child;
+	dp_inotify_fn inotify;
+} source_fn;
+
 struct dp_source {
 	dp_loop *loop;
 	enum source_type type;
@@ -18,13 +26,7 @@ struct dp_source {
 	bool in_epoll;
 	bool dead;
 	void *userdata;
-	union {
-		dp_io_fn io;
-		dp_timer_fn timer;
-		dp_signal_fn signal;
-		dp_child_fn child;
-		dp_inotify_fn inotify;
-	} fn;
+	source_fn fn;
 	pid_t pid;     /* SOURCE_CHILD */
 	bool reaped;   /* SOURCE_CHILD */
 	bool polled;   /* SOURCE_CHILD without pidfd: fd is a polling interval timerfd (loop_child.c) */
@@ -34,11 +36,11 @@ struct dp_source {
 
 /* ---- loop.c ---- */
 
-/* Allocate a source around fd and register it for events. Returns the source, or NULL with
+/* Allocate a source around fd calling fn and register it for events. Returns the source, or NULL with
  * the negative errno in *ret_error (-ENOMEM, or epoll_ctl's); on failure an owned fd is closed.
  * Returning the pointer lets callers test it directly (the analyzers then see it is non-NULL). */
 dp_source *loop_source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
-			   void *userdata, int *ret_error);
+			   source_fn fn, void *userdata, int *ret_error);
 /* Take the source's fd out of epoll (once). */
 void loop_source_epoll_del(dp_source *s);
 

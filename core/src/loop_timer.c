@@ -42,8 +42,7 @@ static int timer_arm(int fd, uint64_t usec, uint64_t interval_usec)
 	return 0;
 }
 
-int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
-		 dp_source **ret)
+int dp_timer_add_disarmed(dp_loop *l, dp_timer_fn fn, void *userdata, dp_source **ret)
 {
 	dp_source *s = NULL;
 	int fd, r;
@@ -53,23 +52,29 @@ int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn 
 	fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	r = timer_arm(fd, usec, interval_usec);
-	if (r < 0) {
-		close(fd);
-		return r;
-	}
-	if (usec == 0 && interval_usec == 0) { /* one-shot "now" */
-		struct itimerspec its = {.it_value.tv_nsec = 1};
-		if (timerfd_settime(fd, 0, &its, NULL) < 0) {
-			r = -errno;
-			close(fd);
-			return r;
-		}
-	}
-	s = loop_source_new(l, SOURCE_TIMER, fd, true, EPOLLIN, userdata, &r);
+	s = loop_source_new(l, SOURCE_TIMER, fd, true, EPOLLIN, (source_fn){ .timer = fn }, userdata, &r);
 	if (!s)
 		return r;
-	s->fn.timer = fn;
+	*ret = s;
+	return 0;
+}
+
+int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
+		 dp_source **ret)
+{
+	dp_source *s = NULL;
+	int r = dp_timer_add_disarmed(l, fn, userdata, &s);
+
+	if (r < 0)
+		return r;
+	if (usec == 0 && interval_usec == 0) /* one-shot "now" */
+		r = dp_timer_set_asap(s);
+	else
+		r = timer_arm(s->fd, usec, interval_usec);
+	if (r < 0) {
+		dp_source_free(s);
+		return r;
+	}
 	*ret = s;
 	return 0;
 }
