@@ -456,12 +456,10 @@ int dp_helper_request(dp_helper *h, dp_helper_done_fn done, void *userdata, dp_h
 
 	if (!h || h->freed || !done)
 		return -EINVAL;
-	w = calloc(1, sizeof(*w));
+	w = malloc(sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->h = h;
-	w->done = done;
-	w->userdata = userdata;
+	*w = (dp_helper_wait){ .h = h, .done = done, .userdata = userdata };
 
 	if (h->running) {
 		list_append(&h->run_waiters, w); /* join the run in flight */

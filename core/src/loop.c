@@ -255,11 +255,10 @@ int dp_defer(dp_loop *l, dp_defer_fn fn, void *userdata)
 
 	if (!l || !fn)
 		return -EINVAL;
-	e = calloc(1, sizeof(*e));
+	e = malloc(sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	e->fn = fn;
-	e->userdata = userdata;
+	*e = (defer_entry){ .fn = fn, .userdata = userdata };
 	*l->defer_tail = e;
 	l->defer_tail = &e->next;
 	return 0;
