@@ -125,44 +125,47 @@ void dp_buf_json_string(dp_buf *b, const char *str)
 	buf_putc(b, '"');
 }
 
+/* Well-formed UTF-8 by lead byte (Unicode, table 3-7 "Well-Formed UTF-8 Byte Sequences"): the
+ * sequence's length, the payload bits of the lead byte, and the range of the second byte, which
+ * is what excludes overlongs, surrogates and code points past U+10FFFF. */
+static const struct utf8_lead {
+	unsigned char first, last; /* lead bytes of the row */
+	unsigned char len, mask, lo, hi;
+} utf8_leads[] = {
+	{ 0xc2, 0xdf, 2, 0x1f, 0x80, 0xbf },
+	{ 0xe0, 0xe0, 3, 0x0f, 0xa0, 0xbf },
+	{ 0xe1, 0xec, 3, 0x0f, 0x80, 0xbf },
+	{ 0xed, 0xed, 3, 0x0f, 0x80, 0x9f },
+	{ 0xee, 0xef, 3, 0x0f, 0x80, 0xbf },
+	{ 0xf0, 0xf0, 4, 0x07, 0x90, 0xbf },
+	{ 0xf1, 0xf3, 4, 0x07, 0x80, 0xbf },
+	{ 0xf4, 0xf4, 4, 0x07, 0x80, 0x8f },
+};
+
 /* Decode one UTF-8 sequence (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
  * Returns its length and sets *cp, or 0 when s does not start a valid sequence. */
 static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
 {
-	unsigned char c = s[0];
-	size_t n;
+	const struct utf8_lead *l = NULL;
 	uint32_t v;
-	unsigned char lo = 0x80, hi = 0xbf; /* bounds of the second byte */
 
-	if (c < 0x80) {
-		*cp = c;
+	if (s[0] < 0x80) {
+		*cp = s[0];
 		return 1;
-	} else if (c >= 0xc2 && c <= 0xdf) {
-		n = 2, v = c & 0x1f;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		n = 3, v = c & 0x0f;
-		if (c == 0xe0)
-			lo = 0xa0;
-		else if (c == 0xed)
-			hi = 0x9f;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		n = 4, v = c & 0x07;
-		if (c == 0xf0)
-			lo = 0x90;
-		else if (c == 0xf4)
-			hi = 0x8f;
-	} else {
-		return 0;
 	}
-	if (s[1] < lo || s[1] > hi)
+	for (size_t i = 0; i < DP_ELEMENTSOF(utf8_leads) && !l; i++)
+		if (s[0] >= utf8_leads[i].first && s[0] <= utf8_leads[i].last)
+			l = &utf8_leads[i];
+	if (!l || s[1] < l->lo || s[1] > l->hi) /* s[1] is the NUL after a lone lead byte */
 		return 0;
-	for (size_t i = 1; i < n; i++) {
+	v = s[0] & l->mask;
+	for (size_t i = 1; i < l->len; i++) {
 		if ((s[i] & 0xc0) != 0x80) /* also stops at the NUL */
 			return 0;
 		v = (v << 6) | (s[i] & 0x3f);
 	}
 	*cp = v;
-	return n;
+	return l->len;
 }
 
 /* Code points a YAML 1.1/1.2 stream may not hold raw (or that 1.1 reads as line breaks). */

@@ -132,8 +132,10 @@ static void enter(dp_helper *h)
 	h->busy++;
 }
 
+/* Deliver what is ready, then release h if a callback freed it meanwhile. */
 static int leave(dp_helper *h)
 {
+	deliver_ready(h);
 	if (--h->busy == 0 && h->freed)
 		free(h);
 	return 0;
@@ -307,7 +309,6 @@ static int on_child(dp_source *s, const siginfo_t *si, void *userdata)
 		helper_result_of_exit(&h->output, si, h->pid, &r);
 		finish_run(h, &r);
 	}
-	deliver_ready(h);
 	return leave(h);
 }
 
@@ -336,22 +337,27 @@ static int on_deadline(dp_source *s, void *userdata)
 	helper_result_timeout(&r, h->deadline_usec);
 	dp_debug("helper timed out, killed", "pid=%d", (int)h->pid);
 	finish_run(h, &r);
-	deliver_ready(h);
 	return leave(h);
+}
+
+/* Every wait on l fails: the helper is blocked. */
+static void fail_blocked(dp_helper *h, wait_list *l)
+{
+	dp_helper_result r;
+
+	blocked_result(h, &r);
+	list_complete(h, l, &r);
 }
 
 static int on_grace(dp_source *s, void *userdata)
 {
 	dp_helper *h = userdata;
-	dp_helper_result r;
 
 	if (!h->dying)
 		return 0;
 	enter(h);
 	dp_debug("helper not reaped after SIGKILL: blocked", "pid=%d", (int)h->pid);
-	blocked_result(h, &r);
-	list_complete(h, &h->pending, &r);
-	deliver_ready(h);
+	fail_blocked(h, &h->pending);
 	return leave(h);
 }
 
@@ -360,7 +366,6 @@ static int on_kick(dp_source *s, void *userdata)
 	dp_helper *h = userdata;
 
 	enter(h);
-	deliver_ready(h);
 	return leave(h);
 }
 
@@ -369,8 +374,8 @@ static int on_kick(dp_source *s, void *userdata)
 int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t deadline_usec,
 		  uint64_t kill_grace_usec, dp_helper **ret)
 {
+	_cleanup_(dp_helper_freep) dp_helper *h = NULL;
 	char self[PATH_MAX];
-	dp_helper *h;
 	int r;
 
 	if (!loop || !argv || !argv[0] || !*argv[0] || deadline_usec == 0 || !ret ||
@@ -385,21 +390,14 @@ int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t d
 	h->deadline_usec = deadline_usec;
 	h->kill_grace_usec = kill_grace_usec;
 	h->argv = helper_copy_argv(exe ? exe : helper_self_exe(self, sizeof(self)), argv);
-	if (!h->argv) {
-		free(h);
+	if (!h->argv)
 		return -ENOMEM;
-	}
 	(void)open_exe(h); /* a failure is reported by the first run */
-	r = dp_timer_add_disarmed(loop, on_deadline, h, &h->deadline);
-	if (r >= 0)
-		r = dp_timer_add_disarmed(loop, on_grace, h, &h->grace);
-	if (r >= 0)
-		r = dp_timer_add_disarmed(loop, on_kick, h, &h->kick);
-	if (r < 0) {
-		dp_helper_free(h);
+	if ((r = dp_timer_add_disarmed(loop, on_deadline, h, &h->deadline)) < 0 ||
+	    (r = dp_timer_add_disarmed(loop, on_grace, h, &h->grace)) < 0 ||
+	    (r = dp_timer_add_disarmed(loop, on_kick, h, &h->kick)) < 0)
 		return r;
-	}
-	*ret = h;
+	*ret = TAKE_PTR(h);
 	return 0;
 }
 

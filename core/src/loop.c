@@ -298,6 +298,21 @@ dp_source *loop_source_new(dp_loop *l, enum source_type type, int fd, bool owns_
 	return s;
 }
 
+int loop_source_add_owned(dp_loop *l, enum source_type type, int fd, source_fn fn, void *userdata,
+			  dp_source **ret)
+{
+	dp_source *s;
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	s = loop_source_new(l, type, fd, true, EPOLLIN, fn, userdata, &r);
+	if (!s)
+		return r;
+	*ret = s;
+	return 0;
+}
+
 dp_source *dp_source_free(dp_source *s)
 {
 	dp_loop *l;
@@ -352,8 +367,6 @@ int dp_io_set_events(dp_source *s, uint32_t events)
 int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret)
 {
 	sigset_t mask;
-	dp_source *s = NULL;
-	int fd, r;
 
 	if (!l || !fn || !ret || sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
 		return -EINVAL;
@@ -362,20 +375,13 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 		return -EINVAL;
 	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
 		return -errno;
-	fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	s = loop_source_new(l, SOURCE_SIGNAL, fd, true, EPOLLIN, (source_fn){ .signal = fn }, userdata, &r);
-	if (!s)
-		return r;
-	*ret = s;
-	return 0;
+	return loop_source_add_owned(l, SOURCE_SIGNAL, signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC),
+				     (source_fn){ .signal = fn }, userdata, ret);
 }
 
 int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn, void *userdata,
 		   dp_source **ret)
 {
-	dp_source *s = NULL;
 	int fd, r;
 
 	if (!l || !path || !*path || !fn || !ret || mask == 0)
@@ -388,10 +394,5 @@ int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn
 		close(fd);
 		return r;
 	}
-	s = loop_source_new(l, SOURCE_INOTIFY, fd, true, EPOLLIN, (source_fn){ .inotify = fn }, userdata,
-			    &r);
-	if (!s)
-		return r;
-	*ret = s;
-	return 0;
+	return loop_source_add_owned(l, SOURCE_INOTIFY, fd, (source_fn){ .inotify = fn }, userdata, ret);
 }

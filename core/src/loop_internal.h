@@ -41,6 +41,9 @@ struct dp_source {
  * Returning the pointer lets callers test it directly (the analyzers then see it is non-NULL). */
 dp_source *loop_source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
 			   source_fn fn, void *userdata, int *ret_error);
+/* The fd just made by a call (fd < 0: that call's errno) as an owned EPOLLIN source in *ret. */
+int loop_source_add_owned(dp_loop *l, enum source_type type, int fd, source_fn fn, void *userdata,
+			  dp_source **ret);
 /* Take the source's fd out of epoll (once). */
 void loop_source_epoll_del(dp_source *s);
 

@@ -44,19 +44,12 @@ static int timer_arm(int fd, uint64_t usec, uint64_t interval_usec)
 
 int dp_timer_add_disarmed(dp_loop *l, dp_timer_fn fn, void *userdata, dp_source **ret)
 {
-	dp_source *s = NULL;
-	int fd, r;
+	int fd;
 
 	if (!l || !fn || !ret)
 		return -EINVAL;
 	fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	s = loop_source_new(l, SOURCE_TIMER, fd, true, EPOLLIN, (source_fn){ .timer = fn }, userdata, &r);
-	if (!s)
-		return r;
-	*ret = s;
-	return 0;
+	return loop_source_add_owned(l, SOURCE_TIMER, fd, (source_fn){ .timer = fn }, userdata, ret);
 }
 
 int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
