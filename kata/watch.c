@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* watch: notices when the node's VFIO device set differs from the one fixed at start. */
 #include "watch.h"
 
 #include <errno.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* buf: the growable byte buffer and its JSON / YAML string emitters (dp/buf.h). */
 #include "dp/buf.h"
 
 #include <stdarg.h>
@@ -13,29 +14,29 @@ void dp_buf_done(dp_buf *b)
 	*b = (dp_buf){ 0 };
 }
 
+/* Room for need bytes (doubling from 64): false when memory runs out. */
+static bool buf_grow(dp_buf *b, size_t need)
+{
+	size_t cap = b->cap ? b->cap : 64;
+
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+	char *p = realloc(b->data, cap);
+	if (!p)
+		return false;
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
 /* Make room for n more bytes plus the NUL. false (and oom set) when impossible. */
 static bool buf_reserve(dp_buf *b, size_t n)
 {
 	if (b->oom)
 		return false;
-	if (n > SIZE_MAX - 1 - b->len) {
+	if (n > SIZE_MAX - 1 - b->len || (b->len + n + 1 > b->cap && !buf_grow(b, b->len + n + 1)))
 		b->oom = true;
-		return false;
-	}
-	size_t need = b->len + n + 1;
-	if (need <= b->cap)
-		return true;
-	size_t cap = b->cap ? b->cap : 64;
-	while (cap < need)
-		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-	char *p = realloc(b->data, cap);
-	if (!p) {
-		b->oom = true;
-		return false;
-	}
-	b->data = p;
-	b->cap = cap;
-	return true;
+	return !b->oom;
 }
 
 void dp_buf_append(dp_buf *b, const void *p, size_t n)

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* cdi: the owned CDI spec file: compared byte for byte, replaced atomically, watched (dp/cdi.h). */
 #include "dp/cdi.h"
 
 #include <errno.h>

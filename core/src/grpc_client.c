@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * grpc client: one unary call on its own connection (Register, health probes). Connects without
+ * grpc_client: one unary call on its own connection (Register, health probes). Connects without
  * blocking (retrying a refused or missing socket every few milliseconds until the deadline),
  * sends the client preface, SETTINGS, the request HEADERS and one framed message with
  * END_STREAM, and collects the response HEADERS, the message and the trailers. It never sends

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal helpers shared by the gRPC server and client (pure, unit-tested through test_grpc). */
+/* grpc_internal: pure helpers the gRPC server and client share (unit-tested through test_grpc). */
 #pragma once
 
 #include <stdbool.h>

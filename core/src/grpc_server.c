@@ -328,8 +328,7 @@ dp_grpc_server *dp_grpc_server_free(dp_grpc_server *s)
 		grpc_conn_shutdown(s->conns);
 	nghttp2_session_callbacks_del(s->cbs);
 	nghttp2_option_del(s->opt);
-	free(s->methods);
-	free(s);
+	DP_FREE_MANY(s->methods, s);
 	return NULL;
 }
 

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* seccomp: self-confinement with a libseccomp allow-list and its build-up (dp/seccomp.h). */
 #include "dp/seccomp.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Small ownership helpers in the style of systemd: cleanup attributes and hand-off macros. */
+/* macro: small ownership helpers in the style of systemd: cleanup attributes, hand-off macros. */
 #pragma once
 
 #include <errno.h>
