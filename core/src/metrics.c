@@ -34,21 +34,26 @@ struct family {
 	const char *name, *type, *help;
 };
 
-/* A row per family: its name, Prometheus type and HELP text. */
+/* A row per family: its type and name, then its HELP text. */
 #define GAUGE(f, name, help) [f] = { name, "gauge", help }
 #define COUNTER(f, name, help) [f] = { name, "counter", help }
 static const struct family fams[F_N] = {
-	GAUGE(F_BUILD, "sdp_build_info", "Build of the running daemon (always 1)."),
+	GAUGE(F_BUILD, "sdp_build_info",
+	      "Build of the running daemon (always 1)."),
 	GAUGE(F_ADVERTISED, "sdp_devices_advertised",
 	      "Devices advertised to kubelet, per resource."),
-	GAUGE(F_HEALTHY, "sdp_devices_healthy", "Devices advertised Healthy, per resource."),
-	GAUGE(F_REGISTERED, "sdp_registered", "1 while the resource is registered with kubelet."),
+	GAUGE(F_HEALTHY, "sdp_devices_healthy",
+	      "Devices advertised Healthy, per resource."),
+	GAUGE(F_REGISTERED, "sdp_registered",
+	      "1 while the resource is registered with kubelet."),
 	COUNTER(F_TRANSITIONS, "sdp_health_transitions_total",
 		"Changes of the advertised health, by new state and reason class."),
 	COUNTER(F_REGISTRATIONS, "sdp_registrations_total",
 		"Registration attempts with kubelet, by result (ok or the failure kind)."),
-	COUNTER(F_ALLOCATE, "sdp_allocate_total", "Allocate calls answered, by gRPC status."),
-	COUNTER(F_PROBE_RUNS, "sdp_probe_runs_total", "Hypervisor probe runs (hyperlight)."),
+	COUNTER(F_ALLOCATE, "sdp_allocate_total",
+		"Allocate calls answered, by gRPC status."),
+	COUNTER(F_PROBE_RUNS, "sdp_probe_runs_total",
+		"Hypervisor probe runs (hyperlight)."),
 	COUNTER(F_PROBE_FAILURES, "sdp_probe_failures_total",
 		"Hypervisor probe runs that failed, by reason class (hyperlight)."),
 	COUNTER(F_CDI_REPAIRS, "sdp_cdi_spec_repairs_total",
