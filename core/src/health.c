@@ -57,7 +57,8 @@ dp_health *dp_health_free(dp_health *h)
 		return NULL;
 	while (h->watchers) {
 		struct watcher *w = h->watchers;
-		dp_grpc_call_set_cancel(w->call, NULL, NULL);
+		/* the head's prev is NULL: watcher_remove moves h->watchers on before the free */
+		dp_grpc_call_set_cancel(w->call, NULL, NULL); // NOLINT(clang-analyzer-unix.Malloc)
 		dp_grpc_call_finish(w->call, DP_GRPC_UNAVAILABLE, "health service stopping");
 		watcher_remove(h, w);
 	}

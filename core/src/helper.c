@@ -391,7 +391,8 @@ int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t d
 	h->kill_grace_usec = kill_grace_usec;
 	h->argv = helper_copy_argv(exe ? exe : helper_self_exe(self, sizeof(self)), argv);
 	if (!h->argv)
-		return -ENOMEM;
+		// cppcheck-suppress memleak ; h is freed by its _cleanup_ attribute, which the analyzers do not model
+		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
 	(void)open_exe(h); /* a failure is reported by the first run */
 	if ((r = dp_timer_add_disarmed(loop, on_deadline, h, &h->deadline)) < 0 ||
 	    (r = dp_timer_add_disarmed(loop, on_grace, h, &h->grace)) < 0 ||
