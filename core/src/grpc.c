@@ -2,7 +2,8 @@
 /*
  * grpc: the pure helpers of the gRPC layer (no I/O): grpc-timeout parse/format, grpc-message
  * percent-encoding, the 5-byte message framing and status names. The server lives in
- * grpc_server.c, the client call in grpc_client.c.
+ * grpc_server.c (connections), grpc_request.c and grpc_call.c (a call's two sides), the client
+ * call in grpc_client.c.
  */
 #include "dp/grpc.h"
 

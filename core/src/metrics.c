@@ -285,7 +285,7 @@ static void put(struct out *o, const char *fmt, ...)
 	if (o->full)
 		return;
 	va_start(ap, fmt);
-	/* ap is va_start()ed just above (clang 14 false positive, as in helper.c) */
+	/* ap is va_start()ed just above (clang 14 false positive, as in helper_result.c) */
 	int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 	if (n < 0 || (size_t)n >= o->size - o->len)
