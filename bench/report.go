@@ -505,7 +505,7 @@ func writeIdle(d *doc, ks, kata, hl, ref *results, scan []scanPoint) {
 		{"threads", []string{fmt.Sprint(ks.idleThreads), fmt.Sprint(kata.idleThreads), fmt.Sprint(hl.idleThreads), fmt.Sprint(ref.idleThreads), "", ""}, "—", ""},
 	})
 	d.p("Every idle wake-up source (docs/architecture.md, \"Timers\"). The periodic ones are coarse timers on one 5 s grid of")
-	d.p("the monotonic clock (core/src/loop.c, dp_timer_set_coarse), so all of them that are due wake the daemon once:")
+	d.p("the monotonic clock (core/src/loop_timer.c, dp_timer_set_coarse), so all of them that are due wake the daemon once:")
 	d.p("")
 	d.p("| source | period | daemons |")
 	d.p("|---|---|---|")

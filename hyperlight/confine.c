@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* confine: what the hyperlight daemon adds to libdp's seccomp allow-list (confine.h). */
 #include "confine.h"
 
 #include <assert.h>

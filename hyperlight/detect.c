@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* detect: find the hypervisor device node (/dev/mshv, then /dev/kvm) under the root prefix. */
 #include "detect.h"
 
 #include <errno.h>

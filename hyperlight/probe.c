@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* probe: the hypervisor usability probe, run in the core's helper child (probe.h). */
 #include "probe.h"
 
 #include <assert.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* naming: RESOURCE_NAMING and the resources the scanned devices are advertised as (naming.h). */
 #include "naming.h"
 
 #include <errno.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* scan_cache: what one VFIO rescan leaves to the next, so that an unchanged node costs stats. */
 #include "scan_cache.h"
 
 #include <errno.h>

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* sku: the per-model resource names of RESOURCE_NAMING=sku, from the generated pci.ids table. */
 #include "sku.h"
 
 #include <errno.h>

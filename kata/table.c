@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* table: the compile-time PCI table, one row per advertised resource (table.h). */
 #include "table.h"
 
 #include <errno.h>

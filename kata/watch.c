@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* watch: notices when the node's VFIO device set differs from the one fixed at start. */
 #include "watch.h"
 
 #include <errno.h>
@@ -93,10 +94,8 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 				.backstop_usec = p, .unwatched_usec = p, .fn = on_watch, .userdata = w };
 	r = dp_path(dir, sizeof(dir), KATA_DEV_DIR);
 	/* No rescan at start: the caller scans after this (watch.h), so there is no gap to close. */
-	if (r < 0 || (r = dp_watch_new(loop, &cfg, &w->watch)) < 0)
-		return r;
-	r = dp_timer_add(loop, 0, 0, on_timer, w, &w->kick);
-	if (r < 0 || (r = dp_timer_set(w->kick, 0, 0)) < 0)
+	if (r < 0 || (r = dp_watch_new(loop, &cfg, &w->watch)) < 0 ||
+	    (r = dp_timer_add_disarmed(loop, on_timer, w, &w->kick)) < 0)
 		return r;
 	*ret = TAKE_PTR(w);
 	return 0;

@@ -14,49 +14,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The name a table indexed by value holds for i, or NULL. */
+#define NAME_AT(names, i) \
+	((i) > 0 && (size_t)(i) < sizeof(names) / sizeof((names)[0]) ? (names)[i] : NULL)
+
+/* Each signal named as its constant without "SIG". */
+#define SIG(name) [SIG##name] = #name
+static const char *const signal_names[] = {
+	SIG(HUP), SIG(INT), SIG(QUIT), SIG(ILL), SIG(TRAP), SIG(ABRT), SIG(BUS), SIG(FPE),
+	SIG(KILL), SIG(USR1), SIG(SEGV), SIG(USR2), SIG(PIPE), SIG(ALRM), SIG(TERM),
+	SIG(CHLD), SIG(CONT), SIG(STOP), SIG(TSTP), SIG(TTIN), SIG(TTOU), SIG(URG),
+	SIG(XCPU), SIG(XFSZ), SIG(VTALRM), SIG(PROF), SIG(WINCH), SIG(IO), SIG(PWR),
+	SIG(SYS),
+};
+#undef SIG
+
 const char *sigabbrev_np(int sig)
 {
-	static const char *const names[] = {
-		[SIGHUP] = "HUP",   [SIGINT] = "INT",     [SIGQUIT] = "QUIT", [SIGILL] = "ILL",
-		[SIGTRAP] = "TRAP", [SIGABRT] = "ABRT",   [SIGBUS] = "BUS",   [SIGFPE] = "FPE",
-		[SIGKILL] = "KILL", [SIGUSR1] = "USR1",   [SIGSEGV] = "SEGV", [SIGUSR2] = "USR2",
-		[SIGPIPE] = "PIPE", [SIGALRM] = "ALRM",   [SIGTERM] = "TERM", [SIGCHLD] = "CHLD",
-		[SIGCONT] = "CONT", [SIGSTOP] = "STOP",   [SIGTSTP] = "TSTP", [SIGTTIN] = "TTIN",
-		[SIGTTOU] = "TTOU", [SIGURG] = "URG",     [SIGXCPU] = "XCPU", [SIGXFSZ] = "XFSZ",
-		[SIGVTALRM] = "VTALRM", [SIGPROF] = "PROF", [SIGWINCH] = "WINCH", [SIGIO] = "IO",
-		[SIGPWR] = "PWR",   [SIGSYS] = "SYS",
-	};
-	if (sig <= 0 || (size_t)sig >= sizeof(names) / sizeof(names[0]))
-		return NULL;
-	return names[sig];
+	return NAME_AT(signal_names, sig);
 }
+
+/* Each errno value named as its constant. */
+#define ERRNO(name) [name] = #name
+static const char *const errno_names[] = {
+	ERRNO(EPERM), ERRNO(ENOENT), ERRNO(ESRCH), ERRNO(EINTR), ERRNO(EIO), ERRNO(ENXIO),
+	ERRNO(E2BIG), ERRNO(EBADF), ERRNO(ECHILD), ERRNO(EAGAIN), ERRNO(ENOMEM), ERRNO(EACCES),
+	ERRNO(EFAULT), ERRNO(EBUSY), ERRNO(EEXIST), ERRNO(ENODEV), ERRNO(ENOTDIR), ERRNO(EISDIR),
+	ERRNO(EINVAL), ERRNO(ENFILE), ERRNO(EMFILE), ERRNO(ENOTTY), ERRNO(ENOSPC), ERRNO(EROFS),
+	ERRNO(ENOSYS), ERRNO(ELOOP), ERRNO(ENAMETOOLONG), ERRNO(EOPNOTSUPP), ERRNO(ETIMEDOUT),
+	ERRNO(ECONNREFUSED), ERRNO(EXDEV), ERRNO(ENOEXEC), ERRNO(ENOTBLK), ERRNO(ETXTBSY),
+	ERRNO(EFBIG), ERRNO(ESPIPE), ERRNO(EMLINK), ERRNO(EPIPE), ERRNO(EDOM), ERRNO(ERANGE),
+	ERRNO(EDEADLK), ERRNO(ENOLCK), ERRNO(ENOTEMPTY), ERRNO(ENOMSG), ERRNO(EIDRM),
+	ERRNO(ENODATA), ERRNO(ETIME), ERRNO(EPROTO), ERRNO(EBADMSG), ERRNO(EOVERFLOW),
+	ERRNO(ENOTSOCK), ERRNO(EPROTONOSUPPORT), ERRNO(EAFNOSUPPORT), ERRNO(EADDRINUSE),
+	ERRNO(EADDRNOTAVAIL), ERRNO(ENETDOWN), ERRNO(ENETUNREACH), ERRNO(ECONNABORTED),
+	ERRNO(ECONNRESET), ERRNO(ENOBUFS), ERRNO(EISCONN), ERRNO(ENOTCONN), ERRNO(EHOSTUNREACH),
+	ERRNO(EALREADY), ERRNO(EINPROGRESS), ERRNO(ESTALE), ERRNO(EDQUOT), ERRNO(ECANCELED),
+	ERRNO(ENOMEDIUM), ERRNO(EKEYREJECTED),
+};
+#undef ERRNO
 
 const char *strerrorname_np(int err)
 {
-	static const char *const names[] = {
-		[EPERM] = "EPERM",     [ENOENT] = "ENOENT",   [ESRCH] = "ESRCH",     [EINTR] = "EINTR",
-		[EIO] = "EIO",         [ENXIO] = "ENXIO",     [E2BIG] = "E2BIG",     [EBADF] = "EBADF",
-		[ECHILD] = "ECHILD",   [EAGAIN] = "EAGAIN",   [ENOMEM] = "ENOMEM",   [EACCES] = "EACCES",
-		[EFAULT] = "EFAULT",   [EBUSY] = "EBUSY",     [EEXIST] = "EEXIST",   [ENODEV] = "ENODEV",
-		[ENOTDIR] = "ENOTDIR", [EISDIR] = "EISDIR",   [EINVAL] = "EINVAL",   [ENFILE] = "ENFILE",
-		[EMFILE] = "EMFILE",   [ENOTTY] = "ENOTTY",   [ENOSPC] = "ENOSPC",   [EROFS] = "EROFS",
-		[ENOSYS] = "ENOSYS",   [ELOOP] = "ELOOP",     [ENAMETOOLONG] = "ENAMETOOLONG",
-		[EOPNOTSUPP] = "EOPNOTSUPP", [ETIMEDOUT] = "ETIMEDOUT", [ECONNREFUSED] = "ECONNREFUSED",
-		[EXDEV] = "EXDEV",     [ENOEXEC] = "ENOEXEC", [ENOTBLK] = "ENOTBLK", [ETXTBSY] = "ETXTBSY",
-		[EFBIG] = "EFBIG",     [ESPIPE] = "ESPIPE",   [EMLINK] = "EMLINK",   [EPIPE] = "EPIPE",
-		[EDOM] = "EDOM",       [ERANGE] = "ERANGE",   [EDEADLK] = "EDEADLK", [ENOLCK] = "ENOLCK",
-		[ENOTEMPTY] = "ENOTEMPTY", [ENOMSG] = "ENOMSG", [EIDRM] = "EIDRM",   [ENODATA] = "ENODATA",
-		[ETIME] = "ETIME",     [EPROTO] = "EPROTO",   [EBADMSG] = "EBADMSG", [EOVERFLOW] = "EOVERFLOW",
-		[ENOTSOCK] = "ENOTSOCK", [EPROTONOSUPPORT] = "EPROTONOSUPPORT", [EAFNOSUPPORT] = "EAFNOSUPPORT",
-		[EADDRINUSE] = "EADDRINUSE", [EADDRNOTAVAIL] = "EADDRNOTAVAIL", [ENETDOWN] = "ENETDOWN",
-		[ENETUNREACH] = "ENETUNREACH", [ECONNABORTED] = "ECONNABORTED", [ECONNRESET] = "ECONNRESET",
-		[ENOBUFS] = "ENOBUFS", [EISCONN] = "EISCONN", [ENOTCONN] = "ENOTCONN", [EHOSTUNREACH] = "EHOSTUNREACH",
-		[EALREADY] = "EALREADY", [EINPROGRESS] = "EINPROGRESS", [ESTALE] = "ESTALE", [EDQUOT] = "EDQUOT",
-		[ECANCELED] = "ECANCELED", [ENOMEDIUM] = "ENOMEDIUM", [EKEYREJECTED] = "EKEYREJECTED",
-	};
-	if (err <= 0 || (size_t)err >= sizeof(names) / sizeof(names[0]))
-		return NULL;
-	return names[err];
+	return NAME_AT(errno_names, err);
 }
 
 int __fprintf_chk(FILE *f, int flag, const char *fmt, ...);

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* buf: the growable byte buffer and its JSON / YAML string emitters (dp/buf.h). */
 #include "dp/buf.h"
 
 #include <stdarg.h>
@@ -13,29 +14,29 @@ void dp_buf_done(dp_buf *b)
 	*b = (dp_buf){ 0 };
 }
 
+/* Room for need bytes (doubling from 64): false when memory runs out. */
+static bool buf_grow(dp_buf *b, size_t need)
+{
+	size_t cap = b->cap ? b->cap : 64;
+
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+	char *p = realloc(b->data, cap);
+	if (!p)
+		return false;
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
 /* Make room for n more bytes plus the NUL. false (and oom set) when impossible. */
 static bool buf_reserve(dp_buf *b, size_t n)
 {
 	if (b->oom)
 		return false;
-	if (n > SIZE_MAX - 1 - b->len) {
+	if (n > SIZE_MAX - 1 - b->len || (b->len + n + 1 > b->cap && !buf_grow(b, b->len + n + 1)))
 		b->oom = true;
-		return false;
-	}
-	size_t need = b->len + n + 1;
-	if (need <= b->cap)
-		return true;
-	size_t cap = b->cap ? b->cap : 64;
-	while (cap < need)
-		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-	char *p = realloc(b->data, cap);
-	if (!p) {
-		b->oom = true;
-		return false;
-	}
-	b->data = p;
-	b->cap = cap;
-	return true;
+	return !b->oom;
 }
 
 void dp_buf_append(dp_buf *b, const void *p, size_t n)
@@ -125,44 +126,47 @@ void dp_buf_json_string(dp_buf *b, const char *str)
 	buf_putc(b, '"');
 }
 
+/* Well-formed UTF-8 by lead byte (Unicode, table 3-7 "Well-Formed UTF-8 Byte Sequences"): the
+ * sequence's length, the payload bits of the lead byte, and the range of the second byte, which
+ * is what excludes overlongs, surrogates and code points past U+10FFFF. */
+static const struct utf8_lead {
+	unsigned char first, last; /* lead bytes of the row */
+	unsigned char len, mask, lo, hi;
+} utf8_leads[] = {
+	{ 0xc2, 0xdf, 2, 0x1f, 0x80, 0xbf },
+	{ 0xe0, 0xe0, 3, 0x0f, 0xa0, 0xbf },
+	{ 0xe1, 0xec, 3, 0x0f, 0x80, 0xbf },
+	{ 0xed, 0xed, 3, 0x0f, 0x80, 0x9f },
+	{ 0xee, 0xef, 3, 0x0f, 0x80, 0xbf },
+	{ 0xf0, 0xf0, 4, 0x07, 0x90, 0xbf },
+	{ 0xf1, 0xf3, 4, 0x07, 0x80, 0xbf },
+	{ 0xf4, 0xf4, 4, 0x07, 0x80, 0x8f },
+};
+
 /* Decode one UTF-8 sequence (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
  * Returns its length and sets *cp, or 0 when s does not start a valid sequence. */
 static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
 {
-	unsigned char c = s[0];
-	size_t n;
+	const struct utf8_lead *l = NULL;
 	uint32_t v;
-	unsigned char lo = 0x80, hi = 0xbf; /* bounds of the second byte */
 
-	if (c < 0x80) {
-		*cp = c;
+	if (s[0] < 0x80) {
+		*cp = s[0];
 		return 1;
-	} else if (c >= 0xc2 && c <= 0xdf) {
-		n = 2, v = c & 0x1f;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		n = 3, v = c & 0x0f;
-		if (c == 0xe0)
-			lo = 0xa0;
-		else if (c == 0xed)
-			hi = 0x9f;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		n = 4, v = c & 0x07;
-		if (c == 0xf0)
-			lo = 0x90;
-		else if (c == 0xf4)
-			hi = 0x8f;
-	} else {
-		return 0;
 	}
-	if (s[1] < lo || s[1] > hi)
+	for (size_t i = 0; i < DP_ELEMENTSOF(utf8_leads) && !l; i++)
+		if (s[0] >= utf8_leads[i].first && s[0] <= utf8_leads[i].last)
+			l = &utf8_leads[i];
+	if (!l || s[1] < l->lo || s[1] > l->hi) /* s[1] is the NUL after a lone lead byte */
 		return 0;
-	for (size_t i = 1; i < n; i++) {
+	v = s[0] & l->mask;
+	for (size_t i = 1; i < l->len; i++) {
 		if ((s[i] & 0xc0) != 0x80) /* also stops at the NUL */
 			return 0;
 		v = (v << 6) | (s[i] & 0x3f);
 	}
 	*cp = v;
-	return n;
+	return l->len;
 }
 
 /* Code points a YAML 1.1/1.2 stream may not hold raw (or that 1.1 reads as line breaks). */

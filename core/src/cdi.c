@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* cdi: the owned CDI spec file: compared byte for byte, replaced atomically, watched (dp/cdi.h). */
 #include "dp/cdi.h"
 
 #include <errno.h>
@@ -40,6 +41,16 @@ static int check_type(const struct stat *st)
 	return 0;
 }
 
+/* read() or write() once, again after EINTR: bytes moved, or negative errno. */
+#define RETRY_EINTR(call)                                     \
+	({                                                    \
+		ssize_t _n;                                   \
+		do                                            \
+			_n = (call);                          \
+		while (_n < 0 && errno == EINTR);             \
+		_n < 0 ? (ssize_t)-errno : _n;                \
+	})
+
 /* Read fd to its end (at most len + 1 bytes) comparing with data: 0 equal, 1 different. One page
  * at a time: a spec is a few hundred bytes, and a stack page once touched stays resident. */
 static int compare_content(int fd, const unsigned char *data, size_t len)
@@ -49,11 +60,9 @@ static int compare_content(int fd, const unsigned char *data, size_t len)
 
 	while (off <= len) {
 		size_t want = len - off + 1 < sizeof(buf) ? len - off + 1 : sizeof(buf);
-		ssize_t n = read(fd, buf, want);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = RETRY_EINTR(read(fd, buf, want));
 		if (n < 0)
-			return -errno;
+			return (int)n;
 		if (n == 0)
 			break;
 		if ((size_t)n > len - off || memcmp(buf, data + off, (size_t)n) != 0)
@@ -132,11 +141,9 @@ static int create_temp(int dirfd, const char *name, char tmp[static NAME_MAX + 1
 static int write_all(int fd, const unsigned char *p, size_t len)
 {
 	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = RETRY_EINTR(write(fd, p, len));
 		if (n < 0)
-			return -errno;
+			return (int)n;
 		if (n == 0)
 			return -EIO;
 		p += n;
@@ -297,12 +304,10 @@ int dp_cdi_file_new(dp_loop *loop, const char *dir, const char *name, dp_cdi_cha
 		return -EINVAL;
 	if (strlen(name) + 1 + strlen(TMP_SUFFIX) + TMP_RANDOM > NAME_MAX)
 		return -ENAMETOOLONG;
-	f = calloc(1, sizeof(*f));
+	f = malloc(sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	f->loop = loop;
-	f->changed = changed;
-	f->userdata = userdata;
+	*f = (dp_cdi_file){ .loop = loop, .changed = changed, .userdata = userdata };
 	dp_cdi_backoff_init(&f->backoff);
 	if (split_dir(f, dir) < 0)
 		/* f is freed by its _cleanup_ attribute, which the analyzer does not model */
@@ -322,13 +327,8 @@ dp_cdi_file *dp_cdi_file_free(dp_cdi_file *f)
 		return NULL;
 	dp_watch_free(f->watch);
 	dp_source_free(f->notify);
-	free(f->dir);
-	free(f->parent);
-	free(f->name);
-	free(f->path);
-	free(f->content);
 	dp_source_free(f->retry);
-	free(f);
+	DP_FREE_MANY(f->dir, f->parent, f->name, f->path, f->content, f);
 	return NULL;
 }
 

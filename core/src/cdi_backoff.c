@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* cdi_backoff: when to repair an owned file another writer keeps replacing (cdi_backoff.h). */
 #include "cdi_backoff.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cdi_backoff (internal to the cdi module): when to repair an owned file that keeps being
+ * cdi_backoff: (internal to the cdi module) when to repair an owned file that keeps being
  * replaced by another writer (two releases on one node owning the same spec). A state machine
  * on times given by the caller (CLOCK_MONOTONIC microseconds): no clock, no loop, no log, so
  * it is tested with made-up times. core/src/cdi.c feeds it what dp_cdi_file_sync() finds, and

@@ -11,6 +11,17 @@
 
 #define VALUE_SHOWN_MAX 64 /* bytes of an invalid value quoted in a message */
 
+int dp_hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 int dp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
 {
 	uint64_t v = 0;

@@ -2,7 +2,8 @@
 /*
  * grpc: the pure helpers of the gRPC layer (no I/O): grpc-timeout parse/format, grpc-message
  * percent-encoding, the 5-byte message framing and status names. The server lives in
- * grpc_server.c, the client call in grpc_client.c.
+ * grpc_server.c (connections), grpc_request.c and grpc_call.c (a call's two sides), the client
+ * call in grpc_client.c.
  */
 #include "dp/grpc.h"
 
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "dp/env.h"
 #include "grpc_internal.h"
 
 /* ---- grpc-timeout ---- */
@@ -115,17 +117,6 @@ char *dp_grpc_percent_encode(const char *s)
 	return out;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 char *dp_grpc_percent_decode(const char *s, size_t len)
 {
 	char *out = malloc(len + 1), *p = out;
@@ -135,8 +126,8 @@ char *dp_grpc_percent_decode(const char *s, size_t len)
 	for (size_t i = 0; i < len; i++) {
 		int hi, lo;
 
-		if (s[i] == '%' && i + 2 < len && (hi = hexval(s[i + 1])) >= 0 &&
-		    (lo = hexval(s[i + 2])) >= 0) {
+		if (s[i] == '%' && i + 2 < len && (hi = dp_hex_digit(s[i + 1])) >= 0 &&
+		    (lo = dp_hex_digit(s[i + 2])) >= 0) {
 			*p++ = (char)(hi << 4 | lo);
 			i += 2;
 		} else {
@@ -258,25 +249,28 @@ int dp_grpc_deframer_feed(dp_grpc_deframer *d, const uint8_t *data, size_t len,
 
 /* ---- status names ---- */
 
+/* Each name is its DP_GRPC_ constant's suffix. */
+#define STATUS(name) [DP_GRPC_##name] = #name
 static const char *const status_names[] = {
-	[DP_GRPC_OK] = "OK",
-	[DP_GRPC_CANCELLED] = "CANCELLED",
-	[DP_GRPC_UNKNOWN] = "UNKNOWN",
-	[DP_GRPC_INVALID_ARGUMENT] = "INVALID_ARGUMENT",
-	[DP_GRPC_DEADLINE_EXCEEDED] = "DEADLINE_EXCEEDED",
-	[DP_GRPC_NOT_FOUND] = "NOT_FOUND",
-	[DP_GRPC_ALREADY_EXISTS] = "ALREADY_EXISTS",
-	[DP_GRPC_PERMISSION_DENIED] = "PERMISSION_DENIED",
-	[DP_GRPC_RESOURCE_EXHAUSTED] = "RESOURCE_EXHAUSTED",
-	[DP_GRPC_FAILED_PRECONDITION] = "FAILED_PRECONDITION",
-	[DP_GRPC_ABORTED] = "ABORTED",
-	[DP_GRPC_OUT_OF_RANGE] = "OUT_OF_RANGE",
-	[DP_GRPC_UNIMPLEMENTED] = "UNIMPLEMENTED",
-	[DP_GRPC_INTERNAL] = "INTERNAL",
-	[DP_GRPC_UNAVAILABLE] = "UNAVAILABLE",
-	[DP_GRPC_DATA_LOSS] = "DATA_LOSS",
-	[DP_GRPC_UNAUTHENTICATED] = "UNAUTHENTICATED",
+	STATUS(OK),
+	STATUS(CANCELLED),
+	STATUS(UNKNOWN),
+	STATUS(INVALID_ARGUMENT),
+	STATUS(DEADLINE_EXCEEDED),
+	STATUS(NOT_FOUND),
+	STATUS(ALREADY_EXISTS),
+	STATUS(PERMISSION_DENIED),
+	STATUS(RESOURCE_EXHAUSTED),
+	STATUS(FAILED_PRECONDITION),
+	STATUS(ABORTED),
+	STATUS(OUT_OF_RANGE),
+	STATUS(UNIMPLEMENTED),
+	STATUS(INTERNAL),
+	STATUS(UNAVAILABLE),
+	STATUS(DATA_LOSS),
+	STATUS(UNAUTHENTICATED),
 };
+#undef STATUS
 
 const char *dp_grpc_status_name(int status)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * grpc budget: the memory the process's gRPC servers may hold for their peers, across every
+ * grpc_budget: the memory the process's gRPC servers may hold for their peers, across every
  * connection of every server (kata serves several resources, one server each), and who pays
  * when it is full (dp/grpc.h, dp_grpc_budget; docs/architecture.md, "gRPC limits").
  *

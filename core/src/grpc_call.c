@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * grpc call: the response side of a server call (queue of framed messages, the nghttp2 data
+ * grpc_call: the response side of a server call (queue of framed messages, the nghttp2 data
  * provider, trailers / Trailers-Only) and the public dp_grpc_call_* API.
  */
 #include <errno.h>
@@ -42,12 +42,7 @@ void grpc_call_free(dp_grpc_call *c)
 {
 	sconn *conn = c->conn;
 
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		conn->calls = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	DP_LIST_REMOVE(conn->calls, c);
 	if (conn->server)
 		conn->server->n_calls--;
 	grpc_call_drop_queue(c, false);
@@ -327,6 +322,27 @@ static int call_sent(dp_grpc_call *c)
 	return r == -EALREADY ? 0 : r;
 }
 
+/* Checks, then room in the queue for a len-byte message: *ret_p is where its payload goes, or
+ * NULL when the connection is going (the cancel callback follows; a unary call is done). */
+static int call_send_begin(dp_grpc_call *call, size_t len, uint8_t **ret_p)
+{
+	uint8_t *p = NULL;
+	int r = call_send_check(call, len);
+
+	if (r < 0)
+		return r;
+	if (dp_h2_closing(call->conn->h2)) {
+		if (call->method.kind == DP_GRPC_METHOD_UNARY)
+			call->state = CALL_ENDED;
+	} else {
+		p = call_queue(call, len);
+		if (!p)
+			return -ENOMEM;
+	}
+	*ret_p = p;
+	return 0;
+}
+
 int dp_grpc_call_send(dp_grpc_call *call, const uint8_t *msg, size_t len)
 {
 	uint8_t *p;
@@ -334,18 +350,9 @@ int dp_grpc_call_send(dp_grpc_call *call, const uint8_t *msg, size_t len)
 
 	if (!call || (!msg && len > 0))
 		return -EINVAL;
-	r = call_send_check(call, len);
-	if (r < 0)
+	r = call_send_begin(call, len, &p);
+	if (r < 0 || !p)
 		return r;
-	if (dp_h2_closing(call->conn->h2)) {
-		/* The connection is going: the cancel callback follows; a unary call is done. */
-		if (call->method.kind == DP_GRPC_METHOD_UNARY)
-			call->state = CALL_ENDED;
-		return 0;
-	}
-	p = call_queue(call, len);
-	if (!p)
-		return -ENOMEM;
 	if (len > 0)
 		memcpy(p, msg, len);
 	return call_sent(call);
@@ -353,24 +360,14 @@ int dp_grpc_call_send(dp_grpc_call *call, const uint8_t *msg, size_t len)
 
 int dp_grpc_call_send_pb(dp_grpc_call *call, const ProtobufCMessage *msg)
 {
-	size_t len;
 	uint8_t *p;
 	int r;
 
 	if (!call || !msg)
 		return -EINVAL;
-	len = protobuf_c_message_get_packed_size(msg);
-	r = call_send_check(call, len);
-	if (r < 0)
+	r = call_send_begin(call, protobuf_c_message_get_packed_size(msg), &p);
+	if (r < 0 || !p)
 		return r;
-	if (dp_h2_closing(call->conn->h2)) {
-		if (call->method.kind == DP_GRPC_METHOD_UNARY)
-			call->state = CALL_ENDED;
-		return 0;
-	}
-	p = call_queue(call, len);
-	if (!p)
-		return -ENOMEM;
 	protobuf_c_message_pack(msg, p);
 	return call_sent(call);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * grpc client: one unary call on its own connection (Register, health probes). Connects without
+ * grpc_client: one unary call on its own connection (Register, health probes). Connects without
  * blocking (retrying a refused or missing socket every few milliseconds until the deadline),
  * sends the client preface, SETTINGS, the request HEADERS and one framed message with
  * END_STREAM, and collects the response HEADERS, the message and the trailers. It never sends
@@ -87,13 +87,7 @@ static void client_free(dp_grpc_client_call *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	dp_grpc_deframer_done(&c->deframer);
-	free(c->authority);
-	free(c->path);
-	free(c->req);
-	free(c->grpc_message);
-	free(c->resp);
-	free(c->message);
-	free(c);
+	DP_FREE_MANY(c->authority, c->path, c->req, c->grpc_message, c->resp, c->message, c);
 }
 
 /* Report (unless cancelled) and free. Never called while c->h2 is alive. */
@@ -493,22 +487,18 @@ static int client_new(dp_loop *loop, const char *socket_path, const char *author
 		return -EINVAL;
 	if (req_len > DP_GRPC_MAX_MESSAGE)
 		return -EMSGSIZE;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	c->loop = loop;
-	c->done = done;
-	c->userdata = userdata;
 	if (timeout_usec > CLIENT_MAX_TIMEOUT_USEC)
 		timeout_usec = CLIENT_MAX_TIMEOUT_USEC; /* what grpc-timeout can say */
-	c->deadline = dp_now_usec() + timeout_usec;
+	c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (dp_grpc_client_call){ .loop = loop, .done = done, .userdata = userdata,
+				    .deadline = dp_now_usec() + timeout_usec };
 	r = client_init(c, socket_path, authority, path, req_len);
 	if (r >= 0)
 		r = dp_timer_add(loop, timeout_usec, 0, client_deadline_fired, c, &c->deadline_timer);
 	if (r >= 0)
-		r = dp_timer_add(loop, 0, 0, client_retry_fired, c, &c->retry);
-	if (r >= 0)
-		r = dp_timer_set(c->retry, 0, 0);
+		r = dp_timer_add_disarmed(loop, client_retry_fired, c, &c->retry);
 	if (r < 0) {
 		client_free(c);
 		return r;

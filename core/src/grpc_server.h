@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * grpc server internals shared by grpc_server.c (requests, connections, the listening socket)
- * and grpc_call.c (a call's response side and the public call API).
+ * grpc_server.h: server internals shared by grpc_server.c (connections, the listening socket),
+ * grpc_request.c (a call's request side) and grpc_call.c (its response side, the public call API).
  *
  * Call states: RECV (request arriving; nobody outside knows the call), OWNED (handed to the
  * method's handler, not ended yet), ENDED (the owner finished it, or was told through the cancel
@@ -16,6 +16,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "dp/grpc.h"
+#include "dp/list.h"
 #include "grpc_internal.h"
 #include "h2.h"
 
@@ -33,7 +34,7 @@ enum call_state { CALL_RECV, CALL_OWNED, CALL_ENDED };
 
 struct dp_grpc_call {
 	sconn *conn;
-	dp_grpc_call *prev, *next;
+	DP_LIST_FIELDS(dp_grpc_call); /* on conn->calls */
 	int32_t stream_id;
 	enum call_state state;
 	dp_grpc_method method; /* a copy: the server may be gone while the call lives */
@@ -66,7 +67,7 @@ struct dp_grpc_call {
 
 struct sconn {
 	dp_grpc_server *server; /* NULL once the server is gone */
-	sconn *prev, *next;
+	DP_LIST_FIELDS(sconn);  /* on server->conns while linked */
 	dp_h2 *h2;
 	dp_grpc_call *calls;
 	size_t max_header_list;
@@ -137,6 +138,11 @@ void grpc_conn_evicted(sconn *conn);
 void grpc_streams_cap(dp_grpc_server *s, sconn *conn);
 /* The connection a new one replaces when the server is full, or NULL. */
 sconn *grpc_evictable(const dp_grpc_server *s);
+
+/* ---- grpc_request.c ---- */
+
+/* The server's nghttp2 callbacks and options (s->cbs, s->opt). -ENOMEM. */
+int grpc_server_callbacks(dp_grpc_server *s);
 
 /* ---- grpc_server.c ---- */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * h2 (internal): one HTTP/2 connection = one socket fd + one nghttp2 session, driven by the loop.
+ * h2: (internal) one HTTP/2 connection = one socket fd + one nghttp2 session, driven by the loop.
  *
  * Input is read and fed to nghttp2_session_mem_recv(); output is pulled with
  * nghttp2_session_mem_send() and written without blocking, small frames gathered into one write

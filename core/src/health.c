@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dp/list.h"
 #include "dp/log.h"
 #include "health.pb-c.h"
 #include "pbwire.h"
@@ -17,7 +18,7 @@
 #define SERVICE_MAX 256
 
 struct watcher {
-	struct watcher *next;
+	DP_LIST_FIELDS(struct watcher);
 	dp_health *h;
 	dp_grpc_call *call;
 	char *service;
@@ -44,11 +45,7 @@ int dp_health_new(dp_health_status_fn fn, void *userdata, dp_health **ret)
 
 static void watcher_remove(dp_health *h, struct watcher *w)
 {
-	for (struct watcher **p = &h->watchers; *p; p = &(*p)->next)
-		if (*p == w) {
-			*p = w->next;
-			break;
-		}
+	DP_LIST_REMOVE(h->watchers, w);
 	h->n_watchers--;
 	free(w->service);
 	free(w);
@@ -60,7 +57,8 @@ dp_health *dp_health_free(dp_health *h)
 		return NULL;
 	while (h->watchers) {
 		struct watcher *w = h->watchers;
-		dp_grpc_call_set_cancel(w->call, NULL, NULL);
+		/* the head's prev is NULL: watcher_remove moves h->watchers on before the free */
+		dp_grpc_call_set_cancel(w->call, NULL, NULL); // NOLINT(clang-analyzer-unix.Malloc)
 		dp_grpc_call_finish(w->call, DP_GRPC_UNAVAILABLE, "health service stopping");
 		watcher_remove(h, w);
 	}
@@ -112,15 +110,24 @@ static const char *decode_service(const uint8_t *msg, size_t len, char *out)
 	return k < 0 ? "cannot decode HealthCheckRequest" : NULL;
 }
 
+/* The service the request names into service (SERVICE_MAX + 1 bytes); false when the call was
+ * refused (INVALID_ARGUMENT, with why). */
+static bool request_service(dp_grpc_call *call, const uint8_t *msg, size_t len, char *service)
+{
+	const char *why = decode_service(msg, len, service);
+
+	if (why)
+		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, why);
+	return !why;
+}
+
 static void rpc_check(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
 	dp_health *h = userdata;
 	char service[SERVICE_MAX + 1];
-	const char *why = decode_service(msg, len, service);
-	if (why) {
-		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, why);
+
+	if (!request_service(call, msg, len, service))
 		return;
-	}
 	int s = status_of(h, service, false);
 	if (s < 0)
 		dp_grpc_call_finish(call, DP_GRPC_NOT_FOUND, "unknown service");
@@ -138,11 +145,9 @@ static void rpc_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *
 {
 	dp_health *h = userdata;
 	char service[SERVICE_MAX + 1];
-	const char *why = decode_service(msg, len, service);
-	if (why) {
-		dp_grpc_call_finish(call, DP_GRPC_INVALID_ARGUMENT, why);
+
+	if (!request_service(call, msg, len, service))
 		return;
-	}
 	struct watcher *w = calloc(1, sizeof(*w));
 	if (w)
 		w->service = strdup(service);
@@ -153,8 +158,7 @@ static void rpc_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *
 	}
 	w->h = h;
 	w->call = call;
-	w->next = h->watchers;
-	h->watchers = w;
+	DP_LIST_PREPEND(h->watchers, w);
 	h->n_watchers++;
 	dp_grpc_call_set_cancel(call, on_watch_cancel, w);
 	w->last = status_of(h, w->service, true);

@@ -7,8 +7,7 @@
  *
  * The child shares the parent's memory until its exec, on a stack of its own, while the parent
  * waits (as glibc's posix_spawn does): fork() copied the daemon's page tables and left its pages
- * copy-on-write, so the parent also paid page faults after each fork (measured, parent CPU per
- * spawn of a process with 2 MiB of heap: 165-210 us and 4-5 faults -> 76-86 us and none).
+ * copy-on-write, so the parent also paid the copy and page faults after each fork.
  * Valgrind runs such a clone as a fork (still correct: the child writes only its own stack and
  * reports through the pipe, not through memory).
  *

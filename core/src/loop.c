@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * loop: epoll dispatch through epoll_event.data.ptr (one dp_source per registered fd).
+ * loop: epoll dispatch through epoll_event.data.ptr (one dp_source per registered fd), deferred
+ * calls, and the plain fd sources (io, signalfd, inotify); timers are loop_timer.c's, child
+ * exits loop_child.c's.
  *
  * Freeing: dp_source_free() marks the source dead, removes its fd from epoll and closes the fds
  * the loop owns at once. While a batch is dispatched (or deferred calls run) the memory is kept
@@ -10,45 +12,17 @@
 #include "dp/loop.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dp/log.h"
+#include "loop_internal.h"
 
 #define DP_LOOP_BATCH 64
-/* Child exit polling where pidfd_open is missing (kernels before 5.3, valgrind 3.19). */
-#define CHILD_POLL_USEC 10000L
-
-enum source_type { SOURCE_IO, SOURCE_TIMER, SOURCE_SIGNAL, SOURCE_CHILD, SOURCE_INOTIFY };
-
-struct dp_source {
-	dp_loop *loop;
-	enum source_type type;
-	int fd;
-	bool owns_fd;
-	bool in_epoll;
-	bool dead;
-	void *userdata;
-	union {
-		dp_io_fn io;
-		dp_timer_fn timer;
-		dp_signal_fn signal;
-		dp_child_fn child;
-		dp_inotify_fn inotify;
-	} fn;
-	pid_t pid;     /* SOURCE_CHILD */
-	bool reaped;   /* SOURCE_CHILD */
-	bool polled;   /* SOURCE_CHILD without pidfd: fd is a CHILD_POLL_USEC interval timerfd */
-	bool ignored;  /* SOURCE_INOTIFY: IN_IGNORED seen, fn is not called again */
-	dp_source *prev, *next; /* live list, or dead list (next only) */
-};
 
 typedef struct defer_entry {
 	dp_defer_fn fn;
@@ -139,18 +113,6 @@ static void dispatch_io(dp_source *s, uint32_t revents)
 		dp_debug("io callback failed", "fd=%d error=%s", s->fd, dp_errname(r));
 }
 
-static void dispatch_timer(dp_source *s)
-{
-	uint64_t expirations;
-
-	/* EAGAIN: re-armed or disarmed earlier in this batch; the event is stale. */
-	if (read(s->fd, &expirations, sizeof(expirations)) != (ssize_t)sizeof(expirations))
-		return;
-	int r = s->fn.timer(s, s->userdata);
-	if (r < 0)
-		dp_debug("timer callback failed", "error=%s", dp_errname(r));
-}
-
 static void dispatch_signal(dp_source *s)
 {
 	struct signalfd_siginfo si;
@@ -162,40 +124,12 @@ static void dispatch_signal(dp_source *s)
 	}
 }
 
-static void source_epoll_del(dp_source *s)
+void loop_source_epoll_del(dp_source *s)
 {
 	if (s->in_epoll) {
 		(void)epoll_ctl(s->loop->epfd, EPOLL_CTL_DEL, s->fd, NULL);
 		s->in_epoll = false;
 	}
-}
-
-static void dispatch_child(dp_source *s)
-{
-	siginfo_t si;
-
-	if (s->reaped)
-		return;
-	if (s->polled) {
-		uint64_t expirations;
-		(void)!read(s->fd, &expirations, sizeof(expirations));
-	}
-	memset(&si, 0, sizeof(si));
-	if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG) < 0) {
-		if (errno == EINTR)
-			return;
-		/* ECHILD: reaped elsewhere; report it with si_code 0 and the pid. */
-		dp_debug("waitid failed", "pid=%d error=%s", (int)s->pid, dp_errname(errno));
-		memset(&si, 0, sizeof(si));
-		si.si_pid = s->pid;
-	} else if (si.si_pid == 0) {
-		return; /* not exited yet */
-	}
-	s->reaped = true;
-	source_epoll_del(s); /* a reaped pidfd stays readable */
-	int r = s->fn.child(s, &si, s->userdata);
-	if (r < 0)
-		dp_debug("child callback failed", "pid=%d error=%s", (int)s->pid, dp_errname(r));
 }
 
 static void dispatch_inotify(dp_source *s)
@@ -220,7 +154,7 @@ static void dispatch_inotify(dp_source *s)
 		if (s->dead)
 			return;
 		if (s->ignored) {
-			source_epoll_del(s); /* no watch left */
+			loop_source_epoll_del(s); /* no watch left */
 			return;
 		}
 	}
@@ -233,13 +167,13 @@ static void dispatch(dp_source *s, uint32_t revents)
 		dispatch_io(s, revents);
 		break;
 	case SOURCE_TIMER:
-		dispatch_timer(s);
+		loop_dispatch_timer(s);
 		break;
 	case SOURCE_SIGNAL:
 		dispatch_signal(s);
 		break;
 	case SOURCE_CHILD:
-		dispatch_child(s);
+		loop_dispatch_child(s);
 		break;
 	case SOURCE_INOTIFY:
 		dispatch_inotify(s);
@@ -321,11 +255,10 @@ int dp_defer(dp_loop *l, dp_defer_fn fn, void *userdata)
 
 	if (!l || !fn)
 		return -EINVAL;
-	e = calloc(1, sizeof(*e));
+	e = malloc(sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	e->fn = fn;
-	e->userdata = userdata;
+	*e = (defer_entry){ .fn = fn, .userdata = userdata };
 	*l->defer_tail = e;
 	l->defer_tail = &e->next;
 	return 0;
@@ -334,8 +267,8 @@ int dp_defer(dp_loop *l, dp_defer_fn fn, void *userdata)
 /* Allocate a source around fd and register it for events. Returns the source, or NULL with
  * the negative errno in *ret_error (-ENOMEM, or epoll_ctl's); on failure an owned fd is closed.
  * Returning the pointer lets callers test it directly (the analyzers then see it is non-NULL). */
-static dp_source *source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
-			     void *userdata, int *ret_error)
+dp_source *loop_source_new(dp_loop *l, enum source_type type, int fd, bool owns_fd, uint32_t events,
+			   source_fn fn, void *userdata, int *ret_error)
 {
 	struct epoll_event ev = {.events = events};
 	dp_source *s = calloc(1, sizeof(*s));
@@ -350,6 +283,7 @@ static dp_source *source_new(dp_loop *l, enum source_type type, int fd, bool own
 	s->type = type;
 	s->fd = fd;
 	s->owns_fd = owns_fd;
+	s->fn = fn;
 	s->userdata = userdata;
 	ev.data.ptr = s;
 	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -360,11 +294,23 @@ static dp_source *source_new(dp_loop *l, enum source_type type, int fd, bool own
 		return NULL;
 	}
 	s->in_epoll = true;
-	s->next = l->live;
-	if (l->live)
-		l->live->prev = s;
-	l->live = s;
+	DP_LIST_PREPEND(l->live, s);
 	return s;
+}
+
+int loop_source_add_owned(dp_loop *l, enum source_type type, int fd, source_fn fn, void *userdata,
+			  dp_source **ret)
+{
+	dp_source *s;
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	s = loop_source_new(l, type, fd, true, EPOLLIN, fn, userdata, &r);
+	if (!s)
+		return r;
+	*ret = s;
+	return 0;
 }
 
 dp_source *dp_source_free(dp_source *s)
@@ -375,20 +321,13 @@ dp_source *dp_source_free(dp_source *s)
 		return NULL;
 	l = s->loop;
 	s->dead = true;
-	source_epoll_del(s);
+	loop_source_epoll_del(s);
 	if (s->owns_fd && s->fd >= 0)
 		close(s->fd);
 	s->fd = -1;
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		l->live = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->prev = NULL;
+	DP_LIST_REMOVE(l->live, s);
 	if (l->dispatching) {
-		s->next = l->dead;
-		l->dead = s;
+		DP_LIST_PREPEND(l->dead, s);
 	} else {
 		source_release(s);
 	}
@@ -407,10 +346,9 @@ int dp_io_add(dp_loop *l, int fd, uint32_t events, dp_io_fn fn, void *userdata, 
 
 	if (!l || fd < 0 || !fn || !ret)
 		return -EINVAL;
-	s = source_new(l, SOURCE_IO, fd, false, events, userdata, &r);
+	s = loop_source_new(l, SOURCE_IO, fd, false, events, (source_fn){ .io = fn }, userdata, &r);
 	if (!s)
 		return r;
-	s->fn.io = fn;
 	*ret = s;
 	return 0;
 }
@@ -426,103 +364,9 @@ int dp_io_set_events(dp_source *s, uint32_t events)
 	return 0;
 }
 
-static void usec_to_timespec(uint64_t usec, struct timespec *ts)
-{
-	ts->tv_sec = (time_t)(usec / DP_USEC_PER_SEC);
-	ts->tv_nsec = (long)(usec % DP_USEC_PER_SEC) * 1000L;
-}
-
-static int timer_arm(int fd, uint64_t usec, uint64_t interval_usec)
-{
-	struct itimerspec its = {0};
-
-	usec_to_timespec(interval_usec, &its.it_interval);
-	if (usec > 0 || interval_usec > 0) {
-		usec_to_timespec(usec, &its.it_value);
-		if (usec == 0)
-			its.it_value.tv_nsec = 1; /* 0 would disarm: "as soon as possible" */
-	}
-	if (timerfd_settime(fd, 0, &its, NULL) < 0)
-		return -errno;
-	return 0;
-}
-
-int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
-		 dp_source **ret)
-{
-	dp_source *s = NULL;
-	int fd, r;
-
-	if (!l || !fn || !ret)
-		return -EINVAL;
-	fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	r = timer_arm(fd, usec, interval_usec);
-	if (r < 0) {
-		close(fd);
-		return r;
-	}
-	if (usec == 0 && interval_usec == 0) { /* one-shot "now" */
-		struct itimerspec its = {.it_value.tv_nsec = 1};
-		if (timerfd_settime(fd, 0, &its, NULL) < 0) {
-			r = -errno;
-			close(fd);
-			return r;
-		}
-	}
-	s = source_new(l, SOURCE_TIMER, fd, true, EPOLLIN, userdata, &r);
-	if (!s)
-		return r;
-	s->fn.timer = fn;
-	*ret = s;
-	return 0;
-}
-
-int dp_timer_set(dp_source *s, uint64_t usec, uint64_t interval_usec)
-{
-	if (!s || s->dead || s->type != SOURCE_TIMER)
-		return -EINVAL;
-	return timer_arm(s->fd, usec, interval_usec);
-}
-
-int dp_timer_set_asap(dp_source *s)
-{
-	struct itimerspec its = {.it_value.tv_nsec = 1};
-
-	if (!s || s->dead || s->type != SOURCE_TIMER)
-		return -EINVAL;
-	if (timerfd_settime(s->fd, 0, &its, NULL) < 0)
-		return -errno;
-	return 0;
-}
-
-int dp_timer_set_coarse(dp_source *s, uint64_t usec, uint64_t interval_usec)
-{
-	struct itimerspec its = {0};
-	uint64_t at;
-
-	if (!s || s->dead || s->type != SOURCE_TIMER)
-		return -EINVAL;
-	if (usec < DP_TIMER_GRID_USEC)
-		return timer_arm(s->fd, usec, interval_usec);
-	/* the slack: re-armed from a grid expiry's callback (a few ms after it), a timer lands
-	 * usec later on the grid, not one step more (a 30 s check re-armed that way ran every 35 s,
-	 * each time a wake-up of its own) */
-	at = (dp_now_usec() + usec - DP_TIMER_SLACK_USEC + DP_TIMER_GRID_USEC - 1) / DP_TIMER_GRID_USEC *
-	     DP_TIMER_GRID_USEC;
-	usec_to_timespec(at, &its.it_value);
-	usec_to_timespec(interval_usec, &its.it_interval);
-	if (timerfd_settime(s->fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
-		return -errno;
-	return 0;
-}
-
 int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_source **ret)
 {
 	sigset_t mask;
-	dp_source *s = NULL;
-	int fd, r;
 
 	if (!l || !fn || !ret || sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
 		return -EINVAL;
@@ -531,83 +375,13 @@ int dp_signal_add(dp_loop *l, int sig, dp_signal_fn fn, void *userdata, dp_sourc
 		return -EINVAL;
 	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
 		return -errno;
-	fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	s = source_new(l, SOURCE_SIGNAL, fd, true, EPOLLIN, userdata, &r);
-	if (!s)
-		return r;
-	s->fn.signal = fn;
-	*ret = s;
-	return 0;
-}
-
-/* The fallback for a missing pidfd_open: a timerfd every CHILD_POLL_USEC (-1 with errno). */
-static int poll_timer_new(void)
-{
-	struct itimerspec its = { .it_interval = { 0, CHILD_POLL_USEC * 1000L },
-				  .it_value = { 0, CHILD_POLL_USEC * 1000L } };
-	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-
-	if (fd >= 0 && timerfd_settime(fd, 0, &its, NULL) < 0) {
-		int e = errno;
-		close(fd);
-		errno = e;
-		return -1;
-	}
-	return fd;
-}
-
-int dp_child_add(dp_loop *l, pid_t pid, dp_child_fn fn, void *userdata, dp_source **ret)
-{
-	dp_source *s = NULL;
-	int fd, r;
-
-	if (!l || !fn || !ret || pid <= 0)
-		return -EINVAL;
-	bool polled = false;
-
-	fd = (int)syscall(SYS_pidfd_open, pid, 0); /* pidfds are always O_CLOEXEC */
-	if (fd < 0 && errno == ENOSYS) {
-		if (kill(pid, 0) < 0)
-			return -errno;
-		fd = poll_timer_new();
-		polled = true;
-	}
-	if (fd < 0)
-		return -errno;
-	s = source_new(l, SOURCE_CHILD, fd, true, EPOLLIN, userdata, &r);
-	if (!s)
-		return r;
-	s->fn.child = fn;
-	s->pid = pid;
-	s->polled = polled;
-	*ret = s;
-	return 0;
-}
-
-int dp_child_kill(dp_source *s, int sig)
-{
-	if (!s || s->dead || s->type != SOURCE_CHILD)
-		return -EINVAL;
-	if (s->reaped)
-		return -ESRCH;
-	if (s->polled) /* not reaped, so the pid cannot have been recycled */
-		return kill(s->pid, sig) < 0 ? -errno : 0;
-	if (syscall(SYS_pidfd_send_signal, s->fd, sig, NULL, 0) < 0)
-		return -errno;
-	return 0;
-}
-
-bool dp_child_reaped(const dp_source *s)
-{
-	return s && s->type == SOURCE_CHILD && s->reaped;
+	return loop_source_add_owned(l, SOURCE_SIGNAL, signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC),
+				     (source_fn){ .signal = fn }, userdata, ret);
 }
 
 int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn, void *userdata,
 		   dp_source **ret)
 {
-	dp_source *s = NULL;
 	int fd, r;
 
 	if (!l || !path || !*path || !fn || !ret || mask == 0)
@@ -620,10 +394,5 @@ int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn
 		close(fd);
 		return r;
 	}
-	s = source_new(l, SOURCE_INOTIFY, fd, true, EPOLLIN, userdata, &r);
-	if (!s)
-		return r;
-	s->fn.inotify = fn;
-	*ret = s;
-	return 0;
+	return loop_source_add_owned(l, SOURCE_INOTIFY, fd, (source_fn){ .inotify = fn }, userdata, ret);
 }

@@ -34,28 +34,39 @@ struct family {
 	const char *name, *type, *help;
 };
 
+/* A row per family: its type and name, then its HELP text. */
+#define GAUGE(f, name, help) [f] = { name, "gauge", help }
+#define COUNTER(f, name, help) [f] = { name, "counter", help }
 static const struct family fams[F_N] = {
-	[F_BUILD] = { "sdp_build_info", "gauge", "Build of the running daemon (always 1)." },
-	[F_ADVERTISED] = { "sdp_devices_advertised", "gauge", "Devices advertised to kubelet, per resource." },
-	[F_HEALTHY] = { "sdp_devices_healthy", "gauge", "Devices advertised Healthy, per resource." },
-	[F_REGISTERED] = { "sdp_registered", "gauge", "1 while the resource is registered with kubelet." },
-	[F_TRANSITIONS] = { "sdp_health_transitions_total", "counter",
-			    "Changes of the advertised health, by new state and reason class." },
-	[F_REGISTRATIONS] = { "sdp_registrations_total", "counter",
-			      "Registration attempts with kubelet, by result (ok or the failure kind)." },
-	[F_ALLOCATE] = { "sdp_allocate_total", "counter", "Allocate calls answered, by gRPC status." },
-	[F_PROBE_RUNS] = { "sdp_probe_runs_total", "counter", "Hypervisor probe runs (hyperlight)." },
-	[F_PROBE_FAILURES] = { "sdp_probe_failures_total", "counter",
-			       "Hypervisor probe runs that failed, by reason class (hyperlight)." },
-	[F_CDI_REPAIRS] = { "sdp_cdi_spec_repairs_total", "counter",
-			    "Owned CDI spec rewritten after it was found changed or missing." },
-	[F_CDI_WRITE_FAILURES] = { "sdp_cdi_spec_write_failures_total", "counter",
-				   "Owned CDI spec writes that failed (or were refused: symlink, non-regular file)." },
-	[F_HTTP_REFUSED] = { "sdp_metrics_http_refused_total", "counter",
-			     "Metrics connections closed without a 200 answer, by reason." },
-	[F_DROPPED] = { "sdp_metrics_series_dropped_total", "counter",
-			"Updates of series that did not fit the registry's fixed table." },
+	GAUGE(F_BUILD, "sdp_build_info",
+	      "Build of the running daemon (always 1)."),
+	GAUGE(F_ADVERTISED, "sdp_devices_advertised",
+	      "Devices advertised to kubelet, per resource."),
+	GAUGE(F_HEALTHY, "sdp_devices_healthy",
+	      "Devices advertised Healthy, per resource."),
+	GAUGE(F_REGISTERED, "sdp_registered",
+	      "1 while the resource is registered with kubelet."),
+	COUNTER(F_TRANSITIONS, "sdp_health_transitions_total",
+		"Changes of the advertised health, by new state and reason class."),
+	COUNTER(F_REGISTRATIONS, "sdp_registrations_total",
+		"Registration attempts with kubelet, by result (ok or the failure kind)."),
+	COUNTER(F_ALLOCATE, "sdp_allocate_total",
+		"Allocate calls answered, by gRPC status."),
+	COUNTER(F_PROBE_RUNS, "sdp_probe_runs_total",
+		"Hypervisor probe runs (hyperlight)."),
+	COUNTER(F_PROBE_FAILURES, "sdp_probe_failures_total",
+		"Hypervisor probe runs that failed, by reason class (hyperlight)."),
+	COUNTER(F_CDI_REPAIRS, "sdp_cdi_spec_repairs_total",
+		"Owned CDI spec rewritten after it was found changed or missing."),
+	COUNTER(F_CDI_WRITE_FAILURES, "sdp_cdi_spec_write_failures_total",
+		"Owned CDI spec writes that failed (or were refused: symlink, non-regular file)."),
+	COUNTER(F_HTTP_REFUSED, "sdp_metrics_http_refused_total",
+		"Metrics connections closed without a 200 answer, by reason."),
+	COUNTER(F_DROPPED, "sdp_metrics_series_dropped_total",
+		"Updates of series that did not fit the registry's fixed table."),
 };
+#undef GAUGE
+#undef COUNTER
 
 #define LABELS_MAX ((size_t)3 * (16 + 2 * DP_METRICS_LABEL_MAX + 4))
 #define CLASS_MAX 48
@@ -274,7 +285,7 @@ static void put(struct out *o, const char *fmt, ...)
 	if (o->full)
 		return;
 	va_start(ap, fmt);
-	/* ap is va_start()ed just above (clang 14 false positive, as in helper.c) */
+	/* ap is va_start()ed just above (clang 14 false positive, as in helper_result.c) */
 	int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
 	va_end(ap);
 	if (n < 0 || (size_t)n >= o->size - o->len)

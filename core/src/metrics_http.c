@@ -469,11 +469,7 @@ int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t 
 	s->fd = fd;
 	s->deadline_usec = DP_METRICS_HTTP_DEADLINE_USEC;
 	int r = dp_io_add(loop, fd, EPOLLIN, on_accept, s, &s->io);
-	if (r >= 0)
-		r = dp_timer_add(loop, 0, 0, on_pause_over, s, &s->pause);
-	if (r >= 0)
-		r = dp_timer_set(s->pause, 0, 0);
-	if (r < 0)
+	if (r < 0 || (r = dp_timer_add_disarmed(loop, on_pause_over, s, &s->pause)) < 0)
 		return r;
 	*ret = TAKE_PTR(s);
 	return 0;

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* pbwire: a field-by-field reader of the protobuf wire format, no allocation (pbwire.h). */
 #include "pbwire.h"
 
 #include <errno.h>

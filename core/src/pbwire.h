@@ -2,8 +2,9 @@
 /*
  * pbwire: a reader of the protobuf wire format, field by field, straight from the received
  * bytes: no allocation, nothing copied. The request decoders (endpoint_decode.c, health.c) use it
- * instead of protobuf-c's unpack, whose memory grows with the number of fields (a 4 MiB message
- * of 2M unknown fields unpacks into ~190 MB) and whose strings end at the first NUL.
+ * instead of protobuf-c's unpack, whose memory grows with the number of fields (a message of
+ * many small unknown fields unpacks into many times its size) and whose strings end at the
+ * first NUL.
  *
  * Accepted: wire types 0 (varint, at most 10 bytes, no bit beyond 64), 1 (8 bytes), 2 (a length
  * varint, then that many bytes) and 5 (4 bytes), field numbers 1..2^29-1 with a tag of at most

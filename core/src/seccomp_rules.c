@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The system calls libdp makes after start-up, and what the C library needs around them.
+ * seccomp_rules: the system calls libdp makes after start-up, and what the C library needs around them.
  * Built from `strace -f` of the whole scenario suite and checked by running every test with
  * the filter enforced (docs/security.md: how to rebuild the list with SDP_SECCOMP=log).
  */

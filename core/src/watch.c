@@ -180,9 +180,8 @@ int dp_watch_new(dp_loop *l, const dp_watch_config *cfg, dp_watch **ret)
 	w->unwatched = cfg->unwatched_usec;
 	w->fn = cfg->fn;
 	w->userdata = cfg->userdata;
-	/* created disarmed (0, 0 alone would mean "now"); armed by update_timer */
-	r = dp_timer_add(l, 0, 0, on_timer, w, &w->timer);
-	if (r < 0 || (r = dp_timer_set(w->timer, 0, 0)) < 0)
+	r = dp_timer_add_disarmed(l, on_timer, w, &w->timer); /* armed by update_timer */
+	if (r < 0)
 		return r;
 	dp_watch_rearm(w);
 	*ret = TAKE_PTR(w);

@@ -147,6 +147,24 @@ static void test_env_u32_range(void **state)
 	assert_int_equal(dp_env_u32("X", 0, 0, 1, NULL, NULL, 0), -EINVAL);
 }
 
+static void test_hex_digit(void **state)
+{
+	const char *digits = "0123456789abcdef", *upper = "ABCDEF";
+
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(dp_hex_digit(digits[i]), i);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(dp_hex_digit(upper[i]), 10 + i);
+	assert_int_equal(dp_hex_digit('g'), -1);
+	assert_int_equal(dp_hex_digit('G'), -1);
+	assert_int_equal(dp_hex_digit('/'), -1);
+	assert_int_equal(dp_hex_digit(':'), -1);
+	assert_int_equal(dp_hex_digit('@'), -1);
+	assert_int_equal(dp_hex_digit('`'), -1);
+	assert_int_equal(dp_hex_digit('\0'), -1);
+	assert_int_equal(dp_hex_digit('x'), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -157,6 +175,7 @@ int main(void)
 		cmocka_unit_test(test_env_messages),
 		cmocka_unit_test(test_env_long_value_cut),
 		cmocka_unit_test(test_env_u32_range),
+		cmocka_unit_test(test_hex_digit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

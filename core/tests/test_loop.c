@@ -252,6 +252,27 @@ static void test_timer_oneshot_rearm(void **state)
 	dp_source_free(s);
 }
 
+/* A disarmed timer stays silent (a later guard timer proves time passed) until armed. */
+static void test_timer_disarmed(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct timer_state t = {0}, guard = {0};
+	dp_source *s, *g;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add_disarmed(l, NULL, &t, &s), -EINVAL);
+	assert_int_equal(dp_timer_add_disarmed(l, on_timer, &t, &s), 0);
+	assert_int_equal(dp_timer_add(l, 20 * DP_USEC_PER_MSEC, 0, on_timer, &guard, &g), 0);
+	assert_true(run_until(l, &guard.done));
+	assert_int_equal(t.count, 0);
+
+	assert_int_equal(dp_timer_set(s, 1000, 0), 0);
+	assert_true(run_until(l, &t.done));
+	assert_int_equal(t.count, 1);
+	dp_source_free(g);
+	dp_source_free(s);
+}
+
 static void test_timer_periodic(void **state)
 {
 	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
@@ -812,6 +833,7 @@ int main(void)
 		cmocka_unit_test(test_io_bad_args),
 		cmocka_unit_test(test_many_sources),
 		cmocka_unit_test(test_timer_oneshot_rearm),
+		cmocka_unit_test(test_timer_disarmed),
 		cmocka_unit_test(test_timer_periodic),
 		cmocka_unit_test(test_timer_coarse_shared_wakeup),
 		cmocka_unit_test(test_timer_coarse_rearm_stays_on_grid),

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* http_response: the status and body of an HTTP/1.1 answer, parsed from the bytes so far. */
 #include "http_response.h"
 
 #include <errno.h>

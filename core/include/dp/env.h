@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * env: strict parsing of integer configuration values. Accepted: decimal digits only (no sign,
+ * env: strict parsing of integer configuration values (and of one hex digit). Accepted: decimal digits only (no sign,
  * no whitespace, no leading '+', no "0x", no trailing garbage; leading zeros are fine: "007" is
  * 7), at most the range given. On error, *ret is untouched and err (if given) holds a clear
  * message naming the variable and the offending value, e.g.
@@ -26,3 +26,6 @@ int dp_env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max, uint6
 	       size_t errlen);
 int dp_env_u32(const char *name, uint32_t def, uint32_t min, uint32_t max, uint32_t *ret, char *err,
 	       size_t errlen);
+
+/* The value of one hexadecimal digit, either case ('7' -> 7, 'b' and 'B' -> 11), or -1. */
+int dp_hex_digit(char c);

@@ -62,6 +62,8 @@ int dp_io_set_events(dp_source *s, uint32_t events);
  * interval_usec (0 = one-shot; a one-shot timer stays allocated and can be re-armed). */
 int dp_timer_add(dp_loop *l, uint64_t usec, uint64_t interval_usec, dp_timer_fn fn, void *userdata,
 		 dp_source **ret);
+/* A timer that does not fire until dp_timer_set*() arms it. */
+int dp_timer_add_disarmed(dp_loop *l, dp_timer_fn fn, void *userdata, dp_source **ret);
 /* Re-arm (usec > 0 or interval > 0) or disarm (both 0; use dp_timer_set_asap for "now").
  * usec 0 with interval > 0 fires as soon as possible, then every interval. An expiry pending
  * in the current batch is dropped by a re-arm or disarm (fn is not called for it). */

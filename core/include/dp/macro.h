@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Small ownership helpers in the style of systemd: cleanup attributes and hand-off macros. */
+/* macro: small ownership helpers in the style of systemd: cleanup attributes, hand-off macros. */
 #pragma once
 
 #include <errno.h>
@@ -51,3 +51,14 @@ static inline void dp_closep(int *fd)
 		if (*p)                              \
 			(void)fn(*p);                \
 	}
+
+/* free() each pointer given (NULL ok): a struct's members and then the struct, in one statement,
+ * as systemd's free_many(). */
+static inline void dp_free_many(const void *const *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free((void *)p[i]);
+}
+#define DP_FREE_MANY(...)                                        \
+	dp_free_many((const void *const[]){ __VA_ARGS__ },       \
+		     DP_ELEMENTSOF(((const void *const[]){ __VA_ARGS__ })))
