@@ -488,10 +488,9 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 	r = dp_health_new(dp_endpoint_health_status, ep, &ep->health);
 	if (r < 0)
 		return r;
-	r = dp_timer_add(loop, 0, 0, ep_on_register_timer, ep, &ep->register_timer);
+	r = dp_timer_add_disarmed(loop, ep_on_register_timer, ep, &ep->register_timer);
 	if (r < 0)
 		return r;
-	(void)dp_timer_set(ep->register_timer, 0, 0);
 	r = dp_ep_health_init(ep);
 	if (r < 0)
 		return r;

@@ -132,11 +132,7 @@ int dp_ep_hold_start(dp_endpoint *ep)
 
 int dp_ep_health_init(dp_endpoint *ep)
 {
-	int r = dp_timer_add(ep->loop, 0, 0, ep_on_check_timer, ep, &ep->check_timer);
-	if (r < 0)
-		return r;
-	(void)dp_timer_set(ep->check_timer, 0, 0);
-	return 0;
+	return dp_timer_add_disarmed(ep->loop, ep_on_check_timer, ep, &ep->check_timer);
 }
 
 void dp_ep_health_done(dp_endpoint *ep)

@@ -222,8 +222,8 @@ int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,
 	return 0;
 }
 
-/* The daemons' main-path log lines for confinement (both daemons call this once, after
- * start-up, as they opt into dp_endpoint_log_events): error, warning, info. */
+/* The daemons' main-path log lines for confinement (the daemon shell, dp_daemon_main, calls this
+ * once after the daemon's start): error, warning, info. */
 int dp_seccomp_confine_daemon(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd)
 {
 	dp_seccomp_mode mode;
