@@ -365,8 +365,8 @@ static void test_timer_coarse_rearm_stays_on_grid(void **state)
 	assert_int_equal(a.count, 2);
 	/* Each expiry of the re-armed timer on the periodic one's grid instant. Not asserted: that
 	 * one epoll_wait returns both; the two timerfds expire at the same instant but are signalled
-	 * one after the other, and on 2 CPUs the loop may wake between them (1 run in ~50 of
-	 * make test's did). */
+	 * one after the other, and on 2 CPUs the loop may wake between them (a loaded make test
+	 * run did). */
 	assert_int_equal(b.step[0], a.step[0]);
 	assert_int_equal(b.step[1], a.step[1]);
 	dp_source_free(sa);
