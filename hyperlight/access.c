@@ -103,7 +103,7 @@ int hl_access_new(dp_loop *loop, const struct hl_device *dev, hl_access **ret)
 	}
 	if (r < 0)
 		// cppcheck-suppress memleak ; a is freed by its _cleanup_ attribute, which cppcheck does not model
-		return r;
+		return r; // NOLINT(clang-analyzer-unix.Malloc)
 	*ret = TAKE_PTR(a);
 	return 0;
 }

@@ -346,7 +346,7 @@ int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_de
 		r = setup_endpoint(p);
 	if (r < 0)
 		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, which cppcheck does not model
-		return r;
+		return r; // NOLINT(clang-analyzer-unix.Malloc)
 	setup_watches(p);
 	r = dp_endpoint_start(p->ep);
 	if (r < 0)
