@@ -20,6 +20,7 @@
 
 #include "api.pb-c.h"
 #include "dp/endpoint.h"
+#include "dp_test.h"
 #include "endpoint_encode.h"
 #include "endpoint_internal.h"
 
@@ -54,18 +55,15 @@ static dp_endpoint_config config(void)
 
 static int setup(void **state)
 {
-	snprintf(dir, sizeof(dir), "/tmp/test_endpoint.XXXXXX");
 	checks = failures = accepted = stale_removed = 0;
 	verdict = true;
 	last_failure[0] = last_stale[0] = '\0';
-	return mkdtemp(dir) ? 0 : -1;
+	return dpt_tmpdir(dir, sizeof(dir), "test_endpoint");
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return dpt_rmtree(dir);
 }
 
 static void rejects_bad_config(void **state)
@@ -116,14 +114,6 @@ static size_t count_plugin_sockets(void)
 	return n;
 }
 
-static bool run_until(dp_loop *loop, bool (*cond)(void), int ms)
-{
-	uint64_t end = dp_now_usec() + (uint64_t)ms * 1000;
-	while (!cond() && dp_now_usec() < end)
-		dp_loop_run_once(loop, 10);
-	return cond();
-}
-
 static bool checked(void) { return checks > 0; }
 static bool failed_twice(void) { return failures > 1; }
 
@@ -136,7 +126,7 @@ static void waits_for_kubelet(void **state)
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	assert_false(dp_endpoint_healthy(ep)); /* Unhealthy until the first check */
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(run_until(loop, checked, 2000));
+	assert_true(dpt_run_until_cond(loop, checked, 2000));
 	assert_true(dp_endpoint_healthy(ep));
 	assert_false(dp_endpoint_registered(ep));
 	assert_false(dp_endpoint_ready(ep));
@@ -187,7 +177,7 @@ static void failed_register_removes_socket(void **state)
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	dp_endpoint_set_events(ep, &ev);
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(run_until(loop, checked, 2000));
+	assert_true(dpt_run_until_cond(loop, checked, 2000));
 	/* The wait for kubelet.sock is told, once. */
 	assert_int_equal(failures, 1);
 	assert_non_null(strstr(last_failure, "waiting for"));
@@ -200,7 +190,7 @@ static void failed_register_removes_socket(void **state)
 	assert_int_equal(listen(fd, 8), 0);
 	assert_int_equal(dp_io_add(loop, fd, EPOLLIN, on_accept, NULL, &src), 0);
 
-	assert_true(run_until(loop, failed_twice, 5000));
+	assert_true(dpt_run_until_cond(loop, failed_twice, 5000));
 	assert_true(accepted >= 1);
 	assert_null(strstr(last_failure, "waiting for"));
 	assert_true(strlen(last_failure) > 0);

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* dp_test: what several C unit tests need (stderr capture, a temporary directory, the loop run
+ * until a condition within a bound, a loopback listener, open descriptors counted). Each helper
+ * fails the running cmocka test on a system error rather than return it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "dp/loop.h"
+
+/* What was written to a file descriptor (stdout, stderr) between start and end, through a memfd. */
+struct dpt_capture {
+	int target, fd, saved;
+	char text[16384];
+};
+
+void dpt_capture_start(struct dpt_capture *c, int target);
+/* Restore the descriptor and return what was written (c->text, NUL-terminated, truncated to
+ * its size). */
+const char *dpt_capture_end(struct dpt_capture *c);
+
+/* How many times needle occurs in text (overlapping occurrences counted). */
+size_t dpt_count(const char *text, const char *needle);
+
+/* The process's open file descriptors (without the one used to count them). */
+int dpt_count_fds(void);
+
+/* Run the loop (10 ms turns) until *flag is true or ms pass; returns *flag. */
+bool dpt_run_until(dp_loop *l, const bool *flag, int ms);
+/* The same until cond() is true. */
+bool dpt_run_until_cond(dp_loop *l, bool (*cond)(void), int ms);
+
+/* A new directory /tmp/<name>.XXXXXX into buf (at least 64 bytes); 0 or -1. */
+int dpt_tmpdir(char *buf, size_t size, const char *name);
+/* Remove dir and all below it; 0 or -1. */
+int dpt_rmtree(const char *dir);
+
+/* A TCP socket listening on 127.0.0.1 (backlog 4, type_flags added to SOCK_STREAM |
+ * SOCK_CLOEXEC), its port in *port. */
+int dpt_listener(int type_flags, int *port);
