@@ -126,7 +126,7 @@ static void waits_for_kubelet(void **state)
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	assert_false(dp_endpoint_healthy(ep)); /* Unhealthy until the first check */
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(dpt_run_until_cond(loop, checked, 2000));
+	assert_true(dpt_run_until_cond(loop, checked, 2 * DP_USEC_PER_SEC));
 	assert_true(dp_endpoint_healthy(ep));
 	assert_false(dp_endpoint_registered(ep));
 	assert_false(dp_endpoint_ready(ep));
@@ -177,7 +177,7 @@ static void failed_register_removes_socket(void **state)
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	dp_endpoint_set_events(ep, &ev);
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(dpt_run_until_cond(loop, checked, 2000));
+	assert_true(dpt_run_until_cond(loop, checked, 2 * DP_USEC_PER_SEC));
 	/* The wait for kubelet.sock is told, once. */
 	assert_int_equal(failures, 1);
 	assert_non_null(strstr(last_failure, "waiting for"));
@@ -190,7 +190,7 @@ static void failed_register_removes_socket(void **state)
 	assert_int_equal(listen(fd, 8), 0);
 	assert_int_equal(dp_io_add(loop, fd, EPOLLIN, on_accept, NULL, &src), 0);
 
-	assert_true(dpt_run_until_cond(loop, failed_twice, 5000));
+	assert_true(dpt_run_until_cond(loop, failed_twice, 5 * DP_USEC_PER_SEC));
 	assert_true(accepted >= 1);
 	assert_null(strstr(last_failure, "waiting for"));
 	assert_true(strlen(last_failure) > 0);

@@ -220,7 +220,7 @@ static void first_check_waits_for_registration(void **state)
 {
 	struct held h;
 	start_held(&h, 600 * DP_USEC_PER_SEC); /* longer than the test */
-	assert_true(dpt_run_until_cond(h.loop, accepted_one, 5000));
+	assert_true(dpt_run_until_cond(h.loop, accepted_one, 5 * DP_USEC_PER_SEC));
 	for (int i = 0; i < 10; i++) /* the check asked for at start has had its turn */
 		dp_loop_run_once(h.loop, 0);
 	assert_int_equal(checks, 0);
@@ -229,7 +229,7 @@ static void first_check_waits_for_registration(void **state)
 
 	close(held_conn); /* the attempt fails: the held check runs */
 	held_conn = -1;
-	assert_true(dpt_run_until_cond(h.loop, checked, 5000));
+	assert_true(dpt_run_until_cond(h.loop, checked, 5 * DP_USEC_PER_SEC));
 	assert_int_equal(failures, 1);
 	assert_int_equal(checks, 1);
 	assert_true(dp_endpoint_healthy(h.ep));
@@ -241,7 +241,7 @@ static void first_check_hold_is_bounded(void **state)
 {
 	struct held h;
 	start_held(&h, 100 * DP_USEC_PER_MSEC);
-	assert_true(dpt_run_until_cond(h.loop, checked, 5000));
+	assert_true(dpt_run_until_cond(h.loop, checked, 5 * DP_USEC_PER_SEC));
 	assert_int_equal(failures, 0); /* the attempt is still in flight (20 s deadline) */
 	assert_false(dp_endpoint_registered(h.ep));
 	stop_held(&h);
@@ -257,7 +257,7 @@ static void first_check_not_held_without_kubelet(void **state)
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(dpt_run_until_cond(loop, checked, 5000));
+	assert_true(dpt_run_until_cond(loop, checked, 5 * DP_USEC_PER_SEC));
 	assert_true(dp_endpoint_healthy(ep));
 	dp_endpoint_free(ep);
 	dp_loop_free(loop);

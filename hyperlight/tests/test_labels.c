@@ -35,6 +35,7 @@
 #include "dp/log.h"
 #include "dp/loop.h"
 #include "dp/paths.h"
+#include "dp_test.h"
 #include "label_patch.h"
 #include "labels.h"
 
@@ -120,17 +121,6 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return remove(path);
 }
 
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-	assert_non_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 /* The captured log so far. */
 static const char *log_text(struct fixture *f)
 {
@@ -198,7 +188,7 @@ static bool cond_logged(struct fixture *f, const void *needle)
 /* Exactly *want fds are open: a killed child was reaped and its pipe and pidfd closed. */
 static bool cond_fds(struct fixture *f, const void *want)
 {
-	return count_fds() == *(const int *)want;
+	return dpt_count_fds() == *(const int *)want;
 }
 
 /* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
@@ -212,20 +202,6 @@ static int closed_port(void)
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
 	close(fd);
 	return ntohs(a.sin_port);
-}
-
-/* A listener on 127.0.0.1 that the test never answers through; *port gets its port. */
-static int silent_listener(int *port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fd, 4), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
 }
 
 /* ---------------------------------------------------------------- fixture */
@@ -420,7 +396,7 @@ static void test_refused_retry(void **state)
 	int fds;
 
 	cluster_env(f, "127.0.0.1", closed_port());
-	fds = count_fds();
+	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	assert_false(logged(f, "attempt started")); /* no I/O inside start */
@@ -483,9 +459,9 @@ static void test_hang_free_mid_transfer(void **state)
 	unsigned ticks = 0;
 	int port, fds;
 
-	h.listener = silent_listener(&port);
+	h.listener = dpt_listener(SOCK_NONBLOCK, &port);
 	cluster_env(f, "127.0.0.1", port);
-	fds = count_fds();
+	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	assert_true(run_until(f, cond_hello, &h));
@@ -554,7 +530,7 @@ static void expect_retried(struct fixture *f, const char *how, uint64_t deadline
 	cluster_env(f, "127.0.0.1", closed_port());
 	if (how)
 		setenv(CHILD_ENV, how, 1);
-	fds = count_fds();
+	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", &p, &l), 0);
 	assert_non_null(l);
 	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);

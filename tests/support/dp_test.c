@@ -64,18 +64,18 @@ int dpt_count_fds(void)
 	return n - 1; /* the DIR's own fd */
 }
 
-bool dpt_run_until(dp_loop *l, const bool *flag, int ms)
+bool dpt_run_until(dp_loop *l, const bool *flag, uint64_t bound_usec)
 {
-	uint64_t end = dp_now_usec() + (uint64_t)ms * 1000;
+	uint64_t end = dp_now_usec() + bound_usec;
 
 	while (!*flag && dp_now_usec() < end)
 		assert_true(dp_loop_run_once(l, 10) >= 0);
 	return *flag;
 }
 
-bool dpt_run_until_cond(dp_loop *l, bool (*cond)(void), int ms)
+bool dpt_run_until_cond(dp_loop *l, bool (*cond)(void), uint64_t bound_usec)
 {
-	uint64_t end = dp_now_usec() + (uint64_t)ms * 1000;
+	uint64_t end = dp_now_usec() + bound_usec;
 
 	while (!cond() && dp_now_usec() < end)
 		dp_loop_run_once(l, 10);

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dp/loop.h"
 
@@ -26,10 +27,10 @@ size_t dpt_count(const char *text, const char *needle);
 /* The process's open file descriptors (without the one used to count them). */
 int dpt_count_fds(void);
 
-/* Run the loop (10 ms turns) until *flag is true or ms pass; returns *flag. */
-bool dpt_run_until(dp_loop *l, const bool *flag, int ms);
+/* Run the loop (10 ms turns) until *flag is true or bound_usec pass; returns *flag. */
+bool dpt_run_until(dp_loop *l, const bool *flag, uint64_t bound_usec);
 /* The same until cond() is true. */
-bool dpt_run_until_cond(dp_loop *l, bool (*cond)(void), int ms);
+bool dpt_run_until_cond(dp_loop *l, bool (*cond)(void), uint64_t bound_usec);
 
 /* A new directory /tmp/<name>.XXXXXX into buf (at least 64 bytes); 0 or -1. */
 int dpt_tmpdir(char *buf, size_t size, const char *name);
