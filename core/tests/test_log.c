@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "dp/log.h"
+#include "dp/macro.h"
 #include "dp_test.h"
 
 static struct dpt_capture cap;
@@ -110,36 +111,55 @@ static void test_init_from_env(void **state)
 	assert_false(dp_log_enabled(DP_LOG_DEBUG));
 }
 
-static void test_logq(void **state)
+struct logq_case {
+	const char *in, *want;
+};
+
+/* Each case quoted into a buffer of the given size. */
+static void check_logq(size_t size, const struct logq_case *cases, size_t n)
 {
 	char b[64];
 
-	assert_string_equal(dp_logq(b, sizeof(b), "simple/value-1.0"), "simple/value-1.0");
-	assert_string_equal(dp_logq(b, sizeof(b), ""), "\"\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "two words"), "\"two words\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "a=b"), "\"a=b\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "say \"hi\""), "\"say \\\"hi\\\"\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "back\\slash"), "\"back\\\\slash\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "l1\nl2\tx"), "\"l1\\nl2\\tx\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "bell\a\r\x7f"), "\"bell\\x07\\x0d\\x7f\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "caf\xc3\xa9"), "caf\xc3\xa9"); /* UTF-8 kept */
-	assert_string_equal(dp_logq(b, sizeof(b), NULL), "(null)");
+	assert_true(size <= sizeof(b));
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(dp_logq(b, size, cases[i].in), cases[i].want);
+}
+
+static void test_logq(void **state)
+{
+	static const struct logq_case cases[] = {
+		{ "simple/value-1.0", "simple/value-1.0" },
+		{ "", "\"\"" },
+		{ "two words", "\"two words\"" },
+		{ "a=b", "\"a=b\"" },
+		{ "say \"hi\"", "\"say \\\"hi\\\"\"" },
+		{ "back\\slash", "\"back\\\\slash\"" },
+		{ "l1\nl2\tx", "\"l1\\nl2\\tx\"" },
+		{ "bell\a\r\x7f", "\"bell\\x07\\x0d\\x7f\"" },
+		{ "caf\xc3\xa9", "caf\xc3\xa9" }, /* UTF-8 kept */
+		{ NULL, "(null)" },
+	};
+
+	check_logq(64, cases, DP_ELEMENTSOF(cases));
 }
 
 static void test_logq_truncation(void **state)
 {
+	static const struct logq_case cases[] = {
+		/* Too long: cut, marked with ..., still a closed quoted value within the buffer. */
+		{ "abcdefghijklmnop", "\"abcdef...\"" },
+		/* An escape is never split. */
+		{ "abcd\n\n\nxyz", "\"abcd\\n...\"" },
+		/* A UTF-8 character is never split: "é" needs 2 bytes, only 1 would fit. */
+		{ "abcde\xc3\xa9zzzzzz", "\"abcde...\"" },
+		{ "abc \xc3\xa9zzzzzz", "\"abc \xc3\xa9...\"" },
+		{ "abcdefgh ijk", "\"abcdef...\"" },
+		/* Fits exactly without truncation: 9 bytes of content. */
+		{ "abcd efgh", "\"abcd efgh\"" },
+	};
 	char b[12], tiny[2];
 
-	/* Too long: cut, marked with ..., still a closed quoted value within the buffer. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcdefghijklmnop"), "\"abcdef...\"");
-	/* An escape is never split. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcd\n\n\nxyz"), "\"abcd\\n...\"");
-	/* A UTF-8 character is never split: "é" needs 2 bytes, only 1 would fit. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcde\xc3\xa9zzzzzz"), "\"abcde...\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "abc \xc3\xa9zzzzzz"), "\"abc \xc3\xa9...\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "abcdefgh ijk"), "\"abcdef...\"");
-	/* Fits exactly without truncation: 9 bytes of content. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcd efgh"), "\"abcd efgh\"");
+	check_logq(sizeof(b), cases, DP_ELEMENTSOF(cases));
 	assert_string_equal(dp_logq(tiny, sizeof(tiny), "xyz"), "");
 	assert_string_equal(dp_logq(b, 0, "x"), "");
 }

@@ -191,19 +191,6 @@ static bool cond_fds(struct fixture *f, const void *want)
 	return dpt_count_fds() == *(const int *)want;
 }
 
-/* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
-static int closed_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 /* ---------------------------------------------------------------- fixture */
 
 static int setup(void **state)
@@ -395,7 +382,7 @@ static void test_refused_retry(void **state)
 	unsigned ticks = 0;
 	int fds;
 
-	cluster_env(f, "127.0.0.1", closed_port());
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
 	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
@@ -498,7 +485,7 @@ static void test_token_reread(void **state)
 	struct fixture *f = *state;
 	hl_labels *l = NULL;
 
-	cluster_env(f, "127.0.0.1", closed_port());
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	remove_file(f->root, SA_DIR "/token");
@@ -527,7 +514,7 @@ static void expect_retried(struct fixture *f, const char *how, uint64_t deadline
 	unsigned ticks = 0, ticks_at_failure;
 	int fds;
 
-	cluster_env(f, "127.0.0.1", closed_port());
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
 	if (how)
 		setenv(CHILD_ENV, how, 1);
 	fds = dpt_count_fds();

@@ -114,3 +114,11 @@ int dpt_listener(int type_flags, int *port)
 	*port = ntohs(a.sin_port);
 	return fd;
 }
+
+int dpt_closed_port(void)
+{
+	int port, fd = dpt_listener(0, &port);
+
+	close(fd);
+	return port;
+}

@@ -40,3 +40,5 @@ int dpt_rmtree(const char *dir);
 /* A TCP socket listening on 127.0.0.1 (backlog 4, type_flags added to SOCK_STREAM |
  * SOCK_CLOEXEC), its port in *port. */
 int dpt_listener(int type_flags, int *port);
+/* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
+int dpt_closed_port(void);

@@ -135,19 +135,6 @@ static void expect_fail(const dp_helper_result *r, const char *first, ...)
 	va_end(ap);
 }
 
-/* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
-static int closed_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 static int make_ca(void **state)
 {
 	char cmd[512];
@@ -224,7 +211,7 @@ static void test_refused(void **state)
 {
 	struct fixture *f = *state;
 	char url[128], where[64];
-	int port = closed_port();
+	int port = dpt_closed_port();
 
 	snprintf(url, sizeof(url), "https://127.0.0.1:%d/api/v1/nodes/node-1", port);
 	snprintf(where, sizeof(where), "cannot connect to 127.0.0.1 port %d: Connection refused", port);
