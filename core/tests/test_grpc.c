@@ -238,6 +238,16 @@ static size_t frame(uint8_t *out, const char *msg, size_t len)
 	return len + 5;
 }
 
+/* The NULL-terminated messages framed back to back into out; their total length. */
+static size_t frames(uint8_t *out, const char *const *msgs)
+{
+	size_t n = 0;
+
+	for (; *msgs; msgs++)
+		n += frame(out + n, *msgs, strlen(*msgs));
+	return n;
+}
+
 static void test_frame_header(void **state)
 {
 	uint8_t h[5];
@@ -252,9 +262,7 @@ static void test_frame_header(void **state)
 static void test_deframer_byte_at_a_time(void **state)
 {
 	uint8_t buf[64];
-	size_t n = frame(buf, "hello", 5);
-	n += frame(buf + n, "", 0);
-	n += frame(buf + n, "xy", 2);
+	size_t n = frames(buf, (const char *const[]){ "hello", "", "xy", NULL });
 	struct sink s = { 0 };
 	dp_grpc_deframer d;
 
@@ -278,9 +286,7 @@ static void test_deframer_byte_at_a_time(void **state)
 static void test_deframer_one_chunk(void **state)
 {
 	uint8_t buf[64];
-	size_t n = frame(buf, "abc", 3);
-	n += frame(buf + n, "defg", 4);
-	n += frame(buf + n, "hi", 2);
+	size_t n = frames(buf, (const char *const[]){ "abc", "defg", "hi", NULL });
 	struct sink s = { 0 };
 	dp_grpc_deframer d;
 
@@ -300,8 +306,7 @@ static void test_deframer_one_chunk(void **state)
 static void test_deframer_callback_stops(void **state)
 {
 	uint8_t buf[64];
-	size_t n = frame(buf, "abc", 3);
-	n += frame(buf + n, "def", 3);
+	size_t n = frames(buf, (const char *const[]){ "abc", "def", NULL });
 	struct sink s = { .ret = 42 };
 	dp_grpc_deframer d;
 
