@@ -253,6 +253,16 @@ static void expect_disabled(struct fixture *f, const char *level, const char *re
 	assert_false(logged(f, "node labelling enabled"));
 }
 
+/* Each of the n values of the variable var disables labelling (at warn) with the reason. */
+static void expect_each_disabled(struct fixture *f, const char *var, const char *const *values,
+				 size_t n, const char *reason)
+{
+	for (size_t i = 0; i < n; i++) {
+		setenv(var, values[i], 1);
+		expect_disabled(f, "level=warn", reason);
+	}
+}
+
 static void test_no_node_name(void **state)
 {
 	struct fixture *f = *state;
@@ -287,10 +297,7 @@ static void test_invalid_node_name(void **state)
 	memset(long_name, 'a', 254);
 	long_name[254] = '\0';
 	cluster_env(f, "127.0.0.1", 6443);
-	for (size_t i = 0; i < DP_ELEMENTSOF(bad); i++) {
-		setenv("NODE_NAME", bad[i], 1);
-		expect_disabled(f, "level=warn", "NODE_NAME is not a valid node name");
-	}
+	expect_each_disabled(f, "NODE_NAME", bad, DP_ELEMENTSOF(bad), "NODE_NAME is not a valid node name");
 	/* The longest valid name (253 bytes) and dotted names are accepted. */
 	const char *good[] = { long_name + 1, "a", "node-1.example.com", "0-9.x" };
 	for (size_t i = 0; i < DP_ELEMENTSOF(good); i++) {
@@ -317,16 +324,12 @@ static void test_no_api_server(void **state)
 
 	const char *bad_hosts[] = { "127.0.0.1/x", "a b", "host:1", "[::1]", "-x", "a?b", "fe80::1%eth0" };
 	setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-	for (size_t i = 0; i < DP_ELEMENTSOF(bad_hosts); i++) {
-		setenv("KUBERNETES_SERVICE_HOST", bad_hosts[i], 1);
-		expect_disabled(f, "level=warn", "KUBERNETES_SERVICE_HOST is not an IP address or host name");
-	}
+	expect_each_disabled(f, "KUBERNETES_SERVICE_HOST", bad_hosts, DP_ELEMENTSOF(bad_hosts),
+			     "KUBERNETES_SERVICE_HOST is not an IP address or host name");
 	const char *bad_ports[] = { "0", "65536", "abc", "443x", "-1", "0443", " 443", "999999" };
 	setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
-	for (size_t i = 0; i < DP_ELEMENTSOF(bad_ports); i++) {
-		setenv("KUBERNETES_SERVICE_PORT", bad_ports[i], 1);
-		expect_disabled(f, "level=warn", "KUBERNETES_SERVICE_PORT is not a port number");
-	}
+	expect_each_disabled(f, "KUBERNETES_SERVICE_PORT", bad_ports, DP_ELEMENTSOF(bad_ports),
+			     "KUBERNETES_SERVICE_PORT is not a port number");
 }
 
 static void test_invalid_arguments(void **state)
