@@ -28,38 +28,16 @@
 #include "dp_test.h"
 
 static char dir[64];
-static int checks, failures, accepted, told;
+static int failures, accepted, told;
 static int held_conn = -1;
 static bool told_healthy;
 static struct dpt_capture log_cap;
 static char told_reason[512];
 
-static void drv_check(dp_endpoint *ep, void *ud)
-{
-	checks++;
-	dp_endpoint_set_health(ep, true, NULL);
-}
-
-static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *ud)
-{
-	dp_alloc_finish(a, 0, NULL);
-}
-
-static const dp_driver driver = { drv_check, drv_allocate };
-static const dp_device two[] = { { "a", -1 }, { "b", 0 } };
-
-static dp_endpoint_config config(void)
-{
-	return (dp_endpoint_config){ .resource_name = "example.com/thing",
-				     .socket_prefix = "thing",
-				     .devices = two,
-				     .n_devices = 2,
-				     .driver = &driver };
-}
-
 static int setup(void **state)
 {
-	checks = failures = accepted = told = 0;
+	dpt_stub_reset();
+	failures = accepted = told = 0;
 	held_conn = -1;
 	return dpt_tmpdir(dir, sizeof(dir), "test_endpoint_driver");
 }
@@ -85,7 +63,7 @@ static void health_change_told_once(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_health_changed = on_health };
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
@@ -122,13 +100,13 @@ static void health_lines_in_configured_wording(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL, *plain = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	c.healthy_message = "device usable";
 	c.unhealthy_message = "device unusable, advertising every device Unhealthy";
 	c.healthy_fields = "device=/dev/kvm";
 	c.healthy_detail = "probe";
 	c.events = &dp_endpoint_log_events; /* in the configuration, or set after: */
-	dp_endpoint_config d = config();
+	dp_endpoint_config d = dpt_stub_config();
 	d.socket_prefix = "plain";
 	dp_log_set_level(DP_LOG_INFO);
 	assert_int_equal(dp_loop_new(&loop), 0);
@@ -160,7 +138,7 @@ static void health_lines_in_configured_wording(void **state)
 
 /* ---- the first check's hold ---- */
 
-static bool checked(void) { return checks > 0; }
+static bool checked(void) { return dpt_stub.checks > 0; }
 static bool accepted_one(void) { return accepted > 0; }
 
 static void on_failed(dp_endpoint *ep, const char *reason, void *ud)
@@ -192,7 +170,7 @@ struct held {
 static void start_held(struct held *h, uint64_t hold_usec)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_register_failed = on_failed };
 	c.first_check_hold_usec = hold_usec;
 	c.events = &ev;
@@ -223,7 +201,7 @@ static void first_check_waits_for_registration(void **state)
 	assert_true(dpt_run_until_cond(h.loop, accepted_one, 5 * DP_USEC_PER_SEC));
 	for (int i = 0; i < 10; i++) /* the check asked for at start has had its turn */
 		dp_loop_run_once(h.loop, 0);
-	assert_int_equal(checks, 0);
+	assert_int_equal(dpt_stub.checks, 0);
 	assert_false(dp_endpoint_healthy(h.ep));
 	assert_int_equal(failures, 0);
 
@@ -231,7 +209,7 @@ static void first_check_waits_for_registration(void **state)
 	held_conn = -1;
 	assert_true(dpt_run_until_cond(h.loop, checked, 5 * DP_USEC_PER_SEC));
 	assert_int_equal(failures, 1);
-	assert_int_equal(checks, 1);
+	assert_int_equal(dpt_stub.checks, 1);
 	assert_true(dp_endpoint_healthy(h.ep));
 	stop_held(&h);
 }
@@ -252,7 +230,7 @@ static void first_check_not_held_without_kubelet(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	c.first_check_hold_usec = 600 * DP_USEC_PER_SEC;
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
@@ -303,7 +281,7 @@ static void cdi_answer(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	char *ids0[] = { "3", "1" }, *ids1[] = { "0" };
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);

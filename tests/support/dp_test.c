@@ -19,6 +19,36 @@
 
 #include "dp_test.h"
 
+struct dpt_stub dpt_stub = { .verdict = true };
+
+static void stub_check(dp_endpoint *ep, void *ud)
+{
+	dpt_stub.checks++;
+	dp_endpoint_set_health(ep, dpt_stub.verdict, dpt_stub.verdict ? NULL : "test says no");
+}
+
+static void stub_allocate(dp_endpoint *ep, dp_alloc *a, void *ud)
+{
+	dp_alloc_finish(a, 0, NULL);
+}
+
+void dpt_stub_reset(void)
+{
+	dpt_stub = (struct dpt_stub){ .verdict = true };
+}
+
+dp_endpoint_config dpt_stub_config(void)
+{
+	static const dp_driver driver = { stub_check, stub_allocate };
+	static const dp_device two[] = { { "a", -1 }, { "b", 0 } };
+
+	return (dp_endpoint_config){ .resource_name = "example.com/thing",
+				     .socket_prefix = "thing",
+				     .devices = two,
+				     .n_devices = 2,
+				     .driver = &driver };
+}
+
 void dpt_capture_start(struct dpt_capture *c, int target)
 {
 	fflush(NULL);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* dp_test: what several C unit tests need (stderr capture, a temporary directory, the loop run
- * until a condition within a bound, a loopback listener, open descriptors counted). Each helper
+ * until a condition within a bound, a loopback listener, open descriptors counted, a stub
+ * endpoint driver). Each helper
  * fails the running cmocka test on a system error rather than return it. */
 #pragma once
 
@@ -8,7 +9,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dp/endpoint.h"
 #include "dp/loop.h"
+
+/* A stub driver for endpoint tests: its check counts calls in dpt_stub.checks and reports
+ * dpt_stub.verdict (reason "test says no" when false); its Allocate answers with no device. */
+struct dpt_stub {
+	int checks;
+	bool verdict;
+};
+extern struct dpt_stub dpt_stub;
+/* checks 0, verdict true. */
+void dpt_stub_reset(void);
+/* Resource example.com/thing, socket prefix "thing", devices "a" (no NUMA node) and "b" (node
+ * 0), the stub driver. */
+dp_endpoint_config dpt_stub_config(void);
 
 /* What was written to a file descriptor (stdout, stderr) between start and end, through a memfd. */
 struct dpt_capture {
