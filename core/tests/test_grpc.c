@@ -651,6 +651,13 @@ static void run_until(const int *flag, int want)
 		fail_msg("timed out: %d < %d", *flag, want);
 }
 
+/* Five more loop turns (10 ms each): time for a callback that must not come to come. */
+static void run_turns(void)
+{
+	for (int i = 0; i < 5; i++)
+		dp_loop_run_once(F.loop, 10);
+}
+
 static void on_done(void *userdata, int status, const char *message, const uint8_t *resp,
 		    size_t resp_len)
 {
@@ -756,8 +763,7 @@ static void test_loop_answer_later_and_cancel_once(void **state)
 	assert_memory_equal(F.resp, "later", 5);
 	/* the connection ends afterwards: no cancel callback for a finished call */
 	F.server = dp_grpc_server_free(F.server);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_cancel, 0);
 }
 
@@ -795,12 +801,10 @@ static void test_loop_client_cancel_while_connecting(void **state)
 {
 	dp_grpc_client_call *c = start_call("/t.T/Echo", "", 5000); /* no server: retrying */
 
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_done, 0);
 	dp_grpc_client_call_cancel(c);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_done, 0);
 }
 
@@ -819,8 +823,7 @@ static void test_loop_deadline(void **state)
 	run_until(&F.n_cancel, 1);
 	/* the server's own deadline or the client's RST_STREAM(CANCEL), whichever came first */
 	assert_true(F.cancel_status == DP_GRPC_DEADLINE_EXCEEDED || F.cancel_status == DP_GRPC_CANCELLED);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_cancel, 1);
 }
 
@@ -1244,8 +1247,7 @@ static void test_loop_server_free_in_cancel(void **state)
 	close(fd);
 	run_until(&F.n_cancel, 2);
 	assert_null(F.server);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_cancel, 2);
 	nghttp2_session_del(session);
 	nghttp2_session_callbacks_del(cbs);
