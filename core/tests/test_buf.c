@@ -122,26 +122,28 @@ static const struct esc_case cases[] = {
 	{ "/dev/kvm", "\"/dev/kvm\"", "\"/dev/kvm\"" },
 };
 
-static void test_json_exact(void **state)
+/* Each case quoted for YAML or JSON gives exactly the bytes of its row. */
+static void expect_quoted(bool yaml)
 {
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *want = yaml ? cases[i].yaml : cases[i].json;
 		dp_buf b = { 0 };
-		dp_buf_json_string(&b, cases[i].in);
-		if (b.len != strlen(cases[i].json) || memcmp(b.data, cases[i].json, b.len) != 0)
-			fail_msg("case %zu: got %s want %s", i, b.data, cases[i].json);
+
+		(yaml ? dp_buf_yaml_string : dp_buf_json_string)(&b, cases[i].in);
+		if (b.len != strlen(want) || memcmp(b.data, want, b.len) != 0)
+			fail_msg("%s case %zu: got %s want %s", yaml ? "yaml" : "json", i, b.data, want);
 		dp_buf_done(&b);
 	}
 }
 
+static void test_json_exact(void **state)
+{
+	expect_quoted(false);
+}
+
 static void test_yaml_exact(void **state)
 {
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		dp_buf b = { 0 };
-		dp_buf_yaml_string(&b, cases[i].in);
-		if (b.len != strlen(cases[i].yaml) || memcmp(b.data, cases[i].yaml, b.len) != 0)
-			fail_msg("case %zu: got %s want %s", i, b.data, cases[i].yaml);
-		dp_buf_done(&b);
-	}
+	expect_quoted(true);
 }
 
 static void test_null_string(void **state)

@@ -23,6 +23,7 @@
 #include "dp/paths.h"
 #include "dp/usage.h"
 #include "dp_version.h"
+#include "dp_test.h"
 
 /* ---- the test daemon ---- */
 
@@ -125,45 +126,8 @@ static const dp_daemon test_daemon = {
 	.stop = t_stop,
 };
 
-/* ---- capturing a file descriptor (stdout, stderr) ---- */
-
-struct capture {
-	int target, fd, saved;
-	char text[16384];
-};
-
-static void capture_start(struct capture *c, int target)
-{
-	fflush(NULL);
-	c->target = target;
-	c->fd = memfd_create("capture", MFD_CLOEXEC);
-	assert_true(c->fd >= 0);
-	c->saved = fcntl(target, F_DUPFD_CLOEXEC, 3);
-	assert_true(c->saved >= 0);
-	assert_int_equal(dup2(c->fd, target), target);
-}
-
-static const char *capture_end(struct capture *c)
-{
-	fflush(NULL);
-	assert_int_equal(dup2(c->saved, c->target), c->target);
-	close(c->saved);
-	ssize_t n = pread(c->fd, c->text, sizeof(c->text) - 1, 0);
-	close(c->fd);
-	c->text[n > 0 ? n : 0] = '\0';
-	return c->text;
-}
-
-static size_t count(const char *text, const char *needle)
-{
-	size_t n = 0;
-	for (const char *p = text; (p = strstr(p, needle)); p++)
-		n++;
-	return n;
-}
-
 /* Run dp_daemon_main with argv (NULL-terminated after the program name); its log in *log. */
-static int run_main(struct calls *c, struct capture *log, ...)
+static int run_main(struct calls *c, struct dpt_capture *log, ...)
 {
 	char *argv[8] = { (char *)"test-daemon" };
 	int argc = 1;
@@ -173,9 +137,9 @@ static int run_main(struct calls *c, struct capture *log, ...)
 		argv[argc++] = a;
 	va_end(ap);
 	current = c;
-	capture_start(log, STDERR_FILENO);
+	dpt_capture_start(log, STDERR_FILENO);
 	int r = dp_daemon_main(&test_daemon, c, argc, argv);
-	capture_end(log);
+	dpt_capture_end(log);
 	return r;
 }
 
@@ -306,7 +270,7 @@ static void parse_unknown_argument(void **state)
 static void main_bad_argument(void **state)
 {
 	struct calls c = { 0 };
-	struct capture log;
+	struct dpt_capture log;
 	assert_int_equal(run_main(&c, &log, "-x", NULL), DP_EXIT_USAGE);
 	assert_non_null(strstr(log.text, "test-daemon: unknown argument '-x'\n"));
 	assert_int_equal(c.configure + c.stop + c.prefixes, 0);
@@ -315,10 +279,10 @@ static void main_bad_argument(void **state)
 static void main_version(void **state)
 {
 	struct calls c = { 0 };
-	struct capture log, out;
-	capture_start(&out, STDOUT_FILENO);
+	struct dpt_capture log, out;
+	dpt_capture_start(&out, STDOUT_FILENO);
 	int r = run_main(&c, &log, "--version", NULL);
-	capture_end(&out);
+	dpt_capture_end(&out);
 	assert_int_equal(r, DP_EXIT_OK);
 	assert_string_equal(out.text, "test-daemon " DP_VERSION " (commit " DP_GIT_COMMIT ")\n");
 	assert_string_equal(log.text, "");
@@ -328,7 +292,7 @@ static void main_version(void **state)
 static void main_configure_fails(void **state)
 {
 	struct calls c = { .configure_status = DP_EXIT_USAGE };
-	struct capture log;
+	struct dpt_capture log;
 	assert_int_equal(run_main(&c, &log, NULL), DP_EXIT_USAGE);
 	assert_int_equal(c.configure, 1);
 	assert_int_equal(c.prepare + c.start, 0);
@@ -340,7 +304,7 @@ static void main_configure_fails(void **state)
 static void main_prepare_fails(void **state)
 {
 	struct calls c = { .prepare_error = -EMFILE };
-	struct capture log;
+	struct dpt_capture log;
 	assert_int_equal(run_main(&c, &log, NULL), DP_EXIT_FAILURE);
 	assert_int_equal(c.prepare, 1);
 	assert_int_equal(c.start, 0);
@@ -352,7 +316,7 @@ static void main_prepare_fails(void **state)
 static void main_start_fails(void **state)
 {
 	struct calls c = { .start_error = -ENODEV };
-	struct capture log;
+	struct dpt_capture log;
 	assert_int_equal(run_main(&c, &log, NULL), DP_EXIT_FAILURE);
 	assert_int_equal(c.start, 1);
 	assert_int_equal(c.seccomp, 0); /* never confined */
@@ -363,7 +327,7 @@ static void main_start_fails(void **state)
 static void main_confine_fails(void **state)
 {
 	struct calls c = { .bad_rule = true };
-	struct capture log;
+	struct dpt_capture log;
 	setenv("SDP_SECCOMP", "enforce", 1); /* the unknown name fails before anything is loaded */
 	int r = run_main(&c, &log, NULL);
 	setenv("SDP_SECCOMP", "off", 1);
@@ -377,7 +341,7 @@ static void main_confine_fails(void **state)
 static void main_daemon_exit_status(void **state)
 {
 	struct calls c = { .exit_status = 3 };
-	struct capture log;
+	struct dpt_capture log;
 	assert_int_equal(run_main(&c, &log, NULL), 3);
 	assert_int_equal(c.configure + c.prepare + c.start + c.seccomp, 4);
 	assert_int_equal(c.stop, 1);
@@ -390,7 +354,7 @@ static void main_daemon_exit_status(void **state)
 static void main_sigterm_exits_0(void **state)
 {
 	struct calls c = { .exit_status = -1 };
-	struct capture log;
+	struct dpt_capture log;
 	assert_int_equal(run_main(&c, &log, "--other", NULL), DP_EXIT_OK);
 	assert_int_equal(c.stop, 1);
 	assert_non_null(strstr(log.text, "level=info msg=\"shutting down\" signal=TERM\n"));
@@ -402,7 +366,7 @@ static void main_sigterm_exits_0(void **state)
 static void main_metrics_invalid(void **state)
 {
 	struct calls c = { .exit_status = 3 };
-	struct capture log;
+	struct dpt_capture log;
 	setenv("METRICS_ADDRESS", "not an address", 1);
 	int r = run_main(&c, &log, NULL);
 	assert_int_equal(r, DP_EXIT_USAGE);
@@ -422,12 +386,12 @@ static void main_metrics_invalid(void **state)
 static void main_log_level_warned_once(void **state)
 {
 	struct calls c = { .exit_status = 0 };
-	struct capture log;
+	struct dpt_capture log;
 	setenv("LOG_LEVEL", "loud", 1);
 	int r = run_main(&c, &log, NULL);
 	unsetenv("LOG_LEVEL");
 	assert_int_equal(r, 0);
-	assert_int_equal(count(log.text, "LOG_LEVEL"), 1);
+	assert_int_equal(dpt_count(log.text, "LOG_LEVEL"), 1);
 	assert_non_null(strstr(log.text, "level=warn msg=\"invalid LOG_LEVEL, keeping info\""));
 }
 
@@ -436,7 +400,7 @@ static void main_health_check(void **state)
 {
 	char root[] = "/tmp/test_daemon.XXXXXX", dir[256], cmd[300];
 	struct calls c = { 0 };
-	struct capture log;
+	struct dpt_capture log;
 	sigset_t before, after;
 	assert_non_null(mkdtemp(root));
 	snprintf(cmd, sizeof(cmd), "mkdir -p %s/var/lib/kubelet/device-plugins", root);

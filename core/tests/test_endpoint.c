@@ -20,52 +20,25 @@
 
 #include "api.pb-c.h"
 #include "dp/endpoint.h"
+#include "dp_test.h"
 #include "endpoint_encode.h"
 #include "endpoint_internal.h"
 
 static char dir[64];
-static int checks;
-static bool verdict = true;
 static int failures, accepted, stale_removed;
 static char last_failure[512], last_stale[128];
 
-static void drv_check(dp_endpoint *ep, void *ud)
-{
-	checks++;
-	dp_endpoint_set_health(ep, verdict, verdict ? NULL : "test says no");
-}
-
-static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *ud)
-{
-	dp_alloc_finish(a, 0, NULL);
-}
-
-static const dp_driver driver = { drv_check, drv_allocate };
-static const dp_device two[] = { { "a", -1 }, { "b", 0 } };
-
-static dp_endpoint_config config(void)
-{
-	return (dp_endpoint_config){ .resource_name = "example.com/thing",
-				     .socket_prefix = "thing",
-				     .devices = two,
-				     .n_devices = 2,
-				     .driver = &driver };
-}
-
 static int setup(void **state)
 {
-	snprintf(dir, sizeof(dir), "/tmp/test_endpoint.XXXXXX");
-	checks = failures = accepted = stale_removed = 0;
-	verdict = true;
+	dpt_stub_reset();
+	failures = accepted = stale_removed = 0;
 	last_failure[0] = last_stale[0] = '\0';
-	return mkdtemp(dir) ? 0 : -1;
+	return dpt_tmpdir(dir, sizeof(dir), "test_endpoint");
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return dpt_rmtree(dir);
 }
 
 static void rejects_bad_config(void **state)
@@ -75,18 +48,18 @@ static void rejects_bad_config(void **state)
 	char longid[70];
 	assert_int_equal(dp_loop_new(&loop), 0);
 
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	c.resource_name = "noslash";
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), -EINVAL);
-	c = config();
+	c = dpt_stub_config();
 	c.driver = NULL;
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), -EINVAL);
-	c = config();
+	c = dpt_stub_config();
 	c.socket_prefix = "a/b";
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), -EINVAL);
 
 	const dp_device dup[] = { { "x", -1 }, { "y", -1 }, { "x", -1 } };
-	c = config();
+	c = dpt_stub_config();
 	c.devices = dup;
 	c.n_devices = 3;
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), -EINVAL);
@@ -116,27 +89,19 @@ static size_t count_plugin_sockets(void)
 	return n;
 }
 
-static bool run_until(dp_loop *loop, bool (*cond)(void), int ms)
-{
-	uint64_t end = dp_now_usec() + (uint64_t)ms * 1000;
-	while (!cond() && dp_now_usec() < end)
-		dp_loop_run_once(loop, 10);
-	return cond();
-}
-
-static bool checked(void) { return checks > 0; }
+static bool checked(void) { return dpt_stub.checks > 0; }
 static bool failed_twice(void) { return failures > 1; }
 
 static void waits_for_kubelet(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	assert_false(dp_endpoint_healthy(ep)); /* Unhealthy until the first check */
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(run_until(loop, checked, 2000));
+	assert_true(dpt_run_until_cond(loop, checked, 2 * DP_USEC_PER_SEC));
 	assert_true(dp_endpoint_healthy(ep));
 	assert_false(dp_endpoint_registered(ep));
 	assert_false(dp_endpoint_ready(ep));
@@ -145,10 +110,10 @@ static void waits_for_kubelet(void **state)
 	assert_int_equal(count_plugin_sockets(), 1);
 	assert_non_null(strstr(dp_endpoint_reason(ep), "kubelet.sock"));
 
-	verdict = false;
+	dpt_stub.verdict = false;
 	dp_endpoint_request_check(ep);
-	int before = checks;
-	while (checks == before)
+	int before = dpt_stub.checks;
+	while (dpt_stub.checks == before)
 		dp_loop_run_once(loop, 10);
 	assert_false(dp_endpoint_healthy(ep));
 	assert_string_equal(dp_endpoint_reason(ep), "test says no");
@@ -179,7 +144,7 @@ static void failed_register_removes_socket(void **state)
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
 	dp_source *src = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_register_failed = on_failed };
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
@@ -187,7 +152,7 @@ static void failed_register_removes_socket(void **state)
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	dp_endpoint_set_events(ep, &ev);
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(run_until(loop, checked, 2000));
+	assert_true(dpt_run_until_cond(loop, checked, 2 * DP_USEC_PER_SEC));
 	/* The wait for kubelet.sock is told, once. */
 	assert_int_equal(failures, 1);
 	assert_non_null(strstr(last_failure, "waiting for"));
@@ -200,7 +165,7 @@ static void failed_register_removes_socket(void **state)
 	assert_int_equal(listen(fd, 8), 0);
 	assert_int_equal(dp_io_add(loop, fd, EPOLLIN, on_accept, NULL, &src), 0);
 
-	assert_true(run_until(loop, failed_twice, 5000));
+	assert_true(dpt_run_until_cond(loop, failed_twice, 5 * DP_USEC_PER_SEC));
 	assert_true(accepted >= 1);
 	assert_null(strstr(last_failure, "waiting for"));
 	assert_true(strlen(last_failure) > 0);
@@ -248,7 +213,7 @@ static void refused_kubelet_told_once(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_register_failed = on_failed };
 
 	make_socket("kubelet.sock", false);
@@ -278,7 +243,7 @@ static void sweeps_only_own_stale_sockets(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_stale_removed = on_stale };
 	char path[256];
 
@@ -319,7 +284,7 @@ static void bind_collision(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_stale_removed = on_stale, .on_register_failed = on_failed };
 	char next[128], after[128];
 	int pid;

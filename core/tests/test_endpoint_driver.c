@@ -25,93 +25,28 @@
 #include "dp/endpoint.h"
 #include "dp/grpc.h"
 #include "dp/log.h"
+#include "dp_test.h"
 
 static char dir[64];
-static int checks, failures, accepted, told;
+static int failures, accepted, told;
 static int held_conn = -1;
 static bool told_healthy;
+static struct dpt_capture log_cap;
 static char told_reason[512];
-
-static void drv_check(dp_endpoint *ep, void *ud)
-{
-	checks++;
-	dp_endpoint_set_health(ep, true, NULL);
-}
-
-static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *ud)
-{
-	dp_alloc_finish(a, 0, NULL);
-}
-
-static const dp_driver driver = { drv_check, drv_allocate };
-static const dp_device two[] = { { "a", -1 }, { "b", 0 } };
-
-static dp_endpoint_config config(void)
-{
-	return (dp_endpoint_config){ .resource_name = "example.com/thing",
-				     .socket_prefix = "thing",
-				     .devices = two,
-				     .n_devices = 2,
-				     .driver = &driver };
-}
 
 static int setup(void **state)
 {
-	snprintf(dir, sizeof(dir), "/tmp/test_endpoint_driver.XXXXXX");
-	checks = failures = accepted = told = 0;
+	dpt_stub_reset();
+	failures = accepted = told = 0;
 	held_conn = -1;
-	return mkdtemp(dir) ? 0 : -1;
+	return dpt_tmpdir(dir, sizeof(dir), "test_endpoint_driver");
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
 	if (held_conn >= 0)
 		close(held_conn);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
-
-static bool run_until(dp_loop *loop, bool (*cond)(void), int ms)
-{
-	uint64_t end = dp_now_usec() + (uint64_t)ms * 1000;
-	while (!cond() && dp_now_usec() < end)
-		dp_loop_run_once(loop, 10);
-	return cond();
-}
-
-/* ---- stderr capture (the log lines) ---- */
-
-static int saved_stderr = -1, capture_fd = -1;
-static char captured[8192];
-
-static void capture_start(void)
-{
-	capture_fd = memfd_create("log", MFD_CLOEXEC);
-	assert_true(capture_fd >= 0);
-	saved_stderr = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
-	assert_true(saved_stderr >= 0);
-	assert_int_equal(dup2(capture_fd, STDERR_FILENO), STDERR_FILENO);
-}
-
-static const char *capture_end(void)
-{
-	assert_int_equal(dup2(saved_stderr, STDERR_FILENO), STDERR_FILENO);
-	close(saved_stderr);
-	assert_int_equal(lseek(capture_fd, 0, SEEK_SET), 0);
-	ssize_t n = read(capture_fd, captured, sizeof(captured) - 1);
-	assert_true(n >= 0);
-	captured[n] = '\0';
-	close(capture_fd);
-	return captured;
-}
-
-static size_t count(const char *s, const char *needle)
-{
-	size_t n = 0;
-	for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle))
-		n++;
-	return n;
+	return dpt_rmtree(dir);
 }
 
 /* ---- the health-change event ---- */
@@ -128,7 +63,7 @@ static void health_change_told_once(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_health_changed = on_health };
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
@@ -165,13 +100,13 @@ static void health_lines_in_configured_wording(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL, *plain = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	c.healthy_message = "device usable";
 	c.unhealthy_message = "device unusable, advertising every device Unhealthy";
 	c.healthy_fields = "device=/dev/kvm";
 	c.healthy_detail = "probe";
 	c.events = &dp_endpoint_log_events; /* in the configuration, or set after: */
-	dp_endpoint_config d = config();
+	dp_endpoint_config d = dpt_stub_config();
 	d.socket_prefix = "plain";
 	dp_log_set_level(DP_LOG_INFO);
 	assert_int_equal(dp_loop_new(&loop), 0);
@@ -179,23 +114,23 @@ static void health_lines_in_configured_wording(void **state)
 	assert_int_equal(dp_endpoint_new(loop, dir, &d, &plain), 0);
 	dp_endpoint_set_events(plain, &dp_endpoint_log_events);
 
-	capture_start();
+	dpt_capture_start(&log_cap, STDERR_FILENO);
 	dp_endpoint_set_health(ep, true, "KVM API version 12, VM created");
 	dp_endpoint_set_health(ep, true, "KVM API version 12, VM created");
 	dp_endpoint_set_health(ep, false, "KVM_CREATE_VM: ENOMEM");
 	dp_endpoint_set_health(ep, false, "KVM_CREATE_VM: ENOMEM");
 	dp_endpoint_set_health(plain, true, NULL);
 	dp_endpoint_set_health(plain, false, "a cdev is gone");
-	const char *log = capture_end();
+	const char *log = dpt_capture_end(&log_cap);
 
-	assert_int_equal(count(log, "level=info msg=\"device usable\" resource=example.com/thing "
+	assert_int_equal(dpt_count(log, "level=info msg=\"device usable\" resource=example.com/thing "
 				    "device=/dev/kvm probe=\"KVM API version 12, VM created\"\n"), 1);
-	assert_int_equal(count(log, "level=warn msg=\"device unusable, advertising every device Unhealthy\" "
+	assert_int_equal(dpt_count(log, "level=warn msg=\"device unusable, advertising every device Unhealthy\" "
 				    "resource=example.com/thing reason=\"KVM_CREATE_VM: ENOMEM\"\n"), 1);
-	assert_int_equal(count(log, "level=info msg=\"devices usable\" resource=example.com/thing devices=2\n"), 1);
-	assert_int_equal(count(log, "level=warn msg=\"devices unusable, advertising every device Unhealthy\" "
+	assert_int_equal(dpt_count(log, "level=info msg=\"devices usable\" resource=example.com/thing devices=2\n"), 1);
+	assert_int_equal(dpt_count(log, "level=warn msg=\"devices unusable, advertising every device Unhealthy\" "
 				    "resource=example.com/thing reason=\"a cdev is gone\"\n"), 1);
-	assert_int_equal(count(log, "\n"), 4);
+	assert_int_equal(dpt_count(log, "\n"), 4);
 	dp_endpoint_free(ep);
 	dp_endpoint_free(plain);
 	dp_loop_free(loop);
@@ -203,7 +138,7 @@ static void health_lines_in_configured_wording(void **state)
 
 /* ---- the first check's hold ---- */
 
-static bool checked(void) { return checks > 0; }
+static bool checked(void) { return dpt_stub.checks > 0; }
 static bool accepted_one(void) { return accepted > 0; }
 
 static void on_failed(dp_endpoint *ep, const char *reason, void *ud)
@@ -235,7 +170,7 @@ struct held {
 static void start_held(struct held *h, uint64_t hold_usec)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_register_failed = on_failed };
 	c.first_check_hold_usec = hold_usec;
 	c.events = &ev;
@@ -263,18 +198,18 @@ static void first_check_waits_for_registration(void **state)
 {
 	struct held h;
 	start_held(&h, 600 * DP_USEC_PER_SEC); /* longer than the test */
-	assert_true(run_until(h.loop, accepted_one, 5000));
+	assert_true(dpt_run_until_cond(h.loop, accepted_one, 5 * DP_USEC_PER_SEC));
 	for (int i = 0; i < 10; i++) /* the check asked for at start has had its turn */
 		dp_loop_run_once(h.loop, 0);
-	assert_int_equal(checks, 0);
+	assert_int_equal(dpt_stub.checks, 0);
 	assert_false(dp_endpoint_healthy(h.ep));
 	assert_int_equal(failures, 0);
 
 	close(held_conn); /* the attempt fails: the held check runs */
 	held_conn = -1;
-	assert_true(run_until(h.loop, checked, 5000));
+	assert_true(dpt_run_until_cond(h.loop, checked, 5 * DP_USEC_PER_SEC));
 	assert_int_equal(failures, 1);
-	assert_int_equal(checks, 1);
+	assert_int_equal(dpt_stub.checks, 1);
 	assert_true(dp_endpoint_healthy(h.ep));
 	stop_held(&h);
 }
@@ -284,7 +219,7 @@ static void first_check_hold_is_bounded(void **state)
 {
 	struct held h;
 	start_held(&h, 100 * DP_USEC_PER_MSEC);
-	assert_true(run_until(h.loop, checked, 5000));
+	assert_true(dpt_run_until_cond(h.loop, checked, 5 * DP_USEC_PER_SEC));
 	assert_int_equal(failures, 0); /* the attempt is still in flight (20 s deadline) */
 	assert_false(dp_endpoint_registered(h.ep));
 	stop_held(&h);
@@ -295,12 +230,12 @@ static void first_check_not_held_without_kubelet(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	c.first_check_hold_usec = 600 * DP_USEC_PER_SEC;
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	assert_int_equal(dp_endpoint_start(ep), 0);
-	assert_true(run_until(loop, checked, 5000));
+	assert_true(dpt_run_until_cond(loop, checked, 5 * DP_USEC_PER_SEC));
 	assert_true(dp_endpoint_healthy(ep));
 	dp_endpoint_free(ep);
 	dp_loop_free(loop);
@@ -346,7 +281,7 @@ static void cdi_answer(void **state)
 {
 	dp_loop *loop = NULL;
 	dp_endpoint *ep = NULL;
-	dp_endpoint_config c = config();
+	dp_endpoint_config c = dpt_stub_config();
 	char *ids0[] = { "3", "1" }, *ids1[] = { "0" };
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
@@ -448,7 +383,7 @@ static void cdi_owned_file(void **state)
 
 	/* another writer keeps replacing it: the fight is logged (dp_cdi_log_fight), once */
 	snprintf(rival, sizeof(rival), "%s/.rival", dir);
-	capture_start();
+	dpt_capture_start(&log_cap, STDERR_FILENO);
 	for (int i = 0; i < 8; i++) {
 		fd = open(rival, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		assert_true(fd >= 0);
@@ -457,8 +392,8 @@ static void cdi_owned_file(void **state)
 		assert_int_equal(rename(rival, path), 0);
 		(void)dp_cdi_file_sync(f, NULL);
 	}
-	const char *log = capture_end();
-	assert_int_equal(count(log, "level=warn msg=\"CDI spec keeps being replaced by another writer"), 1);
+	const char *log = dpt_capture_end(&log_cap);
+	assert_int_equal(dpt_count(log, "level=warn msg=\"CDI spec keeps being replaced by another writer"), 1);
 	dp_cdi_file_free(f);
 	dp_buf_done(&spec);
 	dp_loop_free(loop);

@@ -238,6 +238,16 @@ static size_t frame(uint8_t *out, const char *msg, size_t len)
 	return len + 5;
 }
 
+/* The NULL-terminated messages framed back to back into out; their total length. */
+static size_t frames(uint8_t *out, const char *const *msgs)
+{
+	size_t n = 0;
+
+	for (; *msgs; msgs++)
+		n += frame(out + n, *msgs, strlen(*msgs));
+	return n;
+}
+
 static void test_frame_header(void **state)
 {
 	uint8_t h[5];
@@ -252,9 +262,7 @@ static void test_frame_header(void **state)
 static void test_deframer_byte_at_a_time(void **state)
 {
 	uint8_t buf[64];
-	size_t n = frame(buf, "hello", 5);
-	n += frame(buf + n, "", 0);
-	n += frame(buf + n, "xy", 2);
+	size_t n = frames(buf, (const char *const[]){ "hello", "", "xy", NULL });
 	struct sink s = { 0 };
 	dp_grpc_deframer d;
 
@@ -278,9 +286,7 @@ static void test_deframer_byte_at_a_time(void **state)
 static void test_deframer_one_chunk(void **state)
 {
 	uint8_t buf[64];
-	size_t n = frame(buf, "abc", 3);
-	n += frame(buf + n, "defg", 4);
-	n += frame(buf + n, "hi", 2);
+	size_t n = frames(buf, (const char *const[]){ "abc", "defg", "hi", NULL });
 	struct sink s = { 0 };
 	dp_grpc_deframer d;
 
@@ -300,8 +306,7 @@ static void test_deframer_one_chunk(void **state)
 static void test_deframer_callback_stops(void **state)
 {
 	uint8_t buf[64];
-	size_t n = frame(buf, "abc", 3);
-	n += frame(buf + n, "def", 3);
+	size_t n = frames(buf, (const char *const[]){ "abc", "def", NULL });
 	struct sink s = { .ret = 42 };
 	dp_grpc_deframer d;
 
@@ -646,6 +651,13 @@ static void run_until(const int *flag, int want)
 		fail_msg("timed out: %d < %d", *flag, want);
 }
 
+/* Five more loop turns (10 ms each): time for a callback that must not come to come. */
+static void run_turns(void)
+{
+	for (int i = 0; i < 5; i++)
+		dp_loop_run_once(F.loop, 10);
+}
+
 static void on_done(void *userdata, int status, const char *message, const uint8_t *resp,
 		    size_t resp_len)
 {
@@ -751,8 +763,7 @@ static void test_loop_answer_later_and_cancel_once(void **state)
 	assert_memory_equal(F.resp, "later", 5);
 	/* the connection ends afterwards: no cancel callback for a finished call */
 	F.server = dp_grpc_server_free(F.server);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_cancel, 0);
 }
 
@@ -790,12 +801,10 @@ static void test_loop_client_cancel_while_connecting(void **state)
 {
 	dp_grpc_client_call *c = start_call("/t.T/Echo", "", 5000); /* no server: retrying */
 
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_done, 0);
 	dp_grpc_client_call_cancel(c);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_done, 0);
 }
 
@@ -814,8 +823,7 @@ static void test_loop_deadline(void **state)
 	run_until(&F.n_cancel, 1);
 	/* the server's own deadline or the client's RST_STREAM(CANCEL), whichever came first */
 	assert_true(F.cancel_status == DP_GRPC_DEADLINE_EXCEEDED || F.cancel_status == DP_GRPC_CANCELLED);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_cancel, 1);
 }
 
@@ -1239,8 +1247,7 @@ static void test_loop_server_free_in_cancel(void **state)
 	close(fd);
 	run_until(&F.n_cancel, 2);
 	assert_null(F.server);
-	for (int i = 0; i < 5; i++)
-		dp_loop_run_once(F.loop, 10);
+	run_turns();
 	assert_int_equal(F.n_cancel, 2);
 	nghttp2_session_del(session);
 	nghttp2_session_callbacks_del(cbs);

@@ -18,20 +18,18 @@
 #include <cmocka.h>
 
 #include "dp/health.h"
+#include "dp_test.h"
 
 static char dir[64];
 
 static int setup(void **state)
 {
-	snprintf(dir, sizeof(dir), "/tmp/test_health.XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return dpt_tmpdir(dir, sizeof(dir), "test_health");
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return dpt_rmtree(dir);
 }
 
 static void touch(const char *name)

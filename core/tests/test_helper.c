@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dp/helper.h"
+#include "dp_test.h"
 
 #define BOUND_USEC (10 * DP_USEC_PER_SEC)
 #define LONG_DEADLINE (10 * DP_USEC_PER_SEC)
@@ -136,20 +137,6 @@ static const dp_helper_entry entries[] = {
 
 /* ---------------------------------------------------------------- test utilities */
 
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *de;
-	int n = 0;
-
-	assert_non_null(d);
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;
-}
-
 struct res {
 	int calls;
 	bool done;
@@ -167,14 +154,6 @@ static void on_done(const dp_helper_result *r, void *userdata)
 	x->at = dp_now_usec();
 }
 
-static bool run_until(dp_loop *l, const bool *flag)
-{
-	uint64_t end = dp_now_usec() + BOUND_USEC;
-
-	while (!*flag && dp_now_usec() < end)
-		assert_true(dp_loop_run_once(l, 10) >= 0);
-	return *flag;
-}
 
 struct fixture {
 	dp_loop *loop;
@@ -215,7 +194,7 @@ static void run_one(struct fixture *f, struct res *x)
 {
 	assert_int_equal(dp_helper_request(f->h, on_done, x, NULL), 0);
 	assert_int_equal(x->calls, 0);
-	assert_true(run_until(f->loop, &x->done));
+	assert_true(dpt_run_until(f->loop, &x->done, BOUND_USEC));
 	assert_int_equal(x->calls, 1);
 }
 
@@ -388,7 +367,7 @@ static void test_request_waits_for_reap(void **state)
 	/* Right after the timeout callback the child is (almost surely) not reaped yet. */
 	assert_int_equal(dp_helper_request(f->h, on_done, &b, NULL), 0);
 	assert_false(dp_helper_blocked(f->h));
-	assert_true(run_until(f->loop, &b.done));
+	assert_true(dpt_run_until(f->loop, &b.done, BOUND_USEC));
 	assert_true(b.r.ok);
 	assert_string_equal(b.r.reason, "second run");
 	assert_int_equal(dp_helper_runs(f->h), 2);
@@ -436,7 +415,7 @@ static void test_blocked_then_recovers(void **state)
 	unlink(marker);
 	new_helper(f, "sleep-once", marker, 150 * DP_USEC_PER_MSEC, 0);
 	assert_int_equal(dp_helper_request(f->h, on_first_request_again, &c, NULL), 0);
-	assert_true(run_until(f->loop, &c.second.done));
+	assert_true(dpt_run_until(f->loop, &c.second.done, BOUND_USEC));
 	assert_string_equal(c.first.r.reason, "timeout after 150 ms");
 	assert_true(c.blocked_in_callback);
 	assert_false(c.second_inside_request);
@@ -496,7 +475,7 @@ static void test_cancel_one_waiter(void **state)
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(dp_helper_request(f->h, on_done, &x[i], &w[i]), 0);
 	dp_helper_wait_cancel(w[1]);
-	assert_true(run_until(f->loop, &x[2].done));
+	assert_true(dpt_run_until(f->loop, &x[2].done, BOUND_USEC));
 	assert_true(x[0].done);
 	assert_int_equal(x[0].calls, 1);
 	assert_int_equal(x[1].calls, 0);
@@ -597,7 +576,7 @@ static void test_free_while_running(void **state)
 
 static void test_no_fd_leak(void **state)
 {
-	int before = count_fds();
+	int before = dpt_count_fds();
 	static const char *const names[] = {"ok", "big", "garbage", "sleep"};
 
 	for (size_t i = 0; i < DP_ELEMENTSOF(names); i++) {
@@ -609,14 +588,14 @@ static void test_no_fd_leak(void **state)
 		assert_int_equal(dp_loop_new(&l), 0);
 		assert_int_equal(dp_helper_new(l, SELF, argv, 150 * DP_USEC_PER_MSEC, 0, &h), 0);
 		assert_int_equal(dp_helper_request(h, on_done, &x, NULL), 0);
-		assert_true(run_until(l, &x.done));
+		assert_true(dpt_run_until(l, &x.done, BOUND_USEC));
 		/* Let the loop reap a killed child too. */
 		uint64_t end = dp_now_usec() + BOUND_USEC;
 		while (dp_helper_blocked(h) && dp_now_usec() < end)
 			assert_true(dp_loop_run_once(l, 10) >= 0);
 		dp_helper_free(h);
 		dp_loop_free(l);
-		assert_int_equal(count_fds(), before);
+		assert_int_equal(dpt_count_fds(), before);
 	}
 }
 

@@ -16,36 +16,10 @@
 #include <unistd.h>
 
 #include "dp/log.h"
+#include "dp/macro.h"
+#include "dp_test.h"
 
-/* ---- stderr capture ---- */
-
-static int saved_stderr = -1;
-static int capture_fd = -1;
-static char captured[16384];
-
-static void capture_start(void)
-{
-	capture_fd = memfd_create("log", MFD_CLOEXEC);
-	assert_true(capture_fd >= 0);
-	saved_stderr = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
-	assert_true(saved_stderr >= 0);
-	assert_int_equal(dup2(capture_fd, STDERR_FILENO), STDERR_FILENO);
-}
-
-/* Restore stderr and return what was written. */
-static const char *capture_end(void)
-{
-	ssize_t n;
-
-	assert_int_equal(dup2(saved_stderr, STDERR_FILENO), STDERR_FILENO);
-	close(saved_stderr);
-	assert_int_equal(lseek(capture_fd, 0, SEEK_SET), 0);
-	n = read(capture_fd, captured, sizeof(captured) - 1);
-	assert_true(n >= 0);
-	captured[n] = '\0';
-	close(capture_fd);
-	return captured;
-}
+static struct dpt_capture cap;
 
 static bool matches(const char *s, const char *re)
 {
@@ -72,11 +46,11 @@ static void test_line_format(void **state)
 	char q[64];
 	const char *out;
 
-	capture_start();
+	dpt_capture_start(&cap, STDERR_FILENO);
 	dp_info("registered with kubelet", "resource=%s", "hyperlight.dev/hypervisor");
 	dp_error("stop", "reason=%s", dp_logq(q, sizeof(q), "socket gone"));
 	dp_warn("plain", NULL);
-	out = capture_end();
+	out = dpt_capture_end(&cap);
 	assert_true(matches(out, "^" TIME_RE " level=info msg=\"registered with kubelet\" "
 				 "resource=hyperlight.dev/hypervisor\n" TIME_RE
 				 " level=error msg=stop reason=\"socket gone\"\n" TIME_RE
@@ -89,14 +63,14 @@ static void test_levels(void **state)
 
 	assert_false(dp_log_enabled(DP_LOG_DEBUG));
 	assert_true(dp_log_enabled(DP_LOG_INFO));
-	capture_start();
+	dpt_capture_start(&cap, STDERR_FILENO);
 	dp_debug("hidden", NULL);
 	dp_log_set_level(DP_LOG_ERROR);
 	dp_warn("hidden too", NULL);
 	dp_error("shown", NULL);
 	dp_log_set_level(DP_LOG_DEBUG);
 	dp_debug("now shown", "n=%d", 1);
-	out = capture_end();
+	out = dpt_capture_end(&cap);
 	assert_null(strstr(out, "hidden"));
 	assert_true(matches(out, "^" TIME_RE " level=error msg=shown\n" TIME_RE
 				 " level=debug msg=\"now shown\" n=1\n$"));
@@ -122,9 +96,9 @@ static void test_init_from_env(void **state)
 
 	/* Invalid: -EINVAL, one warning naming the value, level info. */
 	setenv("LOG_LEVEL", "loud noise", 1);
-	capture_start();
+	dpt_capture_start(&cap, STDERR_FILENO);
 	assert_int_equal(dp_log_init(), -EINVAL);
-	out = capture_end();
+	out = dpt_capture_end(&cap);
 	assert_true(matches(out, "^" TIME_RE " level=warn msg=\"[^\"]*LOG_LEVEL[^\"]*\" "
 				 "value=\"loud noise\"[^\n]*\n$"));
 	assert_true(dp_log_enabled(DP_LOG_INFO));
@@ -137,36 +111,55 @@ static void test_init_from_env(void **state)
 	assert_false(dp_log_enabled(DP_LOG_DEBUG));
 }
 
-static void test_logq(void **state)
+struct logq_case {
+	const char *in, *want;
+};
+
+/* Each case quoted into a buffer of the given size. */
+static void check_logq(size_t size, const struct logq_case *cases, size_t n)
 {
 	char b[64];
 
-	assert_string_equal(dp_logq(b, sizeof(b), "simple/value-1.0"), "simple/value-1.0");
-	assert_string_equal(dp_logq(b, sizeof(b), ""), "\"\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "two words"), "\"two words\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "a=b"), "\"a=b\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "say \"hi\""), "\"say \\\"hi\\\"\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "back\\slash"), "\"back\\\\slash\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "l1\nl2\tx"), "\"l1\\nl2\\tx\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "bell\a\r\x7f"), "\"bell\\x07\\x0d\\x7f\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "caf\xc3\xa9"), "caf\xc3\xa9"); /* UTF-8 kept */
-	assert_string_equal(dp_logq(b, sizeof(b), NULL), "(null)");
+	assert_true(size <= sizeof(b));
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(dp_logq(b, size, cases[i].in), cases[i].want);
+}
+
+static void test_logq(void **state)
+{
+	static const struct logq_case cases[] = {
+		{ "simple/value-1.0", "simple/value-1.0" },
+		{ "", "\"\"" },
+		{ "two words", "\"two words\"" },
+		{ "a=b", "\"a=b\"" },
+		{ "say \"hi\"", "\"say \\\"hi\\\"\"" },
+		{ "back\\slash", "\"back\\\\slash\"" },
+		{ "l1\nl2\tx", "\"l1\\nl2\\tx\"" },
+		{ "bell\a\r\x7f", "\"bell\\x07\\x0d\\x7f\"" },
+		{ "caf\xc3\xa9", "caf\xc3\xa9" }, /* UTF-8 kept */
+		{ NULL, "(null)" },
+	};
+
+	check_logq(64, cases, DP_ELEMENTSOF(cases));
 }
 
 static void test_logq_truncation(void **state)
 {
+	static const struct logq_case cases[] = {
+		/* Too long: cut, marked with ..., still a closed quoted value within the buffer. */
+		{ "abcdefghijklmnop", "\"abcdef...\"" },
+		/* An escape is never split. */
+		{ "abcd\n\n\nxyz", "\"abcd\\n...\"" },
+		/* A UTF-8 character is never split: "é" needs 2 bytes, only 1 would fit. */
+		{ "abcde\xc3\xa9zzzzzz", "\"abcde...\"" },
+		{ "abc \xc3\xa9zzzzzz", "\"abc \xc3\xa9...\"" },
+		{ "abcdefgh ijk", "\"abcdef...\"" },
+		/* Fits exactly without truncation: 9 bytes of content. */
+		{ "abcd efgh", "\"abcd efgh\"" },
+	};
 	char b[12], tiny[2];
 
-	/* Too long: cut, marked with ..., still a closed quoted value within the buffer. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcdefghijklmnop"), "\"abcdef...\"");
-	/* An escape is never split. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcd\n\n\nxyz"), "\"abcd\\n...\"");
-	/* A UTF-8 character is never split: "é" needs 2 bytes, only 1 would fit. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcde\xc3\xa9zzzzzz"), "\"abcde...\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "abc \xc3\xa9zzzzzz"), "\"abc \xc3\xa9...\"");
-	assert_string_equal(dp_logq(b, sizeof(b), "abcdefgh ijk"), "\"abcdef...\"");
-	/* Fits exactly without truncation: 9 bytes of content. */
-	assert_string_equal(dp_logq(b, sizeof(b), "abcd efgh"), "\"abcd efgh\"");
+	check_logq(sizeof(b), cases, DP_ELEMENTSOF(cases));
 	assert_string_equal(dp_logq(tiny, sizeof(tiny), "xyz"), "");
 	assert_string_equal(dp_logq(b, 0, "x"), "");
 }
@@ -179,10 +172,10 @@ static void test_long_line_truncated(void **state)
 
 	memset(big, 'v', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
-	capture_start();
+	dpt_capture_start(&cap, STDERR_FILENO);
 	dp_info("long", "data=%s", big);
 	dp_info("after", NULL);
-	out = capture_end();
+	out = dpt_capture_end(&cap);
 	/* Exactly two lines: the first cut with "...", the second intact. */
 	const char *nl = strchr(out, '\n');
 	assert_non_null(nl);
@@ -195,11 +188,11 @@ static void test_long_line_truncated(void **state)
 
 static void test_errno_preserved(void **state)
 {
-	capture_start();
+	dpt_capture_start(&cap, STDERR_FILENO);
 	errno = ENOTCONN;
 	dp_info("x", NULL);
 	assert_int_equal(errno, ENOTCONN);
-	capture_end();
+	dpt_capture_end(&cap);
 }
 
 /* Error fields carry the errno's name, whatever sign the caller holds it with. */
@@ -211,9 +204,9 @@ static void test_errname(void **state)
 	assert_string_equal(dp_errname(0), "none");
 	assert_string_equal(dp_errname(-4000), "errno4000");
 	assert_non_null(dp_errname(INT_MIN));
-	capture_start();
+	dpt_capture_start(&cap, STDERR_FILENO);
 	dp_info("x", "error=%s", dp_errname(-ENOENT));
-	assert_true(matches(capture_end(), "^" TIME_RE " level=info msg=x error=ENOENT\n$"));
+	assert_true(matches(dpt_capture_end(&cap), "^" TIME_RE " level=info msg=x error=ENOENT\n$"));
 }
 
 int main(void)

@@ -22,32 +22,9 @@
 #include <unistd.h>
 
 #include "dp/loop.h"
+#include "dp_test.h"
 
 #define BOUND_USEC (5 * DP_USEC_PER_SEC)
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *de;
-	int n = 0;
-
-	assert_non_null(d);
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1; /* the DIR's own fd */
-}
-
-/* Run the loop until *flag becomes true or the bound passes; returns *flag. */
-static bool run_until(dp_loop *l, const bool *flag)
-{
-	uint64_t end = dp_now_usec() + BOUND_USEC;
-
-	while (!*flag && dp_now_usec() < end)
-		assert_true(dp_loop_run_once(l, 10) >= 0);
-	return *flag;
-}
 
 static bool run_until_count(dp_loop *l, const int *count, int want)
 {
@@ -99,7 +76,7 @@ static void test_io_readiness(void **state)
 	assert_int_equal(st.calls, 0);
 
 	assert_int_equal(write(p[1], "hello", 5), 5);
-	assert_true(run_until(l, &st.done));
+	assert_true(dpt_run_until(l, &st.done, BOUND_USEC));
 	assert_int_equal(st.calls, 1);
 	assert_true(st.revents & EPOLLIN);
 	assert_string_equal(st.data, "hello");
@@ -111,7 +88,7 @@ static void test_io_readiness(void **state)
 	assert_int_equal(dp_loop_run_once(l, 0), 0);
 	assert_int_equal(wst.calls, 0);
 	assert_int_equal(dp_io_set_events(w, EPOLLOUT), 0);
-	assert_true(run_until(l, &wst.done));
+	assert_true(dpt_run_until(l, &wst.done, BOUND_USEC));
 	assert_true(wst.revents & EPOLLOUT);
 
 	/* The same fd twice in one loop is refused. */
@@ -218,31 +195,31 @@ static void test_timer_oneshot_rearm(void **state)
 
 	assert_int_equal(dp_loop_new(&l), 0);
 	assert_int_equal(dp_timer_add(l, 1000, 0, on_timer, &t, &s), 0);
-	assert_true(run_until(l, &t.done));
+	assert_true(dpt_run_until(l, &t.done, BOUND_USEC));
 	assert_int_equal(t.count, 1);
 
 	/* A later timer fires while the one-shot stays silent. */
 	assert_int_equal(dp_timer_add(l, 20 * DP_USEC_PER_MSEC, 0, on_timer, &guard, &g), 0);
-	assert_true(run_until(l, &guard.done));
+	assert_true(dpt_run_until(l, &guard.done, BOUND_USEC));
 	assert_int_equal(t.count, 1);
 
 	/* Re-arm the one-shot (still allocated). */
 	t.done = false;
 	assert_int_equal(dp_timer_set(s, 1000, 0), 0);
-	assert_true(run_until(l, &t.done));
+	assert_true(dpt_run_until(l, &t.done, BOUND_USEC));
 	assert_int_equal(t.count, 2);
 
 	/* "As soon as possible". */
 	t.done = false;
 	assert_int_equal(dp_timer_set_asap(s), 0);
-	assert_true(run_until(l, &t.done));
+	assert_true(dpt_run_until(l, &t.done, BOUND_USEC));
 	assert_int_equal(t.count, 3);
 
 	/* dp_timer_add with 0: as soon as possible. */
 	struct timer_state z = {0};
 	dp_source *zs;
 	assert_int_equal(dp_timer_add(l, 0, 0, on_timer, &z, &zs), 0);
-	assert_true(run_until(l, &z.done));
+	assert_true(dpt_run_until(l, &z.done, BOUND_USEC));
 	assert_int_equal(z.count, 1);
 
 	/* Disarm before expiry: never fires; the guard proves time passed. */
@@ -251,7 +228,7 @@ static void test_timer_oneshot_rearm(void **state)
 	assert_int_equal(dp_timer_set(s, 5000, 0), 0);
 	assert_int_equal(dp_timer_set(s, 0, 0), 0);
 	assert_int_equal(dp_timer_set(g, 30 * DP_USEC_PER_MSEC, 0), 0);
-	assert_true(run_until(l, &guard.done));
+	assert_true(dpt_run_until(l, &guard.done, BOUND_USEC));
 	assert_int_equal(t.count, 3);
 
 	assert_int_equal(dp_timer_set(g, 0, 0), 0);
@@ -271,11 +248,11 @@ static void test_timer_disarmed(void **state)
 	assert_int_equal(dp_timer_add_disarmed(l, NULL, &t, &s), -EINVAL);
 	assert_int_equal(dp_timer_add_disarmed(l, on_timer, &t, &s), 0);
 	assert_int_equal(dp_timer_add(l, 20 * DP_USEC_PER_MSEC, 0, on_timer, &guard, &g), 0);
-	assert_true(run_until(l, &guard.done));
+	assert_true(dpt_run_until(l, &guard.done, BOUND_USEC));
 	assert_int_equal(t.count, 0);
 
 	assert_int_equal(dp_timer_set(s, 1000, 0), 0);
-	assert_true(run_until(l, &t.done));
+	assert_true(dpt_run_until(l, &t.done, BOUND_USEC));
 	assert_int_equal(t.count, 1);
 	dp_source_free(g);
 	dp_source_free(s);
@@ -292,7 +269,7 @@ static void test_timer_periodic(void **state)
 	assert_true(run_until_count(l, &t.count, 3));
 	/* It disarmed itself at 3: a 30 ms guard fires and the count stays. */
 	assert_int_equal(dp_timer_add(l, 30 * DP_USEC_PER_MSEC, 0, on_timer, &guard, &g), 0);
-	assert_true(run_until(l, &guard.done));
+	assert_true(dpt_run_until(l, &guard.done, BOUND_USEC));
 	assert_int_equal(t.count, 3);
 
 	/* usec 0 with an interval: first fire at once, then periodic again. */
@@ -319,7 +296,7 @@ static void test_timer_coarse_shared_wakeup(void **state)
 	/* Below the grid: armed as asked, fires long before the coarse ones. */
 	assert_int_equal(dp_timer_add(l, 0, 0, on_timer, &c, &sc), 0);
 	assert_int_equal(dp_timer_set_coarse(sc, 1000, 0), 0);
-	assert_true(run_until(l, &c.done));
+	assert_true(dpt_run_until(l, &c.done, BOUND_USEC));
 	assert_int_equal(a.count, 0);
 	assert_int_equal(dp_timer_add(l, 0, 0, on_timer, &b, &sb), 0);
 	assert_int_equal(dp_timer_set_coarse(sb, DP_TIMER_GRID_USEC, 0), 0);
@@ -481,20 +458,20 @@ static void test_free_owned_in_batch(void **state)
 	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
 	struct pair_state a = {0}, b = {0};
 	dp_source *sa, *sb;
-	int before = count_fds();
+	int before = dpt_count_fds();
 
 	assert_int_equal(dp_loop_new(&l), 0);
 	assert_int_equal(dp_timer_add(l, 1, 0, on_timer_free_other, &a, &sa), 0);
 	assert_int_equal(dp_timer_add(l, 1, 0, on_timer_free_other, &b, &sb), 0);
 	a.other = sb;
 	b.other = sa;
-	assert_int_equal(count_fds(), before + 3);
+	assert_int_equal(dpt_count_fds(), before + 3);
 	spin_until(dp_now_usec() + 2000);
 	assert_int_equal(dp_loop_run_once(l, 1000), 1);
 	assert_int_equal(a.calls + b.calls, 1);
-	assert_int_equal(count_fds(), before + 2);
+	assert_int_equal(dpt_count_fds(), before + 2);
 	dp_source_free(a.calls ? sa : sb);
-	assert_int_equal(count_fds(), before + 1);
+	assert_int_equal(dpt_count_fds(), before + 1);
 }
 
 /* ---- signals ---- */
@@ -526,7 +503,7 @@ static void test_signal(void **state)
 	assert_int_equal(dp_signal_add(l, 0, on_signal, &st, &s), -EINVAL);
 	assert_int_equal(dp_signal_add(l, SIGUSR1, on_signal, &st, &s), 0);
 	assert_int_equal(raise(SIGUSR1), 0);
-	assert_true(run_until(l, &st.done));
+	assert_true(dpt_run_until(l, &st.done, BOUND_USEC));
 	assert_int_equal(st.signo, SIGUSR1);
 	assert_int_equal(st.count, 1);
 	dp_source_free(s);
@@ -565,7 +542,7 @@ static void test_child_exit(void **state)
 		_exit(7);
 	assert_int_equal(dp_child_add(l, pid, on_child, &c, &s), 0);
 	assert_false(dp_child_reaped(s));
-	assert_true(run_until(l, &c.done));
+	assert_true(dpt_run_until(l, &c.done, BOUND_USEC));
 	assert_int_equal(c.calls, 1);
 	assert_int_equal(c.si.si_pid, pid);
 	assert_int_equal(c.si.si_code, CLD_EXITED);
@@ -594,7 +571,7 @@ static void test_child_kill(void **state)
 	}
 	assert_int_equal(dp_child_add(l, pid, on_child, &c, &s), 0);
 	assert_int_equal(dp_child_kill(s, SIGKILL), 0);
-	assert_true(run_until(l, &c.done));
+	assert_true(dpt_run_until(l, &c.done, BOUND_USEC));
 	assert_int_equal(c.si.si_code, CLD_KILLED);
 	assert_int_equal(c.si.si_status, SIGKILL);
 	dp_source_free(s);
@@ -624,7 +601,7 @@ static int child_checks_without_pidfd(void)
 		return 2;
 	if ((pid = fork()) == 0)
 		_exit(7);
-	if (pid < 0 || dp_child_add(l, pid, on_child, &c, &s) < 0 || !run_until(l, &c.done))
+	if (pid < 0 || dp_child_add(l, pid, on_child, &c, &s) < 0 || !dpt_run_until(l, &c.done, BOUND_USEC))
 		return 3;
 	if (c.calls != 1 || c.si.si_pid != pid || c.si.si_code != CLD_EXITED || c.si.si_status != 7)
 		return 4;
@@ -635,7 +612,7 @@ static int child_checks_without_pidfd(void)
 		for (;;)
 			pause();
 	if (pid < 0 || dp_child_add(l, pid, on_child, &k, &s) < 0 || dp_child_kill(s, SIGKILL) < 0 ||
-	    !run_until(l, &k.done))
+	    !dpt_run_until(l, &k.done, BOUND_USEC))
 		return 6;
 	if (k.si.si_code != CLD_KILLED || k.si.si_status != SIGKILL)
 		return 7;
@@ -725,7 +702,7 @@ static void test_inotify(void **state)
 
 	/* Removing the watched directory ends the watch with IN_IGNORED. */
 	assert_int_equal(rmdir(dir), 0);
-	assert_true(run_until(l, &st.ignored));
+	assert_true(dpt_run_until(l, &st.ignored, BOUND_USEC));
 	assert_true(st.mask[st.n - 1] & IN_IGNORED);
 	assert_int_equal(st.calls_after_ignored, 0);
 	assert_int_equal(dp_loop_run_once(l, 0), 0);
@@ -811,7 +788,7 @@ static void test_free_loop_closes_fds(void **state)
 	char dir[] = "/tmp/test_loop.XXXXXX";
 	dp_loop *l;
 	dp_source *s;
-	int before = count_fds();
+	int before = dpt_count_fds();
 	pid_t pid;
 
 	assert_non_null(mkdtemp(dir));
@@ -824,13 +801,13 @@ static void test_free_loop_closes_fds(void **state)
 	if (pid == 0)
 		_exit(0);
 	assert_int_equal(dp_child_add(l, pid, on_child, &c, &s), 0);
-	assert_true(run_until(l, &c.done));
+	assert_true(dpt_run_until(l, &c.done, BOUND_USEC));
 	assert_int_equal(dp_defer(l, on_defer, (void *)"x"), 0); /* dropped, not run */
-	assert_int_equal(count_fds(), before + 5);
+	assert_int_equal(dpt_count_fds(), before + 5);
 	order[0] = '\0';
 	assert_null(dp_loop_free(l));
 	assert_string_equal(order, "");
-	assert_int_equal(count_fds(), before);
+	assert_int_equal(dpt_count_fds(), before);
 	assert_int_equal(rmdir(dir), 0);
 }
 

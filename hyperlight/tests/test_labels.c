@@ -35,6 +35,7 @@
 #include "dp/log.h"
 #include "dp/loop.h"
 #include "dp/paths.h"
+#include "dp_test.h"
 #include "label_patch.h"
 #include "labels.h"
 
@@ -120,17 +121,6 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return remove(path);
 }
 
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-	assert_non_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 /* The captured log so far. */
 static const char *log_text(struct fixture *f)
 {
@@ -198,34 +188,7 @@ static bool cond_logged(struct fixture *f, const void *needle)
 /* Exactly *want fds are open: a killed child was reaped and its pipe and pidfd closed. */
 static bool cond_fds(struct fixture *f, const void *want)
 {
-	return count_fds() == *(const int *)want;
-}
-
-/* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
-static int closed_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-/* A listener on 127.0.0.1 that the test never answers through; *port gets its port. */
-static int silent_listener(int *port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fd, 4), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
+	return dpt_count_fds() == *(const int *)want;
 }
 
 /* ---------------------------------------------------------------- fixture */
@@ -290,6 +253,16 @@ static void expect_disabled(struct fixture *f, const char *level, const char *re
 	assert_false(logged(f, "node labelling enabled"));
 }
 
+/* Each of the n values of the variable var disables labelling (at warn) with the reason. */
+static void expect_each_disabled(struct fixture *f, const char *var, const char *const *values,
+				 size_t n, const char *reason)
+{
+	for (size_t i = 0; i < n; i++) {
+		setenv(var, values[i], 1);
+		expect_disabled(f, "level=warn", reason);
+	}
+}
+
 static void test_no_node_name(void **state)
 {
 	struct fixture *f = *state;
@@ -324,10 +297,7 @@ static void test_invalid_node_name(void **state)
 	memset(long_name, 'a', 254);
 	long_name[254] = '\0';
 	cluster_env(f, "127.0.0.1", 6443);
-	for (size_t i = 0; i < DP_ELEMENTSOF(bad); i++) {
-		setenv("NODE_NAME", bad[i], 1);
-		expect_disabled(f, "level=warn", "NODE_NAME is not a valid node name");
-	}
+	expect_each_disabled(f, "NODE_NAME", bad, DP_ELEMENTSOF(bad), "NODE_NAME is not a valid node name");
 	/* The longest valid name (253 bytes) and dotted names are accepted. */
 	const char *good[] = { long_name + 1, "a", "node-1.example.com", "0-9.x" };
 	for (size_t i = 0; i < DP_ELEMENTSOF(good); i++) {
@@ -354,16 +324,12 @@ static void test_no_api_server(void **state)
 
 	const char *bad_hosts[] = { "127.0.0.1/x", "a b", "host:1", "[::1]", "-x", "a?b", "fe80::1%eth0" };
 	setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-	for (size_t i = 0; i < DP_ELEMENTSOF(bad_hosts); i++) {
-		setenv("KUBERNETES_SERVICE_HOST", bad_hosts[i], 1);
-		expect_disabled(f, "level=warn", "KUBERNETES_SERVICE_HOST is not an IP address or host name");
-	}
+	expect_each_disabled(f, "KUBERNETES_SERVICE_HOST", bad_hosts, DP_ELEMENTSOF(bad_hosts),
+			     "KUBERNETES_SERVICE_HOST is not an IP address or host name");
 	const char *bad_ports[] = { "0", "65536", "abc", "443x", "-1", "0443", " 443", "999999" };
 	setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
-	for (size_t i = 0; i < DP_ELEMENTSOF(bad_ports); i++) {
-		setenv("KUBERNETES_SERVICE_PORT", bad_ports[i], 1);
-		expect_disabled(f, "level=warn", "KUBERNETES_SERVICE_PORT is not a port number");
-	}
+	expect_each_disabled(f, "KUBERNETES_SERVICE_PORT", bad_ports, DP_ELEMENTSOF(bad_ports),
+			     "KUBERNETES_SERVICE_PORT is not a port number");
 }
 
 static void test_invalid_arguments(void **state)
@@ -419,8 +385,8 @@ static void test_refused_retry(void **state)
 	unsigned ticks = 0;
 	int fds;
 
-	cluster_env(f, "127.0.0.1", closed_port());
-	fds = count_fds();
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
+	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	assert_false(logged(f, "attempt started")); /* no I/O inside start */
@@ -483,9 +449,9 @@ static void test_hang_free_mid_transfer(void **state)
 	unsigned ticks = 0;
 	int port, fds;
 
-	h.listener = silent_listener(&port);
+	h.listener = dpt_listener(SOCK_NONBLOCK, &port);
 	cluster_env(f, "127.0.0.1", port);
-	fds = count_fds();
+	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	assert_true(run_until(f, cond_hello, &h));
@@ -522,7 +488,7 @@ static void test_token_reread(void **state)
 	struct fixture *f = *state;
 	hl_labels *l = NULL;
 
-	cluster_env(f, "127.0.0.1", closed_port());
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
 	remove_file(f->root, SA_DIR "/token");
@@ -551,10 +517,10 @@ static void expect_retried(struct fixture *f, const char *how, uint64_t deadline
 	unsigned ticks = 0, ticks_at_failure;
 	int fds;
 
-	cluster_env(f, "127.0.0.1", closed_port());
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
 	if (how)
 		setenv(CHILD_ENV, how, 1);
-	fds = count_fds();
+	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", &p, &l), 0);
 	assert_non_null(l);
 	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);

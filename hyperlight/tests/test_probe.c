@@ -224,17 +224,26 @@ _printf_(2, 3) static void expect_failf(dp_helper_result r, const char *fmt, ...
 
 /* ---------------------------------------------------------------- KVM through the shim */
 
-static void shim_kvm(struct fixture *f)
+/* The shim preloaded into the children, standing for the device node dev. */
+static void shim(const char *dev)
 {
 	with_shim();
-	knob("HVSHIM_DEVICE", f->kvm);
+	knob("HVSHIM_DEVICE", dev);
+}
+
+/* The device cannot be opened (EACCES): the probe entry's reason names the node. */
+static void expect_open_eacces(struct fixture *f, char *entry, char *dev)
+{
+	shim(dev);
+	knob("HVSHIM_OPEN_ERRNO", "EACCES");
+	expect_failf(RUN(f, entry, dev), "EACCES opening %s", dev);
 }
 
 static void test_kvm_ok(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	expect_ok(RUN(f, "probe-kvm", f->kvm), "KVM API version 12, VM created");
 }
 
@@ -242,7 +251,7 @@ static void test_kvm_api_version_11(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	knob("HVSHIM_API_VERSION", "11");
 	expect_fail(RUN(f, "probe-kvm", f->kvm), "API version 11");
 }
@@ -251,9 +260,7 @@ static void test_kvm_open_eacces(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
-	knob("HVSHIM_OPEN_ERRNO", "EACCES");
-	expect_failf(RUN(f, "probe-kvm", f->kvm), "EACCES opening %s", f->kvm);
+	expect_open_eacces(f, "probe-kvm", f->kvm);
 }
 
 /* The shim keeps the node's existence: a deleted device cannot be opened. */
@@ -261,7 +268,7 @@ static void test_kvm_device_removed(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	assert_int_equal(unlink(f->kvm), 0);
 	expect_failf(RUN(f, "probe-kvm", f->kvm), "ENOENT opening %s", f->kvm);
 }
@@ -270,7 +277,7 @@ static void test_kvm_create_vm_enomem(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	knob("HVSHIM_CREATE_VM_ERRNO", "ENOMEM");
 	expect_fail(RUN(f, "probe-kvm", f->kvm), "KVM_CREATE_VM: ENOMEM");
 	knob("HVSHIM_CREATE_VM_ERRNO", "24"); /* numbers work too */
@@ -287,7 +294,7 @@ static void test_kvm_hang_deadline(void **state)
 	struct res first = {0}, second = {0};
 	uint64_t start;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	knob("HVSHIM_HANG", "1");
 	assert_int_equal(dp_helper_new(f->loop, SELF, argv, SHORT_DEADLINE, GRACE, &h), 0);
 	start = dp_now_usec();
@@ -310,7 +317,7 @@ static void test_state_file(void **state)
 	struct fixture *f = *state;
 	FILE *s;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	knob("HVSHIM_API_VERSION", "10"); /* ignored while the state file is readable */
 	knob("HVSHIM_STATE_FILE", f->state);
 	s = fopen(f->state, "we");
@@ -331,17 +338,11 @@ static void test_state_file(void **state)
 
 /* ---------------------------------------------------------------- MSHV through the shim */
 
-static void shim_mshv(struct fixture *f)
-{
-	with_shim();
-	knob("HVSHIM_DEVICE", f->mshv);
-}
-
 static void test_mshv_ok(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_mshv(f);
+	shim(f->mshv);
 	expect_ok(RUN(f, "probe-mshv", f->mshv), "MSHV partition created");
 }
 
@@ -349,7 +350,7 @@ static void test_mshv_einval(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_mshv(f);
+	shim(f->mshv);
 	knob("HVSHIM_CREATE_ERRNO", "EINVAL");
 	expect_fail(RUN(f, "probe-mshv", f->mshv), "MSHV_CREATE_PARTITION: EINVAL");
 }
@@ -358,9 +359,7 @@ static void test_mshv_open_eacces(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_mshv(f);
-	knob("HVSHIM_OPEN_ERRNO", "EACCES");
-	expect_failf(RUN(f, "probe-mshv", f->mshv), "EACCES opening %s", f->mshv);
+	expect_open_eacces(f, "probe-mshv", f->mshv);
 }
 
 /* The shim checks the arguments like the kernel: bit 3 (extended arguments) or isolation set
@@ -369,7 +368,7 @@ static void test_shim_mshv_arguments(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_mshv(f);
+	shim(f->mshv);
 	expect_ok(RUN(f, "mshv-raw", f->mshv, "0", "0"), "");
 	expect_ok(RUN(f, "mshv-raw", f->mshv, "1", "0"), "");
 	expect_fail(RUN(f, "mshv-raw", f->mshv, "8", "0"), "EINVAL");
@@ -469,7 +468,7 @@ static void test_probe_combined_ok(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	expect_ok(RUN(f, HL_PROBE_HELPER, "kvm", f->kvm, f->host_ok, "10", "232"),
 		  "KVM API version 12, VM created");
 	knob("HVSHIM_DEVICE", f->mshv);
@@ -481,7 +480,7 @@ static void test_probe_combined_host_first(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	knob("HVSHIM_API_VERSION", "11");
 	expect_failf(RUN(f, HL_PROBE_HELPER, "kvm", f->kvm, f->host_other, "10", "232"),
 		     "host device %s has device number 10:233, expected 10:232", f->host_other);
@@ -494,7 +493,7 @@ static void test_probe_combined_host_gone(void **state)
 {
 	struct fixture *f = *state;
 
-	shim_kvm(f);
+	shim(f->kvm);
 	assert_int_equal(unlink(f->host_ok), 0);
 	expect_failf(RUN(f, HL_PROBE_HELPER, "kvm", f->kvm, f->host_ok, "10", "232"),
 		     "host device %s missing", f->host_ok);

@@ -128,23 +128,31 @@ static void lookup_front_coded(void **state)
 
 static void names_and_fallback(void **state)
 {
+	static const struct {
+		uint16_t vendor, device;
+		int ret;
+		const char *want;
+	} cases[] = {
+		{ 0x1234, 0x2330, 1, "GH100_H100_SXM5_80GB" },
+		{ 0x1234, 0x2331, 1, "Tesla_K80" },
+		{ 0x1234, 0x0003, 1, "Bar_X" },
+		{ 0x1234, 0x0007, 1, "pci_9_Series" },
+		/* three device IDs share "Foo": each gets its ID; the other vendor's "Foo" does not */
+		{ 0x1234, 0x0001, 1, "Foo_0001" },
+		{ 0x1234, 0x0002, 1, "Foo_0002" },
+		{ 0x1234, 0x0006, 1, "Foo_0006" },
+		{ 0x5678, 0x0001, 1, "Foo" },
+		/* a name of the fallback's form cannot pass for another device's fallback */
+		{ 0x1234, 0x0004, 1, "pci_1234_0009_0004" },
+		/* fallback: not in the table, nothing left of the name, a vendor not in the table */
+		{ 0x1234, 0x0008, 0, "pci_1234_0008" },
+		{ 0x1234, 0x0005, 0, "pci_1234_0005" },
+		{ 0x9999, 0xabcd, 0, "pci_9999_abcd" },
+	};
 	char small[KATA_SKU_NAME_MAX] = "keep";
 	(void)state;
-	expect_name(0x1234, 0x2330, 1, "GH100_H100_SXM5_80GB");
-	expect_name(0x1234, 0x2331, 1, "Tesla_K80");
-	expect_name(0x1234, 0x0003, 1, "Bar_X");
-	expect_name(0x1234, 0x0007, 1, "pci_9_Series");
-	/* three device IDs share "Foo": each gets its ID; the other vendor's "Foo" does not */
-	expect_name(0x1234, 0x0001, 1, "Foo_0001");
-	expect_name(0x1234, 0x0002, 1, "Foo_0002");
-	expect_name(0x1234, 0x0006, 1, "Foo_0006");
-	expect_name(0x5678, 0x0001, 1, "Foo");
-	/* a name of the fallback's form cannot pass for another device's fallback */
-	expect_name(0x1234, 0x0004, 1, "pci_1234_0009_0004");
-	/* fallback: not in the table, nothing left of the name, a vendor not in the table */
-	expect_name(0x1234, 0x0008, 0, "pci_1234_0008");
-	expect_name(0x1234, 0x0005, 0, "pci_1234_0005");
-	expect_name(0x9999, 0xabcd, 0, "pci_9999_abcd");
+	for (size_t i = 0; i < DP_ELEMENTSOF(cases); i++)
+		expect_name(cases[i].vendor, cases[i].device, cases[i].ret, cases[i].want);
 	assert_int_equal(kata_sku_name(0x1234, 0x2330, small, sizeof(small)), -ENOBUFS);
 	assert_string_equal(small, "keep");
 }

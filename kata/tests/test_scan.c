@@ -22,6 +22,7 @@
 
 #include "dp/log.h"
 #include "dp/paths.h"
+#include "dp_test.h"
 #include "scan.h"
 #include "spec.h"
 #include "table.h"
@@ -149,8 +150,7 @@ static void gpu(unsigned n, const char *bdf, const char *numa)
 
 static int setup(void **state)
 {
-	snprintf(root, sizeof(root), "/tmp/test_scan.XXXXXX");
-	if (!mkdtemp(root))
+	if (dpt_tmpdir(root, sizeof(root), "test_scan") < 0)
 		return -1;
 	setenv(DP_TEST_ROOT_ENV, root, 1);
 	dp_paths_reset();
@@ -162,9 +162,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-	return system(cmd) == 0 ? 0 : -1;
+	return dpt_rmtree(root);
 }
 
 /* ---- log capture: dp_log writes each line with one write(2) to fd 2 ---- */

@@ -21,6 +21,7 @@
 #include "dp/grpc.h"
 #include "dp/log.h"
 #include "dp/paths.h"
+#include "dp_test.h"
 #include "plugin.h"
 #include "scan.h"
 #include "spec.h"
@@ -116,8 +117,7 @@ static char root[64];
 
 static int setup(void **state)
 {
-	snprintf(root, sizeof(root), "/tmp/test_table.XXXXXX");
-	if (!mkdtemp(root))
+	if (dpt_tmpdir(root, sizeof(root), "test_table") < 0)
 		return -1;
 	setenv(DP_TEST_ROOT_ENV, root, 1);
 	dp_paths_reset();
@@ -126,9 +126,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-	return system(cmd) == 0 ? 0 : -1;
+	return dpt_rmtree(root);
 }
 
 _printf_(1, 2) static void run(const char *fmt, ...)

@@ -30,6 +30,7 @@
 
 #include "dp/helper.h"
 #include "dp/loop.h"
+#include "dp_test.h"
 #include "label_patch.h"
 
 #define BOUND_USEC (10 * DP_USEC_PER_SEC)
@@ -134,19 +135,6 @@ static void expect_fail(const dp_helper_result *r, const char *first, ...)
 	va_end(ap);
 }
 
-/* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
-static int closed_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 static int make_ca(void **state)
 {
 	char cmd[512];
@@ -223,7 +211,7 @@ static void test_refused(void **state)
 {
 	struct fixture *f = *state;
 	char url[128], where[64];
-	int port = closed_port();
+	int port = dpt_closed_port();
 
 	snprintf(url, sizeof(url), "https://127.0.0.1:%d/api/v1/nodes/node-1", port);
 	snprintf(where, sizeof(where), "cannot connect to 127.0.0.1 port %d: Connection refused", port);
@@ -248,27 +236,12 @@ static void test_malformed_url(void **state)
 	}
 }
 
-/* A listening socket on 127.0.0.1 (blocking, backlog 4) and its port. */
-static int listener(int *port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fd, 4), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
-}
-
 /* A peer that answers plain HTTP to the ClientHello: the handshake fails, the answer says
  * where; the peer (a forked process) saw a TLS record (0x16, handshake), not HTTP. */
 static void test_not_tls(void **state)
 {
 	struct fixture *f = *state;
-	int port, lfd = listener(&port), status;
+	int port, lfd = dpt_listener(0, &port), status;
 	char url[128];
 	pid_t pid = fork();
 
