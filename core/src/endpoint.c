@@ -448,9 +448,12 @@ static int ep_copy_names(dp_endpoint *ep, const char *resource, const char *pref
 	char *b = malloc(lr + lp + ld);
 	if (!b)
 		return -ENOMEM;
-	ep->resource = memcpy(b, resource, lr);
-	ep->prefix = memcpy(b + lr, prefix, lp);
-	ep->dir = memcpy(b + lr + lp, dir, ld);
+	memcpy(b, resource, lr);
+	memcpy(b + lr, prefix, lp);
+	memcpy(b + lr + lp, dir, ld);
+	ep->resource = b;
+	ep->prefix = b + lr;
+	ep->dir = b + lr + lp;
 	return 0;
 }
 
