@@ -145,11 +145,29 @@ static void test_timeout_format_roundtrip(void **state)
 
 /* ---- percent-encoding ---- */
 
+struct str_case {
+	const char *in, *out;
+};
+
+/* Each case's in through fn gives exactly out. */
+static void expect_cases(char *(*fn)(const char *), const struct str_case *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char *got = fn(cases[i].in);
+		assert_non_null(got);
+		assert_string_equal(got, cases[i].out);
+		free(got);
+	}
+}
+
+static char *decode_str(const char *s)
+{
+	return dp_grpc_percent_decode(s, strlen(s));
+}
+
 static void test_percent_encode(void **state)
 {
-	static const struct {
-		const char *in, *out;
-	} cases[] = {
+	static const struct str_case cases[] = {
 		{ "", "" },
 		{ "plain text, with spaces!", "plain text, with spaces!" },
 		{ "~ and ` pass", "~ and ` pass" },
@@ -159,19 +177,12 @@ static void test_percent_encode(void **state)
 		{ "caf\xc3\xa9 \xe2\x82\xac", "caf%C3%A9 %E2%82%AC" },
 		{ "\xff", "%FF" },
 	};
-	for (size_t i = 0; i < DP_ELEMENTSOF(cases); i++) {
-		char *e = dp_grpc_percent_encode(cases[i].in);
-		assert_non_null(e);
-		assert_string_equal(e, cases[i].out);
-		free(e);
-	}
+	expect_cases(dp_grpc_percent_encode, cases, DP_ELEMENTSOF(cases));
 }
 
 static void test_percent_decode(void **state)
 {
-	static const struct {
-		const char *in, *out;
-	} cases[] = {
+	static const struct str_case cases[] = {
 		{ "", "" },
 		{ "no escapes", "no escapes" },
 		{ "100%25", "100%" },
@@ -183,12 +194,7 @@ static void test_percent_decode(void **state)
 		{ "%%41", "%A" },
 		{ "%g1%1g", "%g1%1g" },
 	};
-	for (size_t i = 0; i < DP_ELEMENTSOF(cases); i++) {
-		char *d = dp_grpc_percent_decode(cases[i].in, strlen(cases[i].in));
-		assert_non_null(d);
-		assert_string_equal(d, cases[i].out);
-		free(d);
-	}
+	expect_cases(decode_str, cases, DP_ELEMENTSOF(cases));
 	/* len is honoured (no NUL needed): "%4" cut from "%41" stays verbatim */
 	char *d = dp_grpc_percent_decode("%41", 2);
 	assert_string_equal(d, "%4");
