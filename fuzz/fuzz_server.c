@@ -53,7 +53,7 @@ static void drv_allocate(dp_endpoint *e, dp_alloc *a, void *userdata)
 	dp_alloc_finish(a, DP_GRPC_OK, NULL);
 }
 
-static const dp_driver driver = { drv_check, drv_allocate };
+static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
 static const dp_device devices[] = { { "0", -1 }, { "1", 0 }, { "dev-2", 1 } };
 
 static void teardown(void)

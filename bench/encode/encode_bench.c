@@ -60,7 +60,7 @@ static int bench(unsigned long n)
 	for (unsigned r = 0; r < reps; r++) {
 		uint8_t *buf = NULL;
 		double t0 = now_ms();
-		int e = dp_ep_encode_list(ids, n, NULL, false, &buf, &len);
+		int e = dp_ep_encode_list(ids, n, NULL, false, NULL, &buf, &len);
 		free(buf);
 		t[r] = now_ms() - t0;
 		if (e < 0) {

@@ -81,6 +81,13 @@ static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
 		off += len;
 	}
 	ep->n_devices = n;
+	if (ep->driver.prefer) { /* GetPreferredAllocation's answers name devices by index */
+		ep->offs = malloc((n ? n : 1) * sizeof(*ep->offs));
+		if (!ep->offs)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			ep->offs[i] = ep->sorted[i];
+	}
 	qsort_r(ep->sorted, n, sizeof(*ep->sorted), cmp_offset, ep->ids);
 	for (size_t i = 1; i < n; i++)
 		if (strcmp(ep->ids + ep->sorted[i - 1], ep->ids + ep->sorted[i]) == 0)
@@ -99,7 +106,7 @@ void dp_ep_send_list(dp_endpoint *ep, struct ep_stream *only)
 {
 	_cleanup_free_ uint8_t *buf = NULL;
 	size_t len = 0;
-	int r = dp_ep_encode_list(ep->ids, ep->n_devices, ep->numa, ep->healthy, &buf, &len);
+	int r = dp_ep_encode_list(ep->ids, ep->n_devices, ep->numa, ep->healthy, ep->down, &buf, &len);
 	if (r < 0) {
 		dp_debug("cannot encode device list", "resource=%s error=%s", ep->resource, dp_errname(r));
 		return;
@@ -517,6 +524,8 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	dp_ep_health_done(ep);
 	dp_source_free(ep->register_timer);
 	free(ep->sorted); /* and the IDs, the NUMA nodes */
+	free(ep->offs);
+	free(ep->down);
 	free(ep->resource); /* and the prefix, the directory */
 	return (free(ep), NULL);
 }

@@ -90,18 +90,19 @@ static uint8_t *put_device(uint8_t *p, const char *id, size_t idlen, const char 
 	return p;
 }
 
-int dp_ep_encode_list(const char *ids, size_t n, const int64_t *numa, bool healthy, uint8_t **ret,
-		      size_t *ret_len)
+int dp_ep_encode_list(const char *ids, size_t n, const int64_t *numa, bool healthy, const bool *down,
+		      uint8_t **ret, size_t *ret_len)
 {
-	const char *health = healthy ? "Healthy" : "Unhealthy";
-	size_t hlen = strlen(health), total = 0;
+	static const char good[] = "Healthy", bad[] = "Unhealthy";
+	size_t total = 0;
 	const char *id = ids;
 
 	for (size_t i = 0; i < n; i++) {
 		size_t idlen = strlen(id);
 		if (idlen == 0 || idlen > MAX_ID_LEN)
 			return -EINVAL;
-		size_t body = device_body_size(idlen, hlen, numa ? numa[i] : -1);
+		bool ok = healthy && !(down && down[i]);
+		size_t body = device_body_size(idlen, ok ? sizeof(good) - 1 : sizeof(bad) - 1, numa ? numa[i] : -1);
 		total += 1 + varint_size(body) + body;
 		id += idlen + 1;
 	}
@@ -112,7 +113,9 @@ int dp_ep_encode_list(const char *ids, size_t n, const int64_t *numa, bool healt
 	id = ids;
 	for (size_t i = 0; i < n; i++) {
 		size_t idlen = strlen(id);
-		p = put_device(p, id, idlen, health, hlen, numa ? numa[i] : -1);
+		bool ok = healthy && !(down && down[i]);
+		p = put_device(p, id, idlen, ok ? good : bad, ok ? sizeof(good) - 1 : sizeof(bad) - 1,
+			       numa ? numa[i] : -1);
 		id += idlen + 1;
 	}
 	*ret = buf;

@@ -5,7 +5,9 @@
  * and what a verdict changes: the health-change event (told once per change), the metrics, the
  * ListAndWatch streams and the health service.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dp/endpoint.h"
@@ -68,6 +70,37 @@ void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason)
 		dp_ep_send_list(ep, NULL);
 	if (ep->health)
 		dp_health_changed(ep->health);
+}
+
+int dp_endpoint_set_devices_down(dp_endpoint *ep, const bool *down, size_t n)
+{
+	if (n != ep->n_devices)
+		return -EINVAL;
+	if (!ep->down) {
+		ep->down = calloc(n ? n : 1, sizeof(*ep->down));
+		if (!ep->down)
+			return -ENOMEM;
+	}
+	size_t n_down = 0;
+	bool changed = false;
+	for (size_t i = 0; i < n; i++) {
+		changed = changed || ep->down[i] != down[i];
+		ep->down[i] = down[i];
+		n_down += down[i];
+	}
+	if (!changed)
+		return 0;
+	ep->n_down = n_down;
+	dp_debug("devices down changed", "resource=%s down=%zu", ep->resource, n_down);
+	dp_ep_metrics_state(ep);
+	if (ep->checked && ep->streams) /* before the first check, the first list waits for it */
+		dp_ep_send_list(ep, NULL);
+	return 0;
+}
+
+bool dp_endpoint_device_down(const dp_endpoint *ep, size_t i)
+{
+	return ep->down && i < ep->n_devices && ep->down[i];
 }
 
 static void ep_do_check(void *userdata)

@@ -54,6 +54,9 @@ struct dp_endpoint {
 	uint32_t *sorted;
 	int64_t *numa;
 	size_t n_devices;
+	uint32_t *offs; /* arena offset of each device, in the configured order: only with driver.prefer */
+	bool *down;     /* dp_endpoint_set_devices_down; NULL until the driver first calls it */
+	size_t n_down;  /* how many down[] are true */
 
 	/* health */
 	uint64_t check_interval;
@@ -133,6 +136,11 @@ void dp_ep_socket_remove(dp_endpoint *ep);
 unsigned dp_ep_socket_sweep(dp_endpoint *ep);
 bool dp_ep_socket_ours(const char *prefix, const char *name);
 int dp_ep_socket_stale(const char *path);
+
+/* endpoint_rpc.c: GetPreferredAllocation's answer to one container request: the driver's prefer
+ * hook when it gives a valid one (dp_driver), else dp_ep_prefer's. *ret: free() the array. */
+struct dp_ep_container;
+int dp_ep_prefer_answer(dp_endpoint *ep, const struct dp_ep_container *c, char ***ret, size_t *ret_n);
 
 /* endpoint.c: send the current list to one stream (only) or to every open stream (NULL). */
 void dp_ep_send_list(dp_endpoint *ep, struct ep_stream *only);

@@ -335,7 +335,88 @@ void dp_alloc_finish(dp_alloc *a, int status, const char *message)
 	alloc_free(a);
 }
 
-/* ---- GetPreferredAllocation: dp_ep_prefer (endpoint_decode.c) per container request ---- */
+/* ---- GetPreferredAllocation: the driver's prefer hook, else dp_ep_prefer (endpoint_decode.c) ---- */
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The index of a decoded ID (a pointer into the arena): offs ascends with the index. */
+static size_t ep_index_of(const dp_endpoint *ep, const char *id)
+{
+	uint32_t off = (uint32_t)(id - ep->ids);
+	const uint32_t *at = bsearch(&off, ep->offs, ep->n_devices, sizeof(off), cmp_u32);
+	return (size_t)(at - ep->offs);
+}
+
+static void ep_indices(const dp_endpoint *ep, const struct dp_ep_ids *ids, size_t *out)
+{
+	for (size_t i = 0; i < ids->n; i++)
+		out[i] = ep_index_of(ep, ids->ids[i]);
+}
+
+/* The hook's answer is what kubelet takes: only offered devices, none twice, every must-include
+ * one that fits, and as many as wanted (or every offered one, when fewer). mark: one byte per
+ * device, zeroed, left zeroed. */
+static bool ep_prefer_valid(const dp_endpoint *ep, const struct dp_ep_container *c, const size_t *offered,
+			    const size_t *out, size_t n, size_t want, uint8_t *mark)
+{
+	size_t n_offered = c->ids.n + c->must_include.n, distinct = 0, must = 0, must_in = 0;
+	bool ok = true;
+	for (size_t i = 0; i < n_offered; i++) {
+		distinct += mark[offered[i]] == 0;
+		mark[offered[i]] = 1;
+	}
+	for (size_t i = 0; i < n && ok; i++) {
+		ok = out[i] < ep->n_devices && mark[out[i]] == 1;
+		if (ok)
+			mark[out[i]] = 2;
+	}
+	for (size_t i = c->ids.n; i < n_offered; i++) { /* the must-include ones */
+		must++;
+		must_in += mark[offered[i]] == 2;
+	}
+	for (size_t i = 0; i < n_offered; i++)
+		mark[offered[i]] = 0;
+	return ok && n == (want < distinct ? want : distinct) && must_in == (must < n ? must : n);
+}
+
+/* One container request through the driver: 0 with *ret, 1 to fall back to the default, -ENOMEM. */
+static int ep_prefer_driver(dp_endpoint *ep, const struct dp_ep_container *c, char ***ret, size_t *ret_n)
+{
+	size_t na = c->ids.n, nm = c->must_include.n, want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0;
+	if (want > na + nm)
+		want = na + nm;
+	_cleanup_free_ size_t *idx = malloc((na + nm + want + 1) * sizeof(*idx));
+	_cleanup_free_ uint8_t *mark = calloc(ep->n_devices + 1, 1);
+	if (!idx || !mark)
+		return -ENOMEM;
+	size_t *out = idx + na + nm;
+	ep_indices(ep, &c->ids, idx);
+	ep_indices(ep, &c->must_include, idx + na);
+	int r = ep->driver.prefer(ep, idx, na, idx + na, nm, want, out, ep->userdata);
+	if (r < 0 || (size_t)r > want || !ep_prefer_valid(ep, c, idx, out, (size_t)r, want, mark)) {
+		dp_debug("driver's preferred allocation not usable, answering the default", "resource=%s error=%s",
+			 ep->resource, r < 0 ? dp_errname(r) : "invalid answer");
+		return r == -ENOMEM ? r : 1;
+	}
+	char **ids = calloc(r ? (size_t)r : 1, sizeof(char *));
+	if (!ids)
+		return -ENOMEM;
+	for (int i = 0; i < r; i++)
+		ids[i] = ep->ids + ep->offs[out[i]];
+	*ret = ids;
+	*ret_n = (size_t)r;
+	return 0;
+}
+
+int dp_ep_prefer_answer(dp_endpoint *ep, const struct dp_ep_container *c, char ***ret, size_t *ret_n)
+{
+	int r = ep->driver.prefer ? ep_prefer_driver(ep, c, ret, ret_n) : 1;
+	return r == 1 ? dp_ep_prefer(c, ret, ret_n) : r;
+}
 
 static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata)
 {
@@ -355,7 +436,7 @@ static void rpc_preferred(dp_grpc_call *call, const uint8_t *msg, size_t len, vo
 	for (size_t i = 0; i < n && r == 0; i++) {
 		v1beta1__container_preferred_allocation_response__init(&rs[i]);
 		ptrs[i] = &rs[i];
-		r = dp_ep_prefer(&req->c[i], &rs[i].deviceids, &rs[i].n_deviceids);
+		r = dp_ep_prefer_answer(ep, &req->c[i], &rs[i].deviceids, &rs[i].n_deviceids);
 	}
 	if (r < 0) {
 		refuse(ep, call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");

@@ -14,7 +14,7 @@
 
 void dp_ep_metrics_state(const dp_endpoint *ep)
 {
-	dp_metrics_devices(ep->resource, ep->n_devices, dp_endpoint_healthy(ep) ? ep->n_devices : 0);
+	dp_metrics_devices(ep->resource, ep->n_devices, dp_endpoint_healthy(ep) ? ep->n_devices - ep->n_down : 0);
 	dp_metrics_registered(ep->resource, dp_endpoint_registered(ep));
 }
 

@@ -355,7 +355,8 @@ static void socket_names_and_sweep(void **state)
 /* ---- the direct ListAndWatchResponse encoder against protobuf-c's pack ---- */
 
 /* protobuf-c's bytes for the same list: the reference the direct encoder must equal. */
-static uint8_t *pack_reference(const char *ids, size_t n, const int64_t *numa, bool healthy, size_t *ret_len)
+static uint8_t *pack_reference(const char *ids, size_t n, const int64_t *numa, bool healthy, const bool *down,
+			       size_t *ret_len)
 {
 	V1beta1__Device *devs = calloc(n ? n : 1, sizeof(*devs));
 	V1beta1__Device **ptrs = calloc(n ? n : 1, sizeof(V1beta1__Device *));
@@ -367,7 +368,7 @@ static uint8_t *pack_reference(const char *ids, size_t n, const int64_t *numa, b
 	for (size_t i = 0; i < n; i++) {
 		v1beta1__device__init(&devs[i]);
 		devs[i].id = (char *)id;
-		devs[i].health = (char *)(healthy ? "Healthy" : "Unhealthy");
+		devs[i].health = (char *)(healthy && !(down && down[i]) ? "Healthy" : "Unhealthy");
 		if (numa && numa[i] >= 0) {
 			v1beta1__topology_info__init(&topo[i]);
 			v1beta1__numanode__init(&nodes[i]);
@@ -403,15 +404,16 @@ static double now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void check_same_bytes(const char *ids, size_t n, const int64_t *numa, bool healthy, const char *what)
+static void check_same_bytes_down(const char *ids, size_t n, const int64_t *numa, bool healthy, const bool *down,
+				  const char *what)
 {
 	size_t want_len = 0, got_len = 0;
 	double r0 = now_ms();
-	uint8_t *want = pack_reference(ids, n, numa, healthy, &want_len);
+	uint8_t *want = pack_reference(ids, n, numa, healthy, down, &want_len);
 	double r1 = now_ms();
 	uint8_t *got = NULL;
 	double t0 = now_ms();
-	assert_int_equal(dp_ep_encode_list(ids, n, numa, healthy, &got, &got_len), 0);
+	assert_int_equal(dp_ep_encode_list(ids, n, numa, healthy, down, &got, &got_len), 0);
 	double t1 = now_ms();
 	if (n >= 100000)
 		printf("# %zu devices (%s): direct encode %zu bytes in %.2f ms; protobuf-c structs + pack %.2f ms\n",
@@ -424,9 +426,16 @@ static void check_same_bytes(const char *ids, size_t n, const int64_t *numa, boo
 	V1beta1__ListAndWatchResponse *back = v1beta1__list_and_watch_response__unpack(NULL, got_len, got);
 	assert_non_null(back);
 	assert_int_equal(back->n_devices, n);
+	for (size_t i = 0; i < back->n_devices && n < 100; i++)
+		assert_string_equal(back->devices[i]->health, healthy && !(down && down[i]) ? "Healthy" : "Unhealthy");
 	v1beta1__list_and_watch_response__free_unpacked(back, NULL);
 	free(want);
 	free(got);
+}
+
+static void check_same_bytes(const char *ids, size_t n, const int64_t *numa, bool healthy, const char *what)
+{
+	check_same_bytes_down(ids, n, numa, healthy, NULL, what);
 }
 
 /* n IDs "<prefix><i>" into a fresh arena */
@@ -460,6 +469,10 @@ static void encoder_matches_protobuf_c(void **state)
 	const int64_t numa[] = { 0, 1, 127, 128, -1, 300000, INT64_MAX };
 	check_same_bytes(mixed, 7, numa, true, "topology");
 	check_same_bytes(mixed, 7, numa, false, "topology unhealthy");
+	/* per device: some down while the verdict is healthy; the verdict wins when unhealthy */
+	const bool down[] = { false, true, false, true, true, false, true };
+	check_same_bytes_down(mixed, 7, numa, true, down, "some devices down");
+	check_same_bytes_down(mixed, 7, numa, false, down, "down and unhealthy");
 	/* large counts, as hyperlight advertises them: 20,000 and the 4 MiB ceiling's order */
 	char *ids = make_ids("hyperlight-", 134544);
 	check_same_bytes(ids, 20000, NULL, true, "20000");
@@ -480,8 +493,8 @@ static void encoder_rejects_bad_ids(void **state)
 	char too_long[70];
 	memset(too_long, 'y', 64);
 	too_long[64] = '\0';
-	assert_int_equal(dp_ep_encode_list("ok\0\0", 2, NULL, true, &buf, &len), -EINVAL);
-	assert_int_equal(dp_ep_encode_list(too_long, 1, NULL, true, &buf, &len), -EINVAL);
+	assert_int_equal(dp_ep_encode_list("ok\0\0", 2, NULL, true, NULL, &buf, &len), -EINVAL);
+	assert_int_equal(dp_ep_encode_list(too_long, 1, NULL, true, NULL, &buf, &len), -EINVAL);
 	assert_string_equal((const char *)buf, "untouched");
 	assert_int_equal(len, 42);
 }

@@ -318,6 +318,166 @@ static void cdi_answer(void **state)
 	dp_loop_free(loop);
 }
 
+/* ---- per-device health and the prefer hook ---- */
+
+static const dp_device four[] = { { "d0", 0 }, { "d1", 0 }, { "d2", 1 }, { "d3", -1 } };
+
+/* The hook's scripted answer: n indices of out_script, or err when negative. */
+static size_t script[8], script_n;
+static int script_err, hook_calls;
+static size_t seen_size, seen_avail, seen_must;
+
+static int scripted_prefer(dp_endpoint *ep, const size_t *avail, size_t n_avail, const size_t *must, size_t n_must,
+			   size_t size, size_t *out, void *ud)
+{
+	hook_calls++;
+	seen_size = size;
+	seen_avail = n_avail;
+	seen_must = n_must;
+	for (size_t i = 0; i < n_avail; i++)
+		assert_true(avail[i] < 4);
+	for (size_t i = 0; i < n_must; i++)
+		assert_true(must[i] < 4);
+	if (script_err < 0)
+		return script_err;
+	for (size_t i = 0; i < script_n && i < size; i++)
+		out[i] = script[i];
+	return (int)script_n;
+}
+
+static dp_endpoint *four_devices(dp_loop *loop, bool hook)
+{
+	static dp_driver drv;
+	dp_endpoint_config c = dpt_stub_config();
+	drv = *c.driver;
+	drv.prefer = hook ? scripted_prefer : NULL;
+	c.driver = &drv;
+	c.devices = four;
+	c.n_devices = 4;
+	c.preferred_allocation = true;
+	dp_endpoint *ep = NULL;
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
+	return ep;
+}
+
+/* The ID pointer of device i, as the decoder gives it (into the endpoint's arena). */
+static char *id_ptr(dp_endpoint *ep, size_t i)
+{
+	char *id = ep->ids;
+	while (i--)
+		id += strlen(id) + 1;
+	return id;
+}
+
+/* Ask for size devices of avail (and must), expect the IDs want (a NULL-ended list). */
+static void expect_prefer(dp_endpoint *ep, const size_t *avail, size_t na, const size_t *must, size_t nm, int size,
+			  const char *const *want)
+{
+	char *a[4], *m[4], **got = NULL;
+	size_t n = 0, nw = 0;
+	for (size_t i = 0; i < na; i++)
+		a[i] = id_ptr(ep, avail[i]);
+	for (size_t i = 0; i < nm; i++)
+		m[i] = id_ptr(ep, must[i]);
+	struct dp_ep_container c = { { a, na }, { m, nm }, size };
+	assert_int_equal(dp_ep_prefer_answer(ep, &c, &got, &n), 0);
+	while (want[nw])
+		nw++;
+	assert_int_equal(n, nw);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(got[i], want[i]);
+	free(got);
+}
+
+static void prefer_hook_answer_or_default(void **state)
+{
+	dp_loop *loop = NULL;
+	assert_int_equal(dp_loop_new(&loop), 0);
+	dp_endpoint *ep = four_devices(loop, true);
+	const size_t all[] = { 0, 1, 2, 3 }, two[] = { 3, 1 };
+	script_err = 0;
+
+	/* the hook's choice, by index, in its order */
+	script_n = 2, script[0] = 2, script[1] = 0;
+	expect_prefer(ep, all, 4, NULL, 0, 2, (const char *const[]){ "d2", "d0", NULL });
+	assert_int_equal(seen_size, 2);
+	/* must-include IDs also available: the hook decides */
+	script_n = 2, script[0] = 1, script[1] = 3;
+	expect_prefer(ep, all, 4, two, 2, 2, (const char *const[]){ "d1", "d3", NULL });
+	/* size capped at what both lists hold; every distinct offered device is the whole answer */
+	script_n = 4, script[0] = 3, script[1] = 1, script[2] = 2, script[3] = 0;
+	expect_prefer(ep, all, 4, two, 2, 9, (const char *const[]){ "d3", "d1", "d2", "d0", NULL });
+	assert_int_equal(seen_size, 6);
+	assert_int_equal(seen_avail, 4);
+	assert_int_equal(seen_must, 2);
+
+	/* answers kubelet would not take are replaced by the default (must first, then in order) */
+	script_n = 2, script[0] = 0, script[1] = 0; /* twice the same */
+	expect_prefer(ep, all, 4, NULL, 0, 2, (const char *const[]){ "d0", "d1", NULL });
+	script_n = 2, script[0] = 0, script[1] = 3; /* not offered */
+	expect_prefer(ep, (const size_t[]){ 0, 1, 2 }, 3, NULL, 0, 2, (const char *const[]){ "d0", "d1", NULL });
+	script_n = 2, script[0] = 0, script[1] = 2; /* a must-include one left out */
+	expect_prefer(ep, all, 4, two, 2, 2, (const char *const[]){ "d3", "d1", NULL });
+	script_n = 1, script[0] = 2; /* too few */
+	expect_prefer(ep, all, 4, NULL, 0, 2, (const char *const[]){ "d0", "d1", NULL });
+	script_err = -EIO; /* an error */
+	expect_prefer(ep, all, 4, NULL, 0, 1, (const char *const[]){ "d0", NULL });
+	script_err = 0;
+	script_n = 0; /* size 0 */
+	expect_prefer(ep, all, 4, NULL, 0, 0, (const char *const[]){ NULL });
+	dp_endpoint_free(ep);
+
+	/* no hook: the default, the hook never called */
+	hook_calls = 0;
+	ep = four_devices(loop, false);
+	expect_prefer(ep, all, 4, two, 2, 3, (const char *const[]){ "d3", "d1", "d0", NULL });
+	assert_int_equal(hook_calls, 0);
+	dp_endpoint_free(ep);
+	dp_loop_free(loop);
+}
+
+/* The health every device is advertised with: the encoder's bytes, as the streams get them. */
+static void expect_health(dp_endpoint *ep, const char *want)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	assert_int_equal(dp_ep_encode_list(ep->ids, ep->n_devices, ep->numa, ep->checked && ep->healthy, ep->down,
+					   &buf, &len), 0);
+	V1beta1__ListAndWatchResponse *r = v1beta1__list_and_watch_response__unpack(NULL, len, buf);
+	assert_non_null(r);
+	assert_int_equal(r->n_devices, strlen(want));
+	for (size_t i = 0; i < r->n_devices; i++)
+		assert_string_equal(r->devices[i]->health, want[i] == 'H' ? "Healthy" : "Unhealthy");
+	v1beta1__list_and_watch_response__free_unpacked(r, NULL);
+	free(buf);
+}
+
+static void devices_down_per_device(void **state)
+{
+	dp_loop *loop = NULL;
+	assert_int_equal(dp_loop_new(&loop), 0);
+	dp_endpoint *ep = four_devices(loop, false);
+	const bool one[] = { false, true, false, false }, none[4] = { false };
+	assert_false(dp_endpoint_device_down(ep, 1));
+	assert_int_equal(dp_endpoint_set_devices_down(ep, one, 3), -EINVAL); /* not the device count */
+	assert_false(dp_endpoint_device_down(ep, 1));
+	assert_int_equal(dp_endpoint_set_devices_down(ep, one, 4), 0);
+	assert_true(dp_endpoint_device_down(ep, 1));
+	assert_false(dp_endpoint_device_down(ep, 0));
+	assert_false(dp_endpoint_device_down(ep, 4)); /* out of range: not down */
+	expect_health(ep, "UUUU");                     /* no verdict yet: all Unhealthy */
+	dp_endpoint_set_health(ep, true, NULL);
+	assert_true(dp_endpoint_healthy(ep)); /* the endpoint's own health stays the verdict's */
+	expect_health(ep, "HUHH");
+	dp_endpoint_set_health(ep, false, "gone");
+	expect_health(ep, "UUUU");
+	dp_endpoint_set_health(ep, true, NULL);
+	assert_int_equal(dp_endpoint_set_devices_down(ep, none, 4), 0);
+	expect_health(ep, "HHHH");
+	dp_endpoint_free(ep);
+	dp_loop_free(loop);
+}
+
 /* ---- the device-count ceiling ---- */
 
 /* The encoded size of "<prefix>0".."<prefix><n-1>", every device Unhealthy. */
@@ -329,7 +489,7 @@ static size_t list_size(const char *prefix, size_t n)
 	assert_non_null(ids);
 	for (size_t i = 0; i < n; i++)
 		off += (size_t)snprintf(ids + off, cap - off, "%s%zu", prefix, i) + 1;
-	assert_int_equal(dp_ep_encode_list(ids, n, NULL, false, &buf, &len), 0);
+	assert_int_equal(dp_ep_encode_list(ids, n, NULL, false, NULL, &buf, &len), 0);
 	free(ids);
 	free(buf);
 	return len;
@@ -408,6 +568,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(first_check_hold_is_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(first_check_not_held_without_kubelet, setup, teardown),
 		cmocka_unit_test_setup_teardown(cdi_answer, setup, teardown),
+		cmocka_unit_test_setup_teardown(prefer_hook_answer_or_default, setup, teardown),
+		cmocka_unit_test_setup_teardown(devices_down_per_device, setup, teardown),
 		cmocka_unit_test(device_ceiling),
 		cmocka_unit_test_setup_teardown(cdi_owned_file, setup, teardown),
 	};

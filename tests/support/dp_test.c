@@ -39,7 +39,7 @@ void dpt_stub_reset(void)
 
 dp_endpoint_config dpt_stub_config(void)
 {
-	static const dp_driver driver = { stub_check, stub_allocate };
+	static const dp_driver driver = { .check = stub_check, .allocate = stub_allocate };
 	static const dp_device two[] = { { "a", -1 }, { "b", 0 } };
 
 	return (dp_endpoint_config){ .resource_name = "example.com/thing",

@@ -45,6 +45,17 @@ typedef struct dp_driver {
 	void (*check)(dp_endpoint *ep, void *userdata);
 	/* Every requested ID is known. Answer with dp_alloc_finish(), now or later. */
 	void (*allocate)(dp_endpoint *ep, dp_alloc *a, void *userdata);
+	/*
+	 * GetPreferredAllocation for one container request (only with preferred_allocation; NULL:
+	 * the must-include IDs first, then the available ones in the order given). Devices are
+	 * indices into the configured list: avail and must as kubelet sent them (an ID may be in
+	 * both; none twice in one list), size already capped at n_avail + n_must. Write at most
+	 * size indices to out, each from avail or must and none twice, and return how many, or
+	 * -errno. An answer that breaks these rules, or an error, is replaced by the default one
+	 * (logged at debug): kubelet always gets a valid answer.
+	 */
+	int (*prefer)(dp_endpoint *ep, const size_t *avail, size_t n_avail, const size_t *must,
+		      size_t n_must, size_t size, size_t *out, void *userdata);
 } dp_driver;
 
 typedef struct dp_endpoint_config {
@@ -86,6 +97,16 @@ DP_DEFINE_CLEANUP(dp_endpoint, dp_endpoint_free)
  * on (NULL: none); on_health_changed is told the first verdict and each change of the verdict or
  * of its reason, so a daemon that opts into dp_endpoint_log_events logs it once per change. */
 void dp_endpoint_set_health(dp_endpoint *ep, bool healthy, const char *reason);
+/*
+ * Per device, on top of the verdict: down[i] advertises device i Unhealthy even while the
+ * verdict is healthy (one GPU of eight unbound, say); n must be the configured device count
+ * (-EINVAL otherwise, nothing changed), -ENOMEM. A change is sent to every open stream (after
+ * the first check) and counted in sdp_devices_healthy; the endpoint's own health (readiness,
+ * on_health_changed) stays the verdict's. Logging a device's change is the driver's.
+ */
+int dp_endpoint_set_devices_down(dp_endpoint *ep, const bool *down, size_t n);
+/* Device i is advertised Unhealthy by dp_endpoint_set_devices_down (false: not, or i too big). */
+bool dp_endpoint_device_down(const dp_endpoint *ep, size_t i);
 /* Ask the driver for a check soon (coalesced into one per loop batch). */
 void dp_endpoint_request_check(dp_endpoint *ep);
 
