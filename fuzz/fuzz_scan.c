@@ -9,10 +9,11 @@
  *               bit5 the cdev number in "dev" is the right one (else taken from the input);
  *               bit6 vendor/class/numa_node are FIFOs instead of files; bit7 vfio<i> is
  *               named "vfio0<i>" (not canonical)
- *   then length-prefixed strings (length byte mod 72): PCI name or bus/dev/fn bytes, vendor,
- *   class, numa_node, dev.
+ *   then length-prefixed strings (length byte mod 72): PCI name or bus/dev/fn bytes, then a
+ *   byte: its IOMMU group (mod 4, so groups are shared), then vendor, class, numa_node, dev.
  * Checks: the scan returns 0 or -ENOMEM; every reported device has a canonical name, a PCI
- * address and a row inside the table, and the devices are ordered by row then PCI key.
+ * address and a row inside the table, and the devices are ordered by row, group (its lowest PCI
+ * key), then PCI key.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -112,6 +113,10 @@ static void make_device(struct input *in, unsigned i)
 	(void)mkdir(path, 0755);
 	pathf(path, sizeof(path), "sys/devices/pci0000:00/%s/vfio-dev/%s", pci, name);
 	(void)mkdir(path, 0755);
+	/* its IOMMU group: one of four, so that groups are shared */
+	pathf(path, sizeof(path), "sys/devices/pci0000:00/%s/iommu_group", pci);
+	snprintf(target, sizeof(target), "../../../kernel/iommu_groups/%u", take_byte(in) & 3);
+	(void)symlink(target, path);
 	static const char *const attrs[] = { "vendor", "class", "numa_node" };
 	for (size_t a = 0; a < 3; a++) {
 		size_t len = take_str(in, s, sizeof(s));
@@ -147,7 +152,8 @@ static void check(const struct kata_scan *sc)
 		FUZZ_CHECK(d->numa_node >= -1 && d->numa_node <= 65535);
 		if (i) {
 			const struct kata_device *p = &sc->devices[i - 1];
-			FUZZ_CHECK(p->row < d->row || (p->row == d->row && p->pci_key <= d->pci_key));
+			FUZZ_CHECK(p->row < d->row || (p->row == d->row && (p->unit_key < d->unit_key ||
+				   (p->unit_key == d->unit_key && p->group == d->group && p->pci_key <= d->pci_key))));
 		}
 	}
 	for (size_t r = 0; r < kata_table_len; r++) {

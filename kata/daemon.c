@@ -57,7 +57,8 @@ int kata_daemon_configure(const dp_daemon_args *a, void *userdata)
 {
 	struct kata_daemon *d = userdata;
 	char err[1024], q[1100];
-	if (kata_naming_from_env(&d->naming, err, sizeof(err)) < 0) {
+	if (kata_naming_from_env(&d->naming, err, sizeof(err)) < 0 ||
+	    kata_backend_from_env(&d->backend, err, sizeof(err)) < 0) {
 		dp_error("invalid configuration", "error=%s", dp_logq(q, sizeof(q), err));
 		return DP_EXIT_USAGE;
 	}
@@ -166,15 +167,47 @@ static bool on_grow(struct kata_scan *now, void *userdata)
 	return true;
 }
 
-/* The watch before the scan: no change can fall between them (watch.h). */
+/* Every plugin checks soon. */
+static void check_all(struct kata_daemon *d)
+{
+	for (size_t i = 0; i < d->n_plugins; i++)
+		kata_plugin_request_check(d->plugins[i]);
+}
+
+static void on_removed(const char *removed, void *userdata)
+{
+	dp_debug("VFIO devices gone, checking", "removed=%s", removed);
+	check_all(userdata);
+}
+
+static void on_uevent(const char *action, const char *devpath, void *userdata)
+{
+	check_all(userdata);
+}
+
+/* The backend, then the watch before the scan: no change can fall between them (watch.h). */
 int kata_daemon_prepare(dp_loop *loop, void *userdata)
 {
 	struct kata_daemon *d = userdata;
+	char why[256], q[300];
 	d->loop = loop;
+	d->opts.backend = kata_backend_choose(d->backend, why, sizeof(why));
+	dp_info("VFIO backend", "backend=%s reason=%s", kata_backend_name(d->opts.backend), dp_logq(q, sizeof(q), why));
 	int r = kata_watch_new(loop, &d->opts, &d->scan, 0, on_changed, d, &d->watch);
 	if (r >= 0 && d->naming == KATA_NAMING_SKU)
 		kata_watch_set_grow(d->watch, on_grow, d);
+	if (r >= 0)
+		kata_watch_set_removed(d->watch, on_removed, d);
 	return r;
+}
+
+/* PCI bind and unbind events: a group member's driver changes without any file event. */
+static void watch_uevents(struct kata_daemon *d)
+{
+	int r = kata_uevent_new(d->loop, on_uevent, d, &d->uevent);
+	if (r < 0)
+		dp_warn("cannot receive PCI uevents, driver changes are seen by the periodic check (30 s)",
+			"error=%s", strerror(-r));
 }
 
 int kata_daemon_start(dp_loop *loop, void *userdata)
@@ -188,11 +221,14 @@ int kata_daemon_start(dp_loop *loop, void *userdata)
 	}
 	r = dirs(kdir, cdir);
 	if (r >= 0 && d->scan.n_devices == 0) {
-		dp_warn("no VFIO device matches the table; nothing to advertise", "dir=%s", KATA_DEV_DIR);
+		dp_warn("no VFIO device matches the table; nothing to advertise", "dir=%s backend=%s",
+			kata_backend_dir(d->opts.backend), kata_backend_name(d->opts.backend));
 		r = kata_idle_new(loop, kdir, &d->idle);
 	} else if (r >= 0) {
 		r = start_plugins(d, kdir, cdir);
 	}
+	if (r >= 0)
+		watch_uevents(d); /* also while idle: a later RESOURCE_NAMING=sku model needs it */
 	if (r < 0)
 		dp_error("cannot start", "error=%s", strerror(-r));
 	return r;
@@ -202,6 +238,7 @@ void kata_daemon_stop(void *userdata)
 {
 	struct kata_daemon *d = userdata;
 	d->watch = kata_watch_free(d->watch);
+	d->uevent = kata_uevent_free(d->uevent);
 	d->idle = kata_idle_free(d->idle);
 	for (size_t i = 0; i < d->n_plugins; i++)
 		d->plugins[i] = kata_plugin_free(d->plugins[i]);

@@ -1,20 +1,24 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * daemon: kata-device-plugin's part of its dp_daemon (main.c holds the description): the
- * naming mode and the table checked before the loop, the device-set watch before the scan, one
- * plugin per present resource (or the idle endpoint), new SKU models served as they appear,
- * any other change of the device set ending the daemon with KATA_EXIT_DEVICE_SET_CHANGED.
+ * naming mode, VFIO backend setting and the table checked before the loop, the backend chosen
+ * and the device-set watch before the scan, one plugin per present resource (or the idle
+ * endpoint), new SKU models served as they appear, removed devices turned Unhealthy by their
+ * plugin's check (asked for on the watch's removal and on every PCI uevent), any other change of
+ * the device set ending the daemon with KATA_EXIT_DEVICE_SET_CHANGED.
  */
 #pragma once
 
 #include <stdio.h>
 
 #include "dp/daemon.h"
+#include "backend.h"
 #include "idle.h"
 #include "naming.h"
 #include "plugin.h"
 #include "scan.h"
 #include "table.h"
+#include "uevent.h"
 #include "watch.h"
 
 #define KATA_EXIT_DEVICE_SET_CHANGED 3
@@ -30,6 +34,8 @@ struct kata_daemon {
 	size_t n_plugins;
 	kata_idle *idle;
 	kata_watch *watch;
+	enum kata_backend_setting backend; /* VFIO_BACKEND; the choice is in opts.backend */
+	kata_uevent *uevent;
 };
 
 /* --help's "Table:" lines: each row's resource, vendor and class pattern. */

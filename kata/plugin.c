@@ -15,9 +15,20 @@
 #include "dp/grpc.h"
 #include "dp/log.h"
 #include "dp/paths.h"
+#include "backend.h"
+#include "group.h"
+#include "prefer.h"
 #include "spec.h"
 
 #define ID_MAX 24
+#define KATA_RECHECK_USEC DP_USEC_PER_SEC /* a down ID is checked again this often */
+
+/* One advertised ID: the devices of one IOMMU group (spec.h, kata_units). */
+struct unit {
+	size_t first, n;  /* into devs */
+	bool down;        /* the last check found it unusable: why */
+	char why[KATA_GROUP_REASON_MAX];
+};
 
 struct kata_plugin {
 	dp_loop *loop;
@@ -26,12 +37,18 @@ struct kata_plugin {
 	char socket_prefix[KATA_NAME_MAX];
 	char spec_file[KATA_NAME_MAX];
 	struct kata_device *devs;
-	char (*ids)[ID_MAX];
 	size_t n;
-	int devdir; /* KATA_DEV_DIR (O_PATH), opened at start; -1: the cdevs' full paths */
+	struct unit *units; /* the IDs, in order */
+	size_t n_units;
+	struct kata_topo *topo; /* per ID: GetPreferredAllocation */
+	bool *down;             /* per ID: scratch for dp_endpoint_set_devices_down */
+	char (*ids)[ID_MAX];
+	enum kata_backend backend;
+	int devdir; /* kata_backend_dir() (O_PATH), opened at start; -1: the nodes' full paths */
 	dp_endpoint *ep;
 	dp_cdi_file *cdi;
 	bool cdi_changed; /* the CDI watch saw a change that no check has looked at yet */
+	dp_source *recheck; /* while an ID is down: check again after KATA_RECHECK_USEC */
 };
 
 /* The cdev is still the character device with the number the scan saw. By its name in the
@@ -46,7 +63,8 @@ static int verify_node(const kata_plugin *p, const struct kata_device *d, char *
 		snprintf(reason, size, "invalid root prefix");
 		return r;
 	}
-	if ((p->devdir >= 0 ? fstatat(p->devdir, d->name, &st, AT_SYMLINK_NOFOLLOW) : lstat(path, &st)) < 0) {
+	const char *name = strrchr(d->path, '/') + 1; /* in kata_backend_dir() */
+	if ((p->devdir >= 0 ? fstatat(p->devdir, name, &st, AT_SYMLINK_NOFOLLOW) : lstat(path, &st)) < 0) {
 		r = -errno;
 		snprintf(reason, size, "%s: %s", d->path, strerror(-r));
 		return r;
@@ -59,40 +77,119 @@ static int verify_node(const kata_plugin *p, const struct kata_device *d, char *
 	return 0;
 }
 
-static int verify_nodes(const kata_plugin *p, char *reason, size_t size)
+/* The unit's nodes, and its group as the kernel judges it (group.h). 0, or negative errno with
+ * the reason; v gets the group's verdict. */
+static int check_unit(const kata_plugin *p, const struct unit *u, struct kata_group_verdict *v)
 {
-	for (size_t i = 0; i < p->n; i++) {
-		int r = verify_node(p, &p->devs[i], reason, size);
+	const char *pcis[64];
+	*v = (struct kata_group_verdict){ 0 };
+	for (size_t i = 0; i < u->n; i++) {
+		const struct kata_device *d = &p->devs[u->first + i];
+		if ((p->backend == KATA_BACKEND_IOMMUFD || i == 0) &&
+		    verify_node(p, d, v->reason, sizeof(v->reason)) < 0)
+			return -ENODEV;
+	}
+	/* a group has a few functions; more than 64 matched ones are checked 64 at a time */
+	for (size_t i = 0; i < u->n; i += DP_ELEMENTSOF(pcis)) {
+		size_t k = 0;
+		for (; k < DP_ELEMENTSOF(pcis) && i + k < u->n; k++)
+			pcis[k] = p->devs[u->first + i + k].pci;
+		int r = kata_group_check(p->devs[u->first].group, pcis, k, v);
 		if (r < 0)
 			return r;
 	}
 	return 0;
 }
 
-/* The index an advertised ID names ("0".."n-1", validated by the endpoint), or p->n. */
+/* Log a unit's change of state once: unusable at warn (a group that is not viable names the
+ * member and its driver), usable again at info. */
+static void tell_unit(const kata_plugin *p, size_t id, struct unit *u, bool down, const struct kata_group_verdict *v)
+{
+	char q[KATA_GROUP_REASON_MAX + 64];
+	if (down == u->down && (!down || strcmp(u->why, v->reason) == 0))
+		return;
+	const struct kata_device *d = &p->devs[u->first];
+	if (down && v->member[0] && v->driver[0] && !kata_driver_dma_ok(v->driver))
+		dp_warn("IOMMU group not viable, advertising the device Unhealthy",
+			"resource=%s id=%zu group=%u member=%s driver=%s reason=%s", p->resource, id, d->group,
+			v->member, v->driver, dp_logq(q, sizeof(q), v->reason));
+	else if (down)
+		dp_warn("device unusable, advertising it Unhealthy", "resource=%s id=%zu group=%u pci=%s reason=%s",
+			p->resource, id, d->group, d->pci, dp_logq(q, sizeof(q), v->reason));
+	else
+		dp_info("device usable again", "resource=%s id=%zu group=%u pci=%s", p->resource, id, d->group, d->pci);
+	u->down = down;
+	snprintf(u->why, sizeof(u->why), "%s", down ? v->reason : "");
+}
+
+/* The units' states to the endpoint; while one is down, a check again in KATA_RECHECK_USEC (a
+ * bind without a uevent, e.g. in a user namespace, is seen within it). */
+static void publish(kata_plugin *p)
+{
+	bool any = false;
+	for (size_t i = 0; i < p->n_units; i++) {
+		p->down[i] = p->units[i].down;
+		any = any || p->down[i];
+	}
+	(void)dp_endpoint_set_devices_down(p->ep, p->down, p->n_units);
+	if (any)
+		(void)dp_timer_set(p->recheck, KATA_RECHECK_USEC, 0);
+}
+
+/* Every unit: its state, told once per change and given to the endpoint. */
+static void check_units(kata_plugin *p)
+{
+	struct kata_group_verdict v;
+	for (size_t i = 0; i < p->n_units; i++)
+		tell_unit(p, i, &p->units[i], check_unit(p, &p->units[i], &v) < 0, &v);
+	publish(p);
+}
+
+/* The index an advertised ID names ("0".."n-1", validated by the endpoint), or n_units. */
 static size_t id_index(const kata_plugin *p, const char *id)
 {
 	size_t v = 0;
 	for (const char *c = id; *c; c++) {
-		if (*c < '0' || *c > '9' || v > p->n)
-			return p->n;
+		if (*c < '0' || *c > '9' || v > p->n_units)
+			return p->n_units;
 		v = v * 10 + (size_t)(*c - '0');
 	}
-	return *id && v < p->n ? v : p->n;
+	return *id && v < p->n_units ? v : p->n_units;
 }
 
-/* Only the requested devices' nodes: one stat per device, not one per advertised device. */
-static int verify_requested(const kata_plugin *p, dp_alloc *a, char *reason, size_t size)
+/* Only the requested units: their nodes and groups, not every advertised one's. */
+static int verify_requested(kata_plugin *p, dp_alloc *a, char *reason, size_t size)
 {
+	struct kata_group_verdict v;
 	for (size_t c = 0; c < dp_alloc_containers(a); c++) {
 		size_t n;
 		char **ids = dp_alloc_ids(a, c, &n);
 		for (size_t i = 0; i < n; i++) {
 			size_t k = id_index(p, ids[i]);
-			int r = k < p->n ? verify_node(p, &p->devs[k], reason, size) : verify_nodes(p, reason, size);
-			if (r < 0)
-				return r;
+			if (k == p->n_units)
+				continue; /* the endpoint validated every ID */
+			bool down = check_unit(p, &p->units[k], &v) < 0;
+			bool was = p->units[k].down;
+			tell_unit(p, k, &p->units[k], down, &v);
+			if (down != was)
+				publish(p);
+			if (down) {
+				snprintf(reason, size, "ID %s: %s", ids[i], v.reason);
+				return -ENODEV;
+			}
 		}
+	}
+	return 0;
+}
+
+/* The legacy container node /dev/vfio/vfio is a character device. */
+static int verify_container_node(char *reason, size_t size)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	if (dp_path(path, sizeof(path), KATA_CONTAINER_NODE) < 0 || lstat(path, &st) < 0 || !S_ISCHR(st.st_mode)) {
+		snprintf(reason, size, KATA_CONTAINER_NODE " (the VFIO container node) is missing or not a character device");
+		return -ENODEV;
 	}
 	return 0;
 }
@@ -102,7 +199,8 @@ static bool check(kata_plugin *p, char *reason, size_t size)
 	bool repaired = false;
 	reason[0] = '\0';
 	p->cdi_changed = false;
-	if (verify_nodes(p, reason, size) < 0)
+	check_units(p);
+	if (p->backend == KATA_BACKEND_LEGACY && verify_container_node(reason, size) < 0)
 		goto unhealthy;
 	if (dp_cdi_file_sync(p->cdi, &repaired) < 0) {
 		snprintf(reason, size, "%s", dp_cdi_file_error(p->cdi));
@@ -129,16 +227,19 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
 	char reason[512], msg[KATA_NAME_MAX + 600];
 
 	/*
-	 * The requested devices' cdevs are verified on every Allocate (the other devices' at the
-	 * periodic check; a removed or replaced cdev also ends the daemon through the VFIO watch).
+	 * The requested units are verified on every Allocate (nodes, group viability, binding); the
+	 * others at the periodic check, on a PCI uevent and on a change of the VFIO directory.
 	 * The CDI spec has a watch (any change of the file or its directory triggers a check that
 	 * repairs it), so while the last check passed and no change is pending, the spec is not
 	 * re-read here: its open/read/close would be a large part of an Allocate's time (make
 	 * bench's Allocate figures, sdp-bench). Otherwise the full check runs.
 	 */
-	bool fast = dp_endpoint_healthy(ep) && !p->cdi_changed &&
-		    verify_requested(p, a, reason, sizeof(reason)) == 0;
-	if (!fast && !check(p, reason, sizeof(reason))) {
+	bool ok = dp_endpoint_healthy(ep) && !p->cdi_changed;
+	if (!ok)
+		ok = check(p, reason, sizeof(reason));
+	if (ok)
+		ok = verify_requested(p, a, reason, sizeof(reason)) == 0;
+	if (!ok) {
 		snprintf(msg, sizeof(msg), "%s is not usable: %s", p->resource, reason);
 		dp_alloc_finish(a, DP_GRPC_UNAVAILABLE, msg);
 	} else if (dp_alloc_add_cdi_answer(a, p->plugin_name, p->resource, NULL) < 0) {
@@ -149,7 +250,15 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
 	}
 }
 
-static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate };
+/* GetPreferredAllocation: kata_prefer over the units' topology (prefer.h). */
+static int drv_prefer(dp_endpoint *ep, const size_t *avail, size_t n_avail, const size_t *must, size_t n_must,
+		      size_t size, size_t *out, void *userdata)
+{
+	const kata_plugin *p = userdata;
+	return kata_prefer(p->topo, p->n_units, avail, n_avail, must, n_must, size, out);
+}
+
+static const dp_driver driver = { .check = drv_check, .allocate = drv_allocate, .prefer = drv_prefer };
 
 static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 {
@@ -165,21 +274,32 @@ static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 	return dp_cdi_file_new_owned(p->loop, cdi_dir, p->spec_file, &spec, on_cdi_changed, p, &p->cdi);
 }
 
+static int on_recheck(dp_source *s, void *userdata)
+{
+	kata_plugin *p = userdata;
+	dp_endpoint_request_check(p->ep);
+	return 0;
+}
+
 static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 {
-	_cleanup_free_ dp_device *dd = calloc(p->n, sizeof(*dd));
+	_cleanup_free_ dp_device *dd = calloc(p->n_units, sizeof(*dd));
 	if (!dd)
 		return -ENOMEM;
-	for (size_t i = 0; i < p->n; i++) {
+	for (size_t i = 0; i < p->n_units; i++) {
+		const struct kata_device *d = &p->devs[p->units[i].first];
 		snprintf(p->ids[i], ID_MAX, "%zu", i);
 		dd[i].id = p->ids[i];
-		dd[i].numa_node = p->devs[i].numa_node;
+		dd[i].numa_node = d->numa_node;
+		p->topo[i] = (struct kata_topo){ .numa = d->numa_node, .switch_key = d->switch_key,
+						 .pci_key = d->unit_key ? d->unit_key : d->pci_key };
 	}
 	dp_endpoint_config ec = {
 		.resource_name = p->resource,
 		.socket_prefix = p->socket_prefix,
 		.devices = dd,
-		.n_devices = p->n,
+		.n_devices = p->n_units,
+		.preferred_allocation = true,
 		.healthy_message = "devices usable",
 		.unhealthy_message = "devices unusable, advertising every device Unhealthy",
 		.events = &dp_endpoint_log_events,
@@ -189,12 +309,34 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 	return dp_endpoint_new(p->loop, kubelet_dir, &ec, &p->ep);
 }
 
-static int open_devdir(void)
+static int open_devdir(enum kata_backend b)
 {
 	char path[PATH_MAX];
-	if (dp_path(path, sizeof(path), KATA_DEV_DIR) < 0)
+	if (dp_path(path, sizeof(path), kata_backend_dir(b)) < 0)
 		return -1;
 	return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* The devices and their units (IDs). */
+static int alloc_units(kata_plugin *p, const struct kata_device *devs, size_t n)
+{
+	_cleanup_free_ size_t *first = calloc(n, sizeof(*first));
+	p->devs = calloc(n, sizeof(*p->devs));
+	if (!first || !p->devs)
+		return -ENOMEM;
+	memcpy(p->devs, devs, n * sizeof(*devs));
+	p->n = n;
+	p->n_units = kata_units(devs, n, first);
+	p->units = calloc(p->n_units, sizeof(*p->units));
+	p->topo = calloc(p->n_units, sizeof(*p->topo));
+	p->down = calloc(p->n_units, sizeof(*p->down));
+	p->ids = calloc(p->n_units, sizeof(*p->ids));
+	if (!p->units || !p->topo || !p->down || !p->ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n_units; i++)
+		p->units[i] = (struct unit){ .first = first[i],
+					     .n = (i + 1 < p->n_units ? first[i + 1] : n) - first[i] };
+	return 0;
 }
 
 static bool copy_name(char *dst, const char *src)
@@ -228,23 +370,23 @@ int kata_plugin_new_named(dp_loop *loop, const struct kata_plugin_names *names, 
 	if (!p)
 		return -ENOMEM;
 	p->loop = loop;
-	p->devdir = open_devdir();
+	p->backend = kata_device_backend(&devs[0]);
+	p->devdir = open_devdir(p->backend);
 	if (!copy_name(p->resource, names->resource) || !copy_name(p->plugin_name, names->plugin_name) ||
 	    !copy_name(p->socket_prefix, names->socket_prefix) || !copy_name(p->spec_file, names->spec_file))
 		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, which the analyzers do not model
 		return -ENAMETOOLONG; // NOLINT(clang-analyzer-unix.Malloc)
-	int r;
-	p->devs = calloc(n, sizeof(*p->devs));
-	p->ids = calloc(n, sizeof(*p->ids));
-	if (!p->devs || !p->ids)
+	int r = alloc_units(p, devs, n);
+	if (r < 0)
 		// cppcheck-suppress memleak ; p is freed by its _cleanup_ attribute, as above
-		return -ENOMEM;
-	memcpy(p->devs, devs, n * sizeof(*devs));
-	p->n = n;
+		return r;
 	r = setup_cdi(p, cdi_dir);
 	if (r < 0)
 		return r;
 	r = setup_endpoint(p, kubelet_dir);
+	if (r < 0)
+		return r;
+	r = dp_timer_add_disarmed(loop, on_recheck, p, &p->recheck);
 	if (r < 0)
 		return r;
 	*ret = TAKE_PTR(p);
@@ -260,14 +402,23 @@ kata_plugin *kata_plugin_free(kata_plugin *p)
 {
 	if (!p)
 		return NULL;
+	dp_source_free(p->recheck);
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
 	if (p->devdir >= 0)
 		close(p->devdir);
 	free(p->devs);
+	free(p->units);
+	free(p->topo);
+	free(p->down);
 	free(p->ids);
 	free(p);
 	return NULL;
+}
+
+void kata_plugin_request_check(kata_plugin *p)
+{
+	dp_endpoint_request_check(p->ep);
 }
 
 dp_endpoint *kata_plugin_endpoint(const kata_plugin *p) { return p->ep; }

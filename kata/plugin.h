@@ -1,16 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin: one present resource (a table row, or with RESOURCE_NAMING=sku a PCI model, with >= 1
- * device; names in naming.h). An endpoint ("kata-<vendor>-<class>-<pid>-<n>.sock") advertising IDs "0".."n-1" with their NUMA nodes, and the owned
- * CDI spec /var/run/cdi/kata.<vendor>-<class>.yaml.
+ * device; names in naming.h). An endpoint ("kata-<vendor>-<class>-<pid>-<n>.sock") advertising
+ * one ID per IOMMU group ("0".."n-1", in the order of the groups' lowest PCI addresses; spec.h,
+ * kata_units) with its NUMA node, and the owned CDI spec /var/run/cdi/kata.<vendor>-<class>.yaml.
+ * The backend (iommufd or legacy) is the devices' own (kata_device_backend).
  *
- * Check (at start, every 30 s, on a CDI directory change, before every Allocate): the spec file
- * holds exactly the rendered bytes (repaired when it differs) and every cdev is still the
- * character device with the number seen by the scan. Any failure marks every device of the
- * resource Unhealthy; the next passing check restores them.
- * Allocate (after a passing check; else UNAVAILABLE with the reason): per container request,
- * cdi_devices "<resource>=<id>" for each ID and the annotation
+ * Check (at start, every 30 s, on a CDI directory change, on a PCI uevent or a change of the
+ * VFIO directory (the daemon asks: kata_plugin_request_check), before every Allocate):
+ *  - per ID: its node(s) are still the character devices the scan saw, each of its devices is
+ *    still a member of its group bound to a VFIO driver, and no member of the group is bound to
+ *    a driver VFIO refuses (group.h). A failing ID alone is advertised Unhealthy, told once at
+ *    warn ("IOMMU group not viable, advertising the device Unhealthy" with member= and driver=,
+ *    or "device unusable, advertising it Unhealthy" with reason=), and Healthy again when the
+ *    next check passes ("device usable again", info);
+ *  - for all: the spec file holds exactly the rendered bytes (repaired when it differs) and, for
+ *    legacy, /dev/vfio/vfio is a character device. A failure marks every ID Unhealthy.
+ * Allocate (after a passing check of the requested IDs; else UNAVAILABLE with the reason): per
+ * container request, cdi_devices "<resource>=<id>" for each ID and the annotation
  * "cdi.k8s.io/kata.<vendor>-<class>_<first id>" = the comma-separated CDI names.
+ * GetPreferredAllocation: kata_prefer (prefer.h) over the IDs' NUMA nodes, switches and PCI
+ * addresses.
  */
 #pragma once
 
@@ -47,6 +57,8 @@ int kata_plugin_start(kata_plugin *p);
 kata_plugin *kata_plugin_free(kata_plugin *p);
 DP_DEFINE_CLEANUP(kata_plugin, kata_plugin_free)
 
+/* Check soon (a PCI uevent, a change of the VFIO directory). */
+void kata_plugin_request_check(kata_plugin *p);
 dp_endpoint *kata_plugin_endpoint(const kata_plugin *p);
 const char *kata_plugin_spec_path(const kata_plugin *p);
 

@@ -18,7 +18,7 @@
 
 /* ---- logging ---- */
 
-static void skip(const struct ctx *c, enum dp_log_level lvl, const char *name, const char *why)
+void scan_skip(const struct ctx *c, enum dp_log_level lvl, const char *name, const char *why)
 {
 	char qn[64], qw[WHY_MAX + 64];
 	dp_log(c->o->verbose ? lvl : DP_LOG_DEBUG, "skipping VFIO device", "device=%s reason=%s",
@@ -69,7 +69,7 @@ static void consider(struct ctx *c, int dfd, const char *name)
 	unsigned num;
 
 	if (!scan_parse_name(name, &num)) {
-		skip(c, DP_LOG_WARN, name, "name is not vfio<N> (N decimal without leading zeros)");
+		scan_skip(c, DP_LOG_WARN, name, "name is not vfio<N> (N decimal without leading zeros)");
 		return;
 	}
 	d.num = num;
@@ -77,17 +77,17 @@ static void consider(struct ctx *c, int dfd, const char *name)
 	snprintf(d.path, sizeof(d.path), KATA_DEV_DIR "/%.15s", name);
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		scan_whyf(why, "cannot stat %s: %s", d.path, strerror(errno));
-		skip(c, DP_LOG_WARN, name, why);
+		scan_skip(c, DP_LOG_WARN, name, why);
 		return;
 	}
 	if (!S_ISCHR(st.st_mode)) {
 		scan_whyf(why, "%s is not a character device", d.path);
-		skip(c, DP_LOG_WARN, name, why);
+		scan_skip(c, DP_LOG_WARN, name, why);
 		return;
 	}
 	d.rdev = st.st_rdev;
 	if (scan_inspect(c, &d, why) < 0) {
-		skip(c, DP_LOG_WARN, name, why);
+		scan_skip(c, DP_LOG_WARN, name, why);
 		return;
 	}
 	int row = kata_table_match(c->o->table, c->o->n_rows, d.vendor, d.pci_class);
@@ -98,9 +98,14 @@ static void consider(struct ctx *c, int dfd, const char *name)
 		return;
 	}
 	d.row = (size_t)row;
+	scan_keep(c, &d);
+}
+
+void scan_keep(struct ctx *c, const struct kata_device *d)
+{
 	if (c->n == c->cap && !make_room(c))
 		return;
-	c->devs[c->n++] = d;
+	c->devs[c->n++] = *d;
 	c->matched++;
 }
 
@@ -109,16 +114,8 @@ static bool dot(const char *name)
 	return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
 }
 
-/* A directory read with getdents64 into a buffer of its own: opendir() allocates one on every
- * rescan (musl: an mmap and a munmap of 8 KiB, and the page fault between). */
-struct dir_iter {
-	int fd;
-	size_t pos, len;
-	_Alignas(8) char buf[4096];
-};
-
 /* The next name other than "." and "..", or NULL at the end (or on a read error, as readdir). */
-static const char *dir_next(struct dir_iter *it)
+const char *scan_dir_next(struct dir_iter *it)
 {
 	for (;;) {
 		if (it->pos >= it->len) {
@@ -138,7 +135,7 @@ static const char *dir_next(struct dir_iter *it)
 static void too_many(const struct ctx *c, struct dir_iter *it, const char *shown)
 {
 	size_t total = c->max + 1;
-	while (dir_next(it))
+	while (scan_dir_next(it))
 		total++;
 	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "too many entries, ignoring the rest",
 	       "dir=%s entries=%zu considered=%zu", shown, total, c->max);
@@ -179,7 +176,7 @@ static int walk_dev(struct ctx *c, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read %s: %s", KATA_DEV_DIR, strerror(-r));
 		return r;
 	}
-	while ((name = dir_next(&it)))
+	while ((name = scan_dir_next(&it)))
 		consider(c, fd, name); /* every entry: which are kept is decided by PCI address */
 	return 0;
 }
@@ -228,7 +225,7 @@ static void walk_sysfs(struct ctx *c)
 	_cleanup_close_ int dfd = -2; /* opened for the first name walk_dev did not find */
 	if (c->n > 1)
 		qsort(c->devs, c->n, sizeof(*c->devs), cmp_num);
-	while ((name = dir_next(&it))) {
+	while ((name = scan_dir_next(&it))) {
 		if (k++ == c->max) {
 			too_many(c, &it, KATA_SYSFS_DIR);
 			break;
@@ -247,7 +244,7 @@ static void walk_sysfs(struct ctx *c)
 			continue; /* unknowable: say nothing rather than something wrong */
 		scan_whyf(why, "sysfs entry without cdev: " KATA_SYSFS_DIR "/%s exists, " KATA_DEV_DIR "/%s does not",
 		     name, name);
-		skip(c, DP_LOG_WARN, name, why);
+		scan_skip(c, DP_LOG_WARN, name, why);
 	}
 }
 
@@ -259,11 +256,14 @@ static int cmp_pci(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+/* By row, then group (the group's lowest PCI address), then PCI address. */
 static int cmp_row_pci(const void *a, const void *b)
 {
 	const struct kata_device *x = a, *y = b;
 	if (x->row != y->row)
 		return x->row < y->row ? -1 : 1;
+	if (x->unit_key != y->unit_key)
+		return x->unit_key < y->unit_key ? -1 : 1;
 	return cmp_pci(a, b);
 }
 
@@ -283,7 +283,7 @@ static void drop_duplicates(struct ctx *c)
 		}
 		const struct kata_device *other = &c->devs[dup_next ? i + 1 : i - 1];
 		scan_whyf(why, "PCI device %s is also claimed by %s", c->devs[i].pci, other->name);
-		skip(c, DP_LOG_WARN, c->devs[i].name, why);
+		scan_skip(c, DP_LOG_WARN, c->devs[i].name, why);
 	}
 	c->n = o;
 }
@@ -323,7 +323,8 @@ static int init_ctx(struct ctx *c, const struct kata_scan_opts *o)
 		kata_cache_begin(o->cache);
 	if (!cached_root(c))
 		find_root(c, path);
-	if (dp_path(path, sizeof(path), KATA_SYSFS_DIR) < 0)
+	c->class_dir = o->backend == KATA_BACKEND_LEGACY ? KATA_GROUP_CLASS_DIR : KATA_SYSFS_DIR;
+	if (dp_path(path, sizeof(path), c->class_dir) < 0)
 		return -EINVAL;
 	c->classfd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	c->class_errno = c->classfd < 0 ? errno : 0;
@@ -344,13 +345,15 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 	int r = init_ctx(&c, o);
 	if (r < 0)
 		snprintf(err, errlen, "invalid " DP_TEST_ROOT_ENV " (not an absolute path, or too long)");
+	else if (o->backend == KATA_BACKEND_LEGACY)
+		r = scan_walk_groups(&c, err, errlen);
 	else
 		r = walk_dev(&c, err, errlen);
 	if (r >= 0 && c.oom) {
 		snprintf(err, errlen, "out of memory");
 		r = -ENOMEM;
 	}
-	if (r >= 0)
+	if (r >= 0 && o->backend == KATA_BACKEND_IOMMUFD)
 		walk_sysfs(&c);
 	ctx_close(&c);
 	if (r < 0) {
@@ -366,6 +369,7 @@ int kata_scan_run(const struct kata_scan_opts *o, struct kata_scan *ret, char *e
 		       "devices=%zu advertised=%zu last=%s", c.matched, c.max, c.devs[c.max - 1].pci);
 		c.n = c.max;
 	}
+	scan_split_groups(&c);
 	if (c.n > 1)
 		qsort(c.devs, c.n, sizeof(*c.devs), cmp_row_pci);
 	/* Keep only what was found (never NULL, even for none). */
@@ -391,4 +395,10 @@ size_t kata_scan_row(const struct kata_scan *s, size_t row, size_t *ret_first)
 		n++;
 	*ret_first = first;
 	return n;
+}
+
+enum kata_backend kata_device_backend(const struct kata_device *d)
+{
+	return strncmp(d->path, KATA_DEV_DIR "/", sizeof(KATA_DEV_DIR)) == 0 ? KATA_BACKEND_IOMMUFD
+										 : KATA_BACKEND_LEGACY;
 }

@@ -52,21 +52,37 @@
 #define KATA_VFIO_DIR "/dev/vfio"
 #define KATA_DEV_DIR KATA_VFIO_DIR "/devices"
 #define KATA_SYSFS_DIR "/sys/class/vfio-dev"
+#define KATA_GROUP_CLASS_DIR "/sys/class/vfio"     /* legacy group devices: <N>/dev */
+#define KATA_GROUPS_DIR "/sys/kernel/iommu_groups" /* <N>/devices/<PCI address> */
+#define KATA_CONTAINER_NODE KATA_VFIO_DIR "/vfio"  /* legacy: the container node */
+#define KATA_IOMMU_NODE "/dev/iommu"               /* iommufd: the IOMMUFD node */
 #define KATA_MAX_ENTRIES 4096
 
+/* Which VFIO device nodes a deployment hands out (backend.h chooses): never both kinds. */
+enum kata_backend {
+	KATA_BACKEND_IOMMUFD, /* /dev/vfio/devices/vfioN, one per device */
+	KATA_BACKEND_LEGACY,  /* /dev/vfio/<group>, one per IOMMU group */
+};
+
 struct kata_device {
-	char name[16];   /* "vfio3" */
-	char path[48];   /* "/dev/vfio/devices/vfio3": in the container and on the host */
+	char name[24];   /* iommufd: the cdev "vfio3"; legacy: the PCI address */
+	char path[48];   /* "/dev/vfio/devices/vfio3" or "/dev/vfio/12": in the container and on the host */
 	char pci[24];    /* "0000:41:00.0" */
 	uint64_t pci_key; /* domain, bus, device, function: the order */
+	uint64_t unit_key; /* the lowest pci_key of the devices of its IOMMU group in its resource */
+	uint64_t switch_key; /* hash of its upstream bridge's sysfs path (the PCIe switch above it) */
 	dev_t rdev;
 	uint16_t vendor;
 	uint16_t device_id; /* PCI device ID: read only with read_device_id, else 0 */
 	uint32_t pci_class;
 	int numa_node; /* -1: unknown */
+	unsigned group; /* IOMMU group number */
 	size_t row;    /* index of the matching table row */
-	unsigned num;  /* N of vfioN */
+	unsigned num;  /* iommufd: N of vfioN; legacy: the group number */
 };
+
+/* The backend a scanned device came from (by its node's path). */
+enum kata_backend kata_device_backend(const struct kata_device *d);
 
 struct kata_scan_opts {
 	const struct kata_row *table;
@@ -76,10 +92,11 @@ struct kata_scan_opts {
 	bool read_device_id; /* also "device" ("0x" + 4 hex digits + "\n", cached like vendor; a
 			      * missing or malformed one skips the entry): RESOURCE_NAMING=sku */
 	kata_cache *cache;  /* what the previous scan left (scan_cache.h); NULL: none */
+	enum kata_backend backend;
 };
 
 struct kata_scan {
-	struct kata_device *devices; /* ordered by row, then PCI address */
+	struct kata_device *devices; /* ordered by row, then unit_key, then PCI address */
 	size_t n_devices;
 };
 

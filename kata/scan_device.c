@@ -150,8 +150,9 @@ static int open_failed(int open_err, const char *shown, char *why)
 	return -open_err;
 }
 
-/* /sys/class/vfio-dev/<name>: its dev number must match the cdev's. Returns the entry's fd. */
-static int open_class_entry(const struct ctx *c, struct kata_device *d, char *why)
+/* The class entry <c->class_dir>/<entry>: its dev number must match the node's (d->rdev, d->path).
+ * Returns the entry's fd. */
+int scan_open_class_entry(const struct ctx *c, const char *entry, const struct kata_device *d, char *why)
 {
 	char path[PATH_MAX], real[PATH_MAX], shown[64];
 	struct stat st;
@@ -159,7 +160,7 @@ static int open_class_entry(const struct ctx *c, struct kata_device *d, char *wh
 	dev_t devno;
 	int r, open_err;
 
-	snprintf(shown, sizeof(shown), KATA_SYSFS_DIR "/%s", d->name);
+	snprintf(shown, sizeof(shown), "%s/%s", c->class_dir, entry);
 	r = dp_path(path, sizeof(path), shown);
 	if (r < 0) {
 		scan_whyf(why, "invalid root prefix");
@@ -167,10 +168,11 @@ static int open_class_entry(const struct ctx *c, struct kata_device *d, char *wh
 	}
 	/* through the class directory opened once per scan, else by path */
 	int dirfd = c->classfd >= 0 ? c->classfd : AT_FDCWD;
-	const char *name = c->classfd >= 0 ? d->name : path;
+	const char *name = c->classfd >= 0 ? entry : path;
 	_cleanup_close_ int fd = resolve_in_sys(c, dirfd, name, shown, real, &open_err, why);
 	if (fd == -ENOENT && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT) {
-		scan_whyf(why, "cdev without sysfs: %s is missing", shown);
+		scan_whyf(why, "%s without sysfs: %s is missing",
+			  c->o->backend == KATA_BACKEND_LEGACY ? "group node" : "cdev", shown);
 		return -ENOENT;
 	}
 	if (fd < 0)
@@ -193,28 +195,14 @@ static int open_class_entry(const struct ctx *c, struct kata_device *d, char *wh
 	return TAKE_FD(fd);
 }
 
-/* The PCI device behind the entry's "device" link, resolved from the entry's real location (as
+/* The PCI function name resolves to from dirfd (every link followed from its real location, as
  * the kernel does). Returns its directory fd; dir (PATH_MAX) gets its path without the root. */
-static int open_pci_device(const struct ctx *c, int entry_fd, struct kata_device *d, char *dir, char *why)
+static int open_function(const struct ctx *c, int dirfd, const char *name, const char *shown,
+			 struct kata_device *d, char *dir, char *why)
 {
-	char real[PATH_MAX], shown[64];
-	struct stat st;
-	int r, open_err;
-
-	snprintf(shown, sizeof(shown), KATA_SYSFS_DIR "/%s/device", d->name);
-	if (fstatat(entry_fd, "device", &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		r = -errno;
-		if (r == -ENOENT)
-			scan_whyf(why, "%s is missing", shown);
-		else
-			scan_whyf(why, "cannot stat %s: %s", shown, strerror(-r));
-		return r;
-	}
-	if (!S_ISLNK(st.st_mode)) {
-		scan_whyf(why, "%s is not a symlink", shown);
-		return -EINVAL;
-	}
-	_cleanup_close_ int fd = resolve_in_sys(c, entry_fd, "device", shown, real, &open_err, why);
+	char real[PATH_MAX];
+	int open_err;
+	_cleanup_close_ int fd = resolve_in_sys(c, dirfd, name, shown, real, &open_err, why);
 	if (fd < 0)
 		return fd;
 	const char *base = strrchr(real, '/') + 1;
@@ -225,6 +213,25 @@ static int open_pci_device(const struct ctx *c, int entry_fd, struct kata_device
 	}
 	snprintf(d->pci, sizeof(d->pci), "%s", base);
 	return open_err ? open_failed(open_err, dir, why) : TAKE_FD(fd);
+}
+
+/* The entry's "device" must be a symlink. */
+static int check_device_link(int entry_fd, const char *shown, char *why)
+{
+	struct stat st;
+	if (fstatat(entry_fd, "device", &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		int r = -errno;
+		if (r == -ENOENT)
+			scan_whyf(why, "%s is missing", shown);
+		else
+			scan_whyf(why, "cannot stat %s: %s", shown, strerror(-r));
+		return r;
+	}
+	if (!S_ISLNK(st.st_mode)) {
+		scan_whyf(why, "%s is not a symlink", shown);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const char *dir)
@@ -278,16 +285,26 @@ static int read_identity(const struct ctx *c, int fd, struct kata_device *d, con
 	return 0;
 }
 
+int scan_read_function(const struct ctx *c, int dirfd, const char *name, const char *shown,
+		       struct kata_device *d, char *drv, char *why)
+{
+	char dir[PATH_MAX];
+	_cleanup_close_ int pci = open_function(c, dirfd, name, shown, d, dir, why);
+	if (pci < 0)
+		return pci;
+	int r = read_identity(c, pci, d, dir, why);
+	return r < 0 ? r : scan_read_topology(c, pci, d, dir, drv, why);
+}
+
 /* Fill d for the cdev; 0 when it is a well-formed VFIO PCI device (matching or not), else
  * negative errno with why. */
 int scan_inspect(const struct ctx *c, struct kata_device *d, char *why)
 {
-	_cleanup_close_ int entry = open_class_entry(c, d, why);
+	char shown[64], drv[64];
+	_cleanup_close_ int entry = scan_open_class_entry(c, d->name, d, why);
 	if (entry < 0)
 		return entry;
-	char dir[PATH_MAX];
-	_cleanup_close_ int pci = open_pci_device(c, entry, d, dir, why);
-	if (pci < 0)
-		return pci;
-	return read_identity(c, pci, d, dir, why);
+	snprintf(shown, sizeof(shown), KATA_SYSFS_DIR "/%s/device", d->name);
+	int r = check_device_link(entry, shown, why);
+	return r < 0 ? r : scan_read_function(c, entry, "device", shown, d, drv, why);
 }

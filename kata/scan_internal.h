@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "dp/log.h"
 #include "dp/macro.h"
 #include "scan.h"
 
@@ -22,13 +23,30 @@ struct ctx {
 	int procfd;             /* /proc/self/fd (O_PATH), or -1 with proc_errno */
 	int proc_errno;
 	bool procfd_cached;     /* procfd and sysroot came from (and procfd belongs to) the cache */
-	int classfd;            /* <root>/sys/class/vfio-dev, or -1 with class_errno */
+	const char *class_dir;  /* KATA_SYSFS_DIR (iommufd) or KATA_GROUP_CLASS_DIR (legacy) */
+	int classfd;            /* <root><class_dir>, or -1 with class_errno */
 	int class_errno;
 	struct kata_device *devs;
 	size_t n, cap;
 	size_t matched; /* devices a table row matched, kept or not */
 	bool oom;
 };
+
+/* A directory read with getdents64 into a buffer of its own: opendir() allocates one on every
+ * rescan (musl: an mmap and a munmap of 8 KiB, and the page fault between). */
+struct dir_iter {
+	int fd;
+	size_t pos, len;
+	_Alignas(8) char buf[4096];
+};
+
+/* scan.c */
+/* The next name other than "." and "..", or NULL at the end (or on a read error, as readdir). */
+const char *scan_dir_next(struct dir_iter *it);
+/* One "skipping VFIO device" line for name (verbose: at lvl, else debug). */
+void scan_skip(const struct ctx *c, enum dp_log_level lvl, const char *name, const char *why);
+/* Keep d (a table row matched it): c->oom when memory is short. */
+void scan_keep(struct ctx *c, const struct kata_device *d);
 
 /* The reason of a skip into why (WHY_MAX bytes; cut when longer). */
 void scan_whyf(char *why, const char *fmt, ...) _printf_(2, 3);
@@ -51,6 +69,28 @@ bool scan_parse_name(const char *name, unsigned *ret);
 /* The path fd is open at, as the kernel names it (/proc/self/fd/<fd>): buf (PATH_MAX). Length,
  * or negative errno. */
 ssize_t scan_fd_path(const struct ctx *c, int fd, char *buf);
+/* The class entry <class_dir>/<entry> of the node d describes (d->rdev, d->path): its "dev"
+ * must be d->rdev. Its fd, or negative errno with why. */
+int scan_open_class_entry(const struct ctx *c, const char *entry, const struct kata_device *d, char *why);
+/* Resolve name (relative to dirfd) inside the root's /sys, read the PCI function there: pci,
+ * pci_key, identity, NUMA node, IOMMU group and switch key of d; drv (64 bytes) gets its
+ * driver's name ("" for none). 0, or negative errno with why. */
+int scan_read_function(const struct ctx *c, int dirfd, const char *name, const char *shown,
+		       struct kata_device *d, char *drv, char *why);
+/* scan_group.c */
+/* The function's IOMMU group (its "iommu_group" link: ".../kernel/iommu_groups/<N>"), switch key
+ * (from dir, its sysfs path) and driver (its "driver" link's last component, "" for none; drv:
+ * 64 bytes). 0, or negative errno with why (no or malformed iommu_group link). */
+int scan_read_topology(const struct ctx *c, int pcifd, struct kata_device *d, const char *dir, char *drv,
+		       char *why);
+/* Legacy: every group node /dev/vfio/<N> and the table-matched members of its group that are
+ * bound to a VFIO driver. 0, or negative errno with err (cannot read /dev/vfio). */
+int scan_walk_groups(struct ctx *c, char *err, size_t errlen);
+/* A group's devices belong to one resource: the row (and with read_device_id the model) of its
+ * lowest PCI address; the other members are skipped, saying so. Sets every kept device's
+ * unit_key. */
+void scan_split_groups(struct ctx *c);
+
 /* Fill d (name, path, rdev set) for its cdev; 0 when it is a well-formed VFIO PCI device
  * (matching or not), else negative errno with why. */
 int scan_inspect(const struct ctx *c, struct kata_device *d, char *why);

@@ -10,9 +10,12 @@
  *         deviceNodes:
  *           - path: "/dev/vfio/devices/vfio3"
  *             type: "c"
- * kind = the resource name, one device per ID ("0".."n-1" in the order given), whose only edit
- * is the cdev at the same path in the container (the runtime stats the host node for the
- * numbers). cdiVersion is the minimum the content requires: 0.5.0 (names start with a digit),
+ * kind = the resource name, one CDI device per ID ("0".."n-1"): per IOMMU group, the devices
+ * given consecutively with the same group (kata_units). Its edits are device nodes at the same
+ * path in the container (the runtime stats the host node for the numbers):
+ *   iommufd: each device's cdev "/dev/vfio/devices/vfioN";
+ *   legacy:  the group node "/dev/vfio/<group>" once, then the container node "/dev/vfio/vfio".
+ * cdiVersion is the minimum the content requires: 0.5.0 (names start with a digit),
  * 0.6.0 if the resource's class half holds a '.'.
  */
 #pragma once
@@ -22,5 +25,9 @@
 #include "dp/buf.h"
 #include "scan.h"
 
-/* Appends to out (check out->oom). n >= 1. */
+/* Appends to out (check out->oom). n >= 1; devs ordered by unit (as the scan orders them). */
 void kata_spec_render(const char *resource, const struct kata_device *devs, size_t n, dp_buf *out);
+
+/* The advertised units of devs (n, ordered by unit): each a run of devices with the same IOMMU
+ * group. Writes the first index of each into first (room for n) and returns how many. */
+size_t kata_units(const struct kata_device *devs, size_t n, size_t *first);

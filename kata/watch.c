@@ -10,6 +10,7 @@
 #include "dp/log.h"
 #include "dp/paths.h"
 #include "dp/watch.h"
+#include "backend.h"
 
 struct kata_watch {
 	dp_loop *loop;
@@ -19,7 +20,9 @@ struct kata_watch {
 	void *userdata;
 	kata_grow_fn grow;
 	void *grow_userdata;
-	dp_watch *watch; /* KATA_DEV_DIR, with the periodic rescan as its backstop */
+	kata_removed_fn removed;
+	void *removed_userdata;
+	dp_watch *watch; /* kata_backend_dir(), with the periodic rescan as its backstop */
 	dp_source *kick; /* one-shot: rescan after the current batch of events */
 	bool fired;
 	kata_cache *cache; /* what each rescan leaves to the next */
@@ -56,6 +59,10 @@ int kata_watch_rescan(kata_watch *w)
 	kata_scan_done(&now);
 	if (r <= 0)
 		return r;
+	if (w->removed && !added.len && !changed.len) {
+		w->removed(removed.data, w->removed_userdata); /* the IDs stay: their checks fail */
+		return r;
+	}
 	w->fired = true;
 	w->changed(removed.len ? removed.data : "", added.len ? added.data : "",
 		   changed.len ? changed.data : "", w->userdata);
@@ -92,13 +99,19 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 	dp_watch_config cfg = { .dir = dir,
 				.mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB,
 				.backstop_usec = p, .unwatched_usec = p, .fn = on_watch, .userdata = w };
-	r = dp_path(dir, sizeof(dir), KATA_DEV_DIR);
+	r = dp_path(dir, sizeof(dir), kata_backend_dir(opts->backend));
 	/* No rescan at start: the caller scans after this (watch.h), so there is no gap to close. */
 	if (r < 0 || (r = dp_watch_new(loop, &cfg, &w->watch)) < 0 ||
 	    (r = dp_timer_add_disarmed(loop, on_timer, w, &w->kick)) < 0)
 		return r;
 	*ret = TAKE_PTR(w);
 	return 0;
+}
+
+void kata_watch_set_removed(kata_watch *w, kata_removed_fn removed, void *userdata)
+{
+	w->removed = removed;
+	w->removed_userdata = userdata;
 }
 
 void kata_watch_set_grow(kata_watch *w, kata_grow_fn grow, void *userdata)

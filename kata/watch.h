@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch: the device set is fixed at start; this notices when the node's set differs from it.
- * A watch (dp_watch) on /dev/vfio/devices (while it does not exist, on its deepest existing
+ * A watch (dp_watch) on the backend's directory (kata_backend_dir: /dev/vfio/devices for
+ * iommufd, /dev/vfio for legacy; while it does not exist, on its deepest existing
  * ancestor for it to appear; re-armed after the directory goes or is replaced) asks for a
  * rescan at once; a periodic rescan (30 s, coarse) is the backstop for everything inotify cannot
  * see (sysfs).
@@ -39,6 +40,13 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
  * changed() is called as for any other difference. */
 typedef bool (*kata_grow_fn)(struct kata_scan *now, void *userdata);
 void kata_watch_set_grow(kata_watch *w, kata_grow_fn grow, void *userdata);
+/* A difference that only removes devices (unbound from vfio-pci, node deleted) is given to
+ * removed() when set, with the comma-separated names, instead of changed(): the IDs stay
+ * advertised and their checks turn them Unhealthy (plugin.h); the watch goes on watching, and
+ * calls removed() again on each rescan that still differs that way. A device that comes back
+ * as it was is no difference. */
+typedef void (*kata_removed_fn)(const char *removed, void *userdata);
+void kata_watch_set_removed(kata_watch *w, kata_removed_fn removed, void *userdata);
 kata_watch *kata_watch_free(kata_watch *w);
 DP_DEFINE_CLEANUP(kata_watch, kata_watch_free)
 /* Rescan now (also what the events and the timer do). Returns the number of differences,

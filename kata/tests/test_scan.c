@@ -103,10 +103,29 @@ static void cdev(const char *name, unsigned minor_no)
 	assert_int_equal(mknod(p, S_IFCHR | 0600, makedev(MAJ, minor_no)), 0);
 }
 
+/* bdf in IOMMU group g (the group's entry and the function's iommu_group link), bound to drv
+ * (NULL: no driver link). */
+static void member(unsigned g, const char *bdf, const char *drv)
+{
+	char target[256];
+	dir("sys/kernel/iommu_groups/%u/devices", g);
+	snprintf(target, sizeof(target), "../../../../devices/pci0000:00/%s", bdf);
+	link_to(target, "sys/kernel/iommu_groups/%u/devices/%s", g, bdf);
+	snprintf(target, sizeof(target), "../../../kernel/iommu_groups/%u", g);
+	link_to(target, "sys/devices/pci0000:00/%s/iommu_group", bdf);
+	if (drv) {
+		snprintf(target, sizeof(target), "../../../bus/pci/drivers/%s", drv);
+		link_to(target, "sys/devices/pci0000:00/%s/driver", bdf);
+	}
+}
+
+static unsigned next_group = 100; /* pci_dev: a group of its own for each function */
+
 static void pci_dev(const char *bdf, const char *vendor, const char *cls, const char *numa)
 {
 	char rel[256];
 	dir("sys/devices/pci0000:00/%s", bdf);
+	member(next_group++, bdf, "vfio-pci");
 	snprintf(rel, sizeof(rel), "sys/devices/pci0000:00/%s/vendor", bdf);
 	put(rel, vendor, (size_t)-1);
 	snprintf(rel, sizeof(rel), "sys/devices/pci0000:00/%s/class", bdf);

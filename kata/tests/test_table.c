@@ -146,8 +146,12 @@ static void device(unsigned n, const char *bdf, const char *vendor, const char *
 	run("set -e; cd %s; mkdir -p dev/vfio/devices sys/devices/pci0000:00/%s sys/class/vfio-dev/vfio%u; "
 	    "echo %s > sys/devices/pci0000:00/%s/vendor; echo %s > sys/devices/pci0000:00/%s/class; "
 	    "echo %d > sys/devices/pci0000:00/%s/numa_node; echo 237:%u > sys/class/vfio-dev/vfio%u/dev; "
-	    "ln -s ../../../devices/pci0000:00/%s sys/class/vfio-dev/vfio%u/device",
-	    root, bdf, n, vendor, bdf, cls, bdf, numa, bdf, n, n, bdf, n);
+	    "ln -s ../../../devices/pci0000:00/%s sys/class/vfio-dev/vfio%u/device; "
+	    "mkdir -p sys/kernel/iommu_groups/%u/devices; "
+	    "ln -s ../../../../devices/pci0000:00/%s sys/kernel/iommu_groups/%u/devices/%s; "
+	    "ln -s ../../../kernel/iommu_groups/%u sys/devices/pci0000:00/%s/iommu_group; "
+	    "ln -s ../../../bus/pci/drivers/vfio-pci sys/devices/pci0000:00/%s/driver",
+	    root, bdf, n, vendor, bdf, cls, bdf, numa, bdf, n, n, bdf, n, n, bdf, n, bdf, n, bdf, bdf);
 	snprintf(p, sizeof(p), "%s/dev/vfio/devices/vfio%u", root, n);
 	assert_int_equal(mknod(p, S_IFCHR | 0600, makedev(237, n)), 0);
 }
@@ -354,14 +358,21 @@ static void third_row_end_to_end(void **state)
 	assert_int_equal(r.status, DP_GRPC_INVALID_ARGUMENT);
 	assert_non_null(strstr(r.message, "example.com/nic"));
 
-	/* A requested device's cdev gone: the resource is unusable, and says why. (Allocate
-	 * stats the nodes it hands out; another device's node gone is the VFIO watch's to see.) */
+	/* A requested device's cdev gone: that ID is unusable and Unhealthy, and says why; the
+	 * others stay usable. (Allocate checks the IDs it hands out; another device's node gone is
+	 * the VFIO watch's to see.) */
 	run("rm %s/dev/vfio/devices/vfio7", root);
 	char *one[] = { (char *)"1" };
 	allocate(loop, sock, one, 1, &r);
 	assert_int_equal(r.status, DP_GRPC_UNAVAILABLE);
-	assert_non_null(strstr(r.message, "/dev/vfio/devices/vfio7"));
-	assert_false(dp_endpoint_healthy(kata_plugin_endpoint(plugins[2])));
+	assert_non_null(strstr(r.message, "ID 1: /dev/vfio/devices/vfio7: No such file or directory"));
+	assert_true(dp_endpoint_device_down(kata_plugin_endpoint(plugins[2]), 1));
+	assert_false(dp_endpoint_device_down(kata_plugin_endpoint(plugins[2]), 0));
+	assert_true(dp_endpoint_healthy(kata_plugin_endpoint(plugins[2])));
+	char *zero[] = { (char *)"0" };
+	allocate(loop, sock, zero, 1, &r);
+	assert_int_equal(r.status, DP_GRPC_OK);
+	v1beta1__allocate_response__free_unpacked(r.resp, NULL);
 	assert_true(dp_endpoint_healthy(kata_plugin_endpoint(plugins[0])));
 
 	/* Stopping removes our sockets and keeps the specs. */

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* backend: VFIO_BACKEND and the auto choice between IOMMUFD cdevs and legacy groups (backend.h). */
+#include "backend.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp/log.h"
+#include "dp/paths.h"
+
+int kata_backend_from_env(enum kata_backend_setting *ret, char *err, size_t errlen)
+{
+	static const char *const names[] = { "auto", "iommufd", "legacy" };
+	const char *v = getenv(KATA_BACKEND_ENV);
+	char q[96];
+	if (!v) {
+		*ret = KATA_BACKEND_AUTO;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(v, names[i]) == 0) {
+			*ret = (enum kata_backend_setting)i;
+			return 0;
+		}
+	snprintf(err, errlen, KATA_BACKEND_ENV "=%s is not auto, iommufd or legacy", dp_logq(q, sizeof(q), v));
+	return -EINVAL;
+}
+
+/* Whether dir (under the root prefix) exists and holds an entry; *ret_errno why not. */
+static bool has_entry(const char *dir, int *ret_errno)
+{
+	char path[PATH_MAX];
+	bool found = false;
+	*ret_errno = 0;
+	if (dp_path(path, sizeof(path), dir) < 0) {
+		*ret_errno = EINVAL;
+		return false;
+	}
+	DIR *d = opendir(path);
+	if (!d) {
+		*ret_errno = errno;
+		return false;
+	}
+	const struct dirent *de;
+	while (!found && (de = readdir(d)))
+		found = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+	closedir(d);
+	return found;
+}
+
+enum kata_backend kata_backend_choose(enum kata_backend_setting setting, char *reason, size_t size)
+{
+	int e;
+	if (setting != KATA_BACKEND_AUTO) {
+		snprintf(reason, size, KATA_BACKEND_ENV "=%s",
+			 setting == KATA_BACKEND_SET_LEGACY ? "legacy" : "iommufd");
+		return setting == KATA_BACKEND_SET_LEGACY ? KATA_BACKEND_LEGACY : KATA_BACKEND_IOMMUFD;
+	}
+	if (has_entry(KATA_DEV_DIR, &e)) {
+		snprintf(reason, size, "auto: " KATA_DEV_DIR " has IOMMUFD cdevs");
+		return KATA_BACKEND_IOMMUFD;
+	}
+	if (e == ENOENT)
+		snprintf(reason, size, "auto: no " KATA_DEV_DIR " (a kernel without CONFIG_IOMMUFD and "
+			 "CONFIG_VFIO_DEVICE_CDEV, as Debian's, or no device bound to vfio-pci)");
+	else if (e)
+		snprintf(reason, size, "auto: cannot read " KATA_DEV_DIR ": %s", strerror(e));
+	else
+		snprintf(reason, size, "auto: " KATA_DEV_DIR " is empty");
+	return KATA_BACKEND_LEGACY;
+}
+
+const char *kata_backend_name(enum kata_backend b)
+{
+	return b == KATA_BACKEND_LEGACY ? "legacy" : "iommufd";
+}
+
+const char *kata_backend_dir(enum kata_backend b)
+{
+	return b == KATA_BACKEND_LEGACY ? KATA_VFIO_DIR : KATA_DEV_DIR;
+}
