@@ -76,6 +76,35 @@ type PCIFunc struct {
 	Class  uint32
 	NUMA   int    // written to numa_node; -1 = unknown
 	Device uint16 // the PCI device ID (the model); 0 writes DefaultDeviceID
+	Group  int    // IOMMU group; 0: a group of its own (numbered from 100 per tree)
+	Under  string // the bridges above it below pci0000:00 ("0000:00:01.0/0000:01:00.0/0000:02:00.0"); "": on the root bus
+	Driver string // its driver; "": vfio-pci, NoDriver: none
+}
+
+// NoDriver is the Driver of a function bound to no driver.
+const NoDriver = "-"
+
+// InGroup is f in IOMMU group g.
+func (f PCIFunc) InGroup(g int) PCIFunc {
+	f.Group = g
+	return f
+}
+
+// Below is f under the bridge path under (see PCIFunc.Under).
+func (f PCIFunc) Below(under string) PCIFunc {
+	f.Under = under
+	return f
+}
+
+// BoundTo is f bound to driver drv (NoDriver: none).
+func (f PCIFunc) BoundTo(drv string) PCIFunc {
+	f.Driver = drv
+	return f
+}
+
+// Audio is an HD audio function (class 0x040300): a GPU's companion, never a device.
+func Audio(bdf string, numa int) PCIFunc {
+	return PCIFunc{BDF: bdf, Vendor: NvidiaVendor, Class: 0x040300, NUMA: numa, Device: 0x22ba}
 }
 
 // DefaultDeviceID is the "device" of a PCIFunc that names none: GH100 [H100 SXM5 80GB].
@@ -106,6 +135,9 @@ type KataTree struct {
 	Major      uint32
 	// KernelLayout: class entries are symlinks into the PCI device directories (see AddClass).
 	KernelLayout bool
+	nextGroup    int
+	groups       map[string]int    // BDF -> IOMMU group, as AddPCI made it
+	under        map[string]string // BDF -> PCIFunc.Under
 }
 
 // NewKataTree creates the three directories under root (which must exist).
@@ -116,6 +148,9 @@ func NewKataTree(root string) (*KataTree, error) {
 		ClassDir:   filepath.Join(root, "sys/class/vfio-dev"),
 		PCIDir:     filepath.Join(root, "sys/devices/pci0000:00"),
 		Major:      KataVFIOMajor,
+		nextGroup:  100,
+		groups:     map[string]int{},
+		under:      map[string]string{},
 	}
 	for _, d := range []string{t.DevicesDir, t.ClassDir, t.PCIDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -137,15 +172,19 @@ func (t *KataTree) ContainerPath(n int) string { return KataContainerDir + "/" +
 // ClassEntry is <root>/sys/class/vfio-dev/vfioN.
 func (t *KataTree) ClassEntry(n int) string { return filepath.Join(t.ClassDir, VFIOName(n)) }
 
-// PCIPath is <root>/sys/devices/pci0000:00/<bdf>.
-func (t *KataTree) PCIPath(bdf string) string { return filepath.Join(t.PCIDir, bdf) }
+// PCIPath is <root>/sys/devices/pci0000:00/[<under>/]<bdf>.
+func (t *KataTree) PCIPath(bdf string) string { return filepath.Join(t.PCIDir, t.under[bdf], bdf) }
 
-// DeviceLink is the relative link target of vfioN/device for a PCI function at bdf.
+// pciRel is bdf's path below /sys/devices: "pci0000:00/[<under>/]<bdf>".
+func (t *KataTree) pciRel(bdf string) string { return filepath.Join("pci0000:00", t.under[bdf], bdf) }
+
+// DeviceLink is the relative link target of vfioN/device for a PCI function at bdf (on the root bus).
 func DeviceLink(bdf string) string { return "../../../devices/pci0000:00/" + bdf }
 
 // AddPCI writes the PCI function's directory with vendor, device, class and numa_node in the
 // kernel's formats.
 func (t *KataTree) AddPCI(f PCIFunc) error {
+	t.under[f.BDF] = f.Under
 	dir := t.PCIPath(f.BDF)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -160,7 +199,113 @@ func (t *KataTree) AddPCI(f PCIFunc) error {
 			return err
 		}
 	}
-	return nil
+	g := f.Group
+	if g == 0 {
+		if old, ok := t.groups[f.BDF]; ok {
+			g = old
+		} else {
+			g = t.nextGroup
+			t.nextGroup++
+		}
+	}
+	t.groups[f.BDF] = g
+	return t.SetGroup(f.BDF, g, f.Driver)
+}
+
+// GroupsDir is <root>/sys/kernel/iommu_groups.
+func (t *KataTree) GroupsDir() string { return filepath.Join(t.Root, "sys/kernel/iommu_groups") }
+
+// GroupOf is the IOMMU group AddPCI put bdf in.
+func (t *KataTree) GroupOf(bdf string) int { return t.groups[bdf] }
+
+// relink makes link a symlink to target, replacing what was there.
+func relink(target, link string) error {
+	if err := os.Remove(link); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.Symlink(target, link)
+}
+
+// SetGroup makes bdf a member of IOMMU group g, as the kernel lays it out, bound to drv
+// ("": vfio-pci, NoDriver: none):
+//
+//	<root>/sys/kernel/iommu_groups/<g>/devices/<BDF> -> ../../../../devices/pci0000:00/<BDF>
+//	<root>/sys/devices/pci0000:00/<BDF>/iommu_group   -> ../../../kernel/iommu_groups/<g>
+//	<root>/sys/devices/pci0000:00/<BDF>/driver        -> ../../../bus/pci/drivers/<drv>
+//
+// (with more ../ and the bridges in the path for a function below bridges).
+func (t *KataTree) SetGroup(bdf string, g int, drv string) error {
+	gdir := filepath.Join(t.GroupsDir(), fmt.Sprint(g), "devices")
+	if err := os.MkdirAll(gdir, 0o755); err != nil {
+		return err
+	}
+	if err := relink("../../../../devices/"+t.pciRel(bdf), filepath.Join(gdir, bdf)); err != nil {
+		return err
+	}
+	up := strings.Repeat("../", strings.Count(t.pciRel(bdf), "/")+2) // from the function's directory to /sys
+	if err := relink(fmt.Sprintf("%skernel/iommu_groups/%d", up, g), filepath.Join(t.PCIPath(bdf), "iommu_group")); err != nil {
+		return err
+	}
+	t.groups[bdf] = g
+	return t.Bind(bdf, drv)
+}
+
+// Bind points bdf's driver link at drv ("": vfio-pci, NoDriver: removes it), as a bind or unbind
+// through sysfs does (no file event: the daemon learns it from the check or a uevent).
+func (t *KataTree) Bind(bdf, drv string) error {
+	link := filepath.Join(t.PCIPath(bdf), "driver")
+	switch drv {
+	case NoDriver:
+		if err := os.Remove(link); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		return nil
+	case "":
+		drv = "vfio-pci"
+	}
+	up := strings.Repeat("../", strings.Count(t.pciRel(bdf), "/")+2)
+	return relink(up+"bus/pci/drivers/"+drv, link)
+}
+
+// Legacy VFIO: the group nodes /dev/vfio/<g> (character device LegacyMajor:g) with their class
+// entries <root>/sys/class/vfio/<g>/dev, and the container node /dev/vfio/vfio (10:196).
+const (
+	LegacyMajor     = 238
+	LegacyContainer = "/dev/vfio/vfio"
+)
+
+// GroupNodePath is <root>/dev/vfio/<g>.
+func (t *KataTree) GroupNodePath(g int) string { return filepath.Join(t.Root, "dev/vfio", fmt.Sprint(g)) }
+
+// AddGroupNode creates /dev/vfio/<g> and its class entry (and the container node if missing).
+func (t *KataTree) AddGroupNode(g int) error {
+	cls := filepath.Join(t.Root, "sys/class/vfio", fmt.Sprint(g))
+	if err := os.MkdirAll(cls, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cls, "dev"), []byte(fmt.Sprintf("%d:%d\n", LegacyMajor, g)), 0o444); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(t.Root, LegacyContainer)); os.IsNotExist(err) {
+		if err := Mknod(filepath.Join(t.Root, LegacyContainer), 10, 196); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Lstat(t.GroupNodePath(g)); err == nil {
+		return nil
+	}
+	return Mknod(t.GroupNodePath(g), LegacyMajor, uint32(g))
+}
+
+// RemoveGroupNode deletes /dev/vfio/<g> (the kernel does when the group's last VFIO device goes).
+func (t *KataTree) RemoveGroupNode(g int) error { return os.Remove(t.GroupNodePath(g)) }
+
+// AddLegacy creates f's PCI directory in its group, and the group's node.
+func (t *KataTree) AddLegacy(f PCIFunc) error {
+	if err := t.AddPCI(f); err != nil {
+		return err
+	}
+	return t.AddGroupNode(t.groups[f.BDF])
 }
 
 func (f PCIFunc) deviceID() uint16 {
@@ -179,7 +324,7 @@ func (f PCIFunc) deviceID() uint16 {
 //
 // so "device" resolves only from the entry's real location, not lexically from the class path.
 func (t *KataTree) AddClass(n int, bdf string) error {
-	dir, link := t.ClassEntry(n), DeviceLink(bdf)
+	dir, link := t.ClassEntry(n), "../../../devices/"+t.pciRel(bdf)
 	if t.KernelLayout {
 		dir = filepath.Join(t.PCIPath(bdf), "vfio-dev", VFIOName(n))
 		link = "../../../" + bdf
@@ -188,7 +333,7 @@ func (t *KataTree) AddClass(n int, bdf string) error {
 		return err
 	}
 	if t.KernelLayout {
-		target := "../../devices/pci0000:00/" + bdf + "/vfio-dev/" + VFIOName(n)
+		target := "../../devices/" + t.pciRel(bdf) + "/vfio-dev/" + VFIOName(n)
 		if err := os.Symlink(target, t.ClassEntry(n)); err != nil {
 			return err
 		}
