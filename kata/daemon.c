@@ -198,6 +198,8 @@ int kata_daemon_prepare(dp_loop *loop, void *userdata)
 		kata_watch_set_grow(d->watch, on_grow, d);
 	if (r >= 0)
 		kata_watch_set_removed(d->watch, on_removed, d);
+	if (r >= 0 && d->backend == KATA_BACKEND_AUTO && d->opts.backend == KATA_BACKEND_LEGACY)
+		r = kata_watch_add_cdevs(d->watch);
 	return r;
 }
 

@@ -150,10 +150,15 @@ static void log_missing_dev_dir(const struct ctx *c)
 	bool no_vfio = dp_path(parent, sizeof(parent), KATA_VFIO_DIR) == 0 && stat(parent, &st) < 0 &&
 		       errno == ENOENT;
 
-	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "VFIO directory missing, nothing to scan",
-	       "dir=%s reason=\"the vfio-pci and iommufd modules are not loaded, no device is bound to "
-	       "vfio-pci, or the hostPath " KATA_VFIO_DIR " is not mounted\"",
-	       no_vfio ? KATA_VFIO_DIR : KATA_DEV_DIR);
+	if (no_vfio)
+		dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "VFIO directory missing, nothing to scan",
+		       "dir=%s reason=\"the vfio-pci and iommufd modules are not loaded, no device is bound to "
+		       "vfio-pci, or the hostPath " KATA_VFIO_DIR " is not mounted\"", KATA_VFIO_DIR);
+	else
+		dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "VFIO directory missing, nothing to scan",
+		       "dir=%s reason=\"no IOMMUFD cdevs: a kernel without CONFIG_IOMMUFD and "
+		       "CONFIG_VFIO_DEVICE_CDEV (every Debian kernel; use VFIO_BACKEND=legacy or auto), or no "
+		       "device is bound to vfio-pci\"", KATA_DEV_DIR);
 }
 
 static int walk_dev(struct ctx *c, char *err, size_t errlen)

@@ -2,6 +2,7 @@
 /* watch: notices when the node's VFIO device set differs from the one fixed at start. */
 #include "watch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -23,7 +24,9 @@ struct kata_watch {
 	kata_removed_fn removed;
 	void *removed_userdata;
 	dp_watch *watch; /* kata_backend_dir(), with the periodic rescan as its backstop */
+	dp_watch *cdevs; /* VFIO_BACKEND=auto that chose legacy: /dev/vfio/devices, for cdevs */
 	dp_source *kick; /* one-shot: rescan after the current batch of events */
+	uint64_t period;
 	bool fired;
 	kata_cache *cache; /* what each rescan leaves to the next */
 };
@@ -39,6 +42,37 @@ static void on_watch(dp_watch *dw, dp_watch_kind kind, const char *name, uint32_
 		(void)dp_timer_set_asap(w->kick); /* a change, or events lost: rescan after the batch */
 }
 
+/* The entries of /dev/vfio/devices, comma-separated (none: empty). */
+static void cdev_entries(dp_buf *out)
+{
+	char path[PATH_MAX];
+	if (dp_path(path, sizeof(path), KATA_DEV_DIR) < 0)
+		return;
+	DIR *d = opendir(path);
+	const struct dirent *de;
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			dp_buf_printf(out, "%s%s", out->len ? "," : "", de->d_name);
+	closedir(d);
+}
+
+/* auto chose legacy for want of cdevs: cdevs now are a change (auto picks iommufd at restart). */
+static bool cdevs_appeared(kata_watch *w)
+{
+	_cleanup_(dp_buf_done) dp_buf names = { 0 };
+	if (!w->cdevs)
+		return false;
+	(void)dp_watch_rearm(w->cdevs);
+	cdev_entries(&names);
+	if (!names.len)
+		return false;
+	w->fired = true;
+	w->changed("", names.oom ? KATA_DEV_DIR : names.data, "", w->userdata);
+	return true;
+}
+
 int kata_watch_rescan(kata_watch *w)
 {
 	struct kata_scan now;
@@ -46,8 +80,8 @@ int kata_watch_rescan(kata_watch *w)
 	_cleanup_(dp_buf_done) dp_buf removed = { 0 }, added = { 0 }, changed = { 0 };
 
 	(void)dp_watch_rearm(w->watch);
-	if (w->fired)
-		return 0;
+	if (w->fired || cdevs_appeared(w))
+		return w->fired;
 	int r = kata_scan_run(&w->opts, &now, err, sizeof(err));
 	if (r < 0) {
 		dp_debug("rescan failed", "error=%s", dp_errname(r));
@@ -95,6 +129,7 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 	w->userdata = userdata;
 	char dir[PATH_MAX];
 	uint64_t p = period_usec ? period_usec : KATA_RESCAN_USEC;
+	w->period = p;
 	/* coarse: the periodic rescan shares the backstops' wake-ups */
 	dp_watch_config cfg = { .dir = dir,
 				.mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB,
@@ -106,6 +141,16 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
 		return r;
 	*ret = TAKE_PTR(w);
 	return 0;
+}
+
+int kata_watch_add_cdevs(kata_watch *w)
+{
+	char dir[PATH_MAX];
+	dp_watch_config cfg = { .dir = dir,
+				.mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB,
+				.backstop_usec = w->period, .unwatched_usec = w->period, .fn = on_watch, .userdata = w };
+	int r = dp_path(dir, sizeof(dir), KATA_DEV_DIR);
+	return r < 0 ? r : dp_watch_new(w->loop, &cfg, &w->cdevs);
 }
 
 void kata_watch_set_removed(kata_watch *w, kata_removed_fn removed, void *userdata)
@@ -125,6 +170,7 @@ kata_watch *kata_watch_free(kata_watch *w)
 	if (!w)
 		return NULL;
 	dp_watch_free(w->watch);
+	dp_watch_free(w->cdevs);
 	dp_source_free(w->kick);
 	kata_cache_free(w->cache);
 	free(w);

@@ -47,6 +47,10 @@ void kata_watch_set_grow(kata_watch *w, kata_grow_fn grow, void *userdata);
  * as it was is no difference. */
 typedef void (*kata_removed_fn)(const char *removed, void *userdata);
 void kata_watch_set_removed(kata_watch *w, kata_removed_fn removed, void *userdata);
+/* VFIO_BACKEND=auto chose legacy (no cdevs at start): /dev/vfio/devices is watched too, and an
+ * entry there is a change: changed("", "<its entries>", "") (at restart auto picks iommufd; a
+ * kernel with cdevs creates them when a device binds to vfio-pci, maybe with no group node). */
+int kata_watch_add_cdevs(kata_watch *w);
 kata_watch *kata_watch_free(kata_watch *w);
 DP_DEFINE_CLEANUP(kata_watch, kata_watch_free)
 /* Rescan now (also what the events and the timer do). Returns the number of differences,

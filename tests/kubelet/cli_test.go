@@ -114,23 +114,32 @@ func logBufferOf(s string) *LogBuffer {
 func TestKataVFIODirMissing(t *testing.T) {
 	const msg = "VFIO directory missing, nothing to scan"
 	for _, tc := range []struct {
-		name, remove, dir string
+		name, remove, dir, env string
+		words                  []string
 	}{
-		{"no-dev-vfio", "dev/vfio", "/dev/vfio"},
-		{"no-devices-dir", "dev/vfio/devices", "/dev/vfio/devices"},
+		// auto without /dev/vfio/devices is legacy: its input, /dev/vfio, is what is missing
+		{"no-dev-vfio", "dev/vfio", "/dev/vfio", "", []string{"vfio-pci", "hostPath /dev/vfio"}},
+		{"no-dev-vfio-iommufd", "dev/vfio", "/dev/vfio", "VFIO_BACKEND=iommufd", []string{"vfio-pci", "iommufd", "hostPath /dev/vfio"}},
+		// iommufd asked for on a kernel without cdevs: the kernel config line
+		{"no-devices-dir", "dev/vfio/devices", "/dev/vfio/devices", "VFIO_BACKEND=iommufd",
+			[]string{"CONFIG_IOMMUFD", "CONFIG_VFIO_DEVICE_CDEV", "VFIO_BACKEND=legacy"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newKata(t)
 			s.must(os.RemoveAll(filepath.Join(s.node.Root, tc.remove)))
-			s.startDaemon()
+			if tc.env != "" {
+				s.startDaemon(tc.env)
+			} else {
+				s.startDaemon()
+			}
 			l := s.waitLogMsg(startBound, "warn", msg)
-			for _, w := range []string{"dir=" + tc.dir + " ", "vfio-pci", "iommufd", "hostPath /dev/vfio"} {
+			for _, w := range append([]string{"dir=" + tc.dir + " "}, tc.words...) {
 				if !strings.Contains(l, w) {
 					t.Errorf("line %q lacks %q", l, w)
 				}
 			}
 			s.waitLogMsg(startBound, "warn", "no VFIO device matches the table; nothing to advertise")
-			if tc.dir == "/dev/vfio" {
+			if tc.env != "" && tc.dir == "/dev/vfio" {
 				// /dev/vfio appearing wakes the watch: a rescan, devices/ still missing.
 				s.must(os.Mkdir(filepath.Join(s.node.Root, "dev/vfio"), 0o755))
 				s.waitLogMsg(eventBound, "debug", msg, "dir=/dev/vfio/devices ")

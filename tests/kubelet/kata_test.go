@@ -250,15 +250,16 @@ func keys(m map[string][]kataDev) []string {
 	return out
 }
 
-// checkKataRegistration: socket "kata-<vendor>-<class>-*.sock", no optional RPCs.
+// checkKataRegistration: socket "kata-<vendor>-<class>-*.sock", GetPreferredAllocation
+// advertised (topology: kata/prefer.c), no PreStartContainer.
 func checkKataRegistration(t *testing.T, p *Plugin) {
 	t.Helper()
 	prefix := KataSocketPrefix(p.Resource) + "-"
 	if !strings.HasPrefix(p.Endpoint, prefix) || !strings.HasSuffix(p.Endpoint, ".sock") || strings.Contains(p.Endpoint, "/") {
 		t.Errorf("%s registered endpoint %q, want %s*.sock", p.Resource, p.Endpoint, prefix)
 	}
-	if p.Options.PreStartRequired || p.Options.GetPreferredAllocationAvailable {
-		t.Errorf("%s options %+v, want neither PreStartContainer nor GetPreferredAllocation", p.Resource, p.Options)
+	if p.Options.PreStartRequired || !p.Options.GetPreferredAllocationAvailable {
+		t.Errorf("%s options %+v, want GetPreferredAllocation and no PreStartContainer", p.Resource, p.Options)
 	}
 }
 
@@ -555,8 +556,8 @@ func TestKataAllocate(t *testing.T) {
 	if err != nil {
 		s.fatalf("Allocate [1]: %v", err)
 	}
-	if len(a.Calls) != 1 || len(a.Full.ContainerResponses) != 1 {
-		t.Errorf("calls %v, %d container responses; want only Allocate and one response", a.Calls, len(a.Full.ContainerResponses))
+	if strings.Join(a.Calls, ",") != "GetPreferredAllocation,Allocate" || len(a.Full.ContainerResponses) != 1 {
+		t.Errorf("calls %v, %d container responses; want GetPreferredAllocation, Allocate and one response", a.Calls, len(a.Full.ContainerResponses))
 	}
 	checkKataAllocation(t, a.Response, KataGPU, []string{"1"})
 	// What the runtime resolves "nvidia.com/gpu=1" to: the second GPU in PCI order.
@@ -896,8 +897,6 @@ func TestKataDeviceSetChanged(t *testing.T) {
 		kinds  []string
 		change func(s *kataScenario)
 	}{
-		{"gpu-removed", "vfio5", []string{"removed"}, func(s *kataScenario) { s.must(s.tree.RemoveCdev(5)) }},
-		{"nvswitch-removed", "vfio6", []string{"removed"}, func(s *kataScenario) { s.must(s.tree.RemoveCdev(6)) }},
 		{"gpu-added", "vfio9", []string{"added"}, func(s *kataScenario) { s.add(kataEntry{9, GPU("0000:43:00.0", 0)}) }},
 		// Removed and re-created at once: seen as removed, or as changed if both land together.
 		{"gpu-renumbered", "vfio1", []string{"removed", "changed"}, func(s *kataScenario) {
@@ -929,6 +928,72 @@ func TestKataDeviceSetChanged(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A removed device (its cdev gone: unbound from vfio-pci, hot-unplugged) is no longer a reason
+// to restart: its ID turns Unhealthy at once, the others stay Healthy and allocatable, and it
+// is Healthy again when it comes back as it was. (It ended the daemon with status 3 before.)
+func TestKataDeviceRemovedUnhealthy(t *testing.T) {
+	for _, tc := range []struct {
+		name, resource, id string
+		n                  int
+	}{{"gpu", KataGPU, "1", 5}, {"nvswitch", KataNVSwitch, "0", 6}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newKata(t)
+			s.add(kataMain...)
+			want := kataExpect(kataMain)
+			s.startDaemon()
+			s.kataReady(want)
+			spec := s.readSpec(tc.resource)
+			major, minor, err := s.tree.CdevNumber(tc.n)
+			s.must(err)
+			s.must(s.tree.RemoveCdev(tc.n))
+			s.kataDevices(tc.resource, eventBound, onlyDown(tc.id))
+			l := s.waitLogMsg(eventBound, "warn", "device unusable, advertising it Unhealthy", "id="+tc.id+" ")
+			if !strings.Contains(l, "resource="+tc.resource) || !strings.Contains(l, VFIOName(tc.n)) {
+				t.Errorf("line %q: want resource=%s and the missing %s", l, tc.resource, VFIOName(tc.n))
+			}
+			a, err := s.k.Allocate(tc.resource, []string{tc.id})
+			if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "ID "+tc.id+":") {
+				t.Errorf("Allocate of the removed device: %v %v, want UNAVAILABLE naming ID %s", a, err, tc.id)
+			}
+			other := "0"
+			if tc.id == "0" {
+				other = "1"
+			}
+			if _, err := s.k.Allocate(tc.resource, []string{other}); err != nil {
+				t.Errorf("Allocate of another device: %v", err)
+			}
+			s.must(s.tree.AddCdevNumber(tc.n, major, minor))
+			s.kataDevices(tc.resource, eventBound, onlyDown())
+			s.waitLogMsg(eventBound, "info", "device usable again", "id="+tc.id+" ")
+			if n := len(logLines(s.d, "warn", "device unusable, advertising it Unhealthy")); n != 1 {
+				t.Errorf("%d warn lines for one removal, want 1", n)
+			}
+			if got := s.readSpec(tc.resource); !bytes.Equal(got, spec) {
+				t.Errorf("spec of %s changed", tc.resource)
+			}
+			if s.d.Exited() {
+				t.Errorf("the daemon exited")
+			}
+		})
+	}
+}
+
+// onlyDown: exactly the IDs down are Unhealthy, every other one Healthy.
+func onlyDown(down ...string) func([]*api.Device) error {
+	return func(devs []*api.Device) error {
+		set := map[string]bool{}
+		for _, id := range down {
+			set[id] = true
+		}
+		for _, d := range devs {
+			if want := map[bool]string{true: Unhealthy, false: Healthy}[set[d.ID]]; d.Health != want {
+				return fmt.Errorf("device %s is %s, want %s: %s", d.ID, d.Health, want, DescribeDevices(devs))
+			}
+		}
+		return nil
 	}
 }
 
