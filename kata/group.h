@@ -5,9 +5,10 @@
  * Members are the entries of /sys/kernel/iommu_groups/<N>/devices (under the root prefix), each
  * named by its PCI address; a member's driver is the last component of its "driver" link (none:
  * no link). Since Linux 5.19, VFIO takes a group only when no member is bound to a driver that
- * uses the kernel's DMA API for itself: the driver core counts such a binding as a DMA owner
- * (iommu_device_use_default_domain, called from really_probe unless the driver sets
- * driver_managed_dma), and iommu_group_claim_dma_owner then fails with -EPERM, which
+ * uses the kernel's DMA API for itself: binding such a driver makes the device a kernel DMA
+ * owner (iommu_device_use_default_domain, called from the bus's dma_configure unless the driver
+ * sets driver_managed_dma: commit 512881eacfa7), and iommu_group_claim_dma_owner then fails
+ * with -EPERM, which
  * VFIO_GROUP_SET_CONTAINER returns (and VFIO_GROUP_GET_STATUS does not report the group viable).
  * The drivers that set driver_managed_dma are vfio-pci and its variant drivers (named
  * "<x>_vfio_pci" or "<x>-vfio-pci"), pci-stub and pcieport; a member without a driver is

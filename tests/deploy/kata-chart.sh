@@ -98,6 +98,7 @@ def _():
         assert not undescribed, "%s: no description for %s" % (name, undescribed)
         assert props["image"].get("additionalProperties") is False, "%s: image allows additional properties" % name
     assert values["resourceNaming"] == "table", "resourceNaming default %r" % values["resourceNaming"]
+    assert values["vfioBackend"] == "auto", "vfioBackend default %r" % values["vfioBackend"]
     assert values["metrics"]["enabled"] is False and values["metrics"]["port"] == 9400, "metrics %r" % values["metrics"]
 
 
@@ -198,10 +199,11 @@ def _():
     assert "command" not in c and "args" not in c, "the entrypoint is overridden: %r %r" % (c.get("command"), c.get("args"))
 
 
-@check("env: LOG_LEVEL=info and RESOURCE_NAMING=table only; no metrics port by default")
+@check("env: LOG_LEVEL=info, RESOURCE_NAMING=table and VFIO_BACKEND=auto only; no metrics port by default")
 def _():
     env = container().get("env") or []
-    assert env == [{"name": "LOG_LEVEL", "value": "info"}, {"name": "RESOURCE_NAMING", "value": "table"}], "env %r" % env
+    assert env == [{"name": "LOG_LEVEL", "value": "info"}, {"name": "RESOURCE_NAMING", "value": "table"},
+                   {"name": "VFIO_BACKEND", "value": "auto"}], "env %r" % env
     assert "ports" not in container(), "ports %r" % container().get("ports")
     assert container()["image"] == "localhost/kata-device-plugin:0.1.0", "image %r" % container()["image"]
 

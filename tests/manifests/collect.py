@@ -155,7 +155,7 @@ def kata_nondefault():
     meta = d["spec"]["template"]["metadata"]
     assert meta["annotations"] == {"example.com/owner": "gpu-platform"} and meta["labels"]["example.com/team"] == "gpu"
     e = env(c)
-    assert e == {"LOG_LEVEL": "warn", "RESOURCE_NAMING": "sku", "METRICS_ADDRESS": ":9401"}, e
+    assert e == {"LOG_LEVEL": "warn", "RESOURCE_NAMING": "sku", "VFIO_BACKEND": "legacy", "METRICS_ADDRESS": ":9401"}, e
     assert c["ports"] == [{"name": "metrics", "containerPort": 9401, "protocol": "TCP"}]
     assert c["resources"]["limits"] == {"cpu": "200m", "memory": "128Mi"}
     paths = [v["hostPath"]["path"] for v in p["volumes"]]
