@@ -86,14 +86,20 @@ static void on_changed(const char *removed, const char *added, const char *chang
 	dp_loop_exit(d->loop, KATA_EXIT_DEVICE_SET_CHANGED);
 }
 
-/* msg="advertising" resource=nvidia.com/gpu devices=4 ids="0:0000:41:00.0/vfio3 1:..." */
+/* msg="advertising" resource=nvidia.com/gpu devices=4 ids="0:0000:41:00.0/vfio3 1:..." : the
+ * IDs kubelet sees (one per IOMMU group), each device as ID:address/node (legacy: the group). */
 static void log_resource(const char *resource, const struct kata_device *devs, size_t n)
 {
 	_cleanup_(dp_buf_done) dp_buf ids = { 0 };
 	char q[4096];
-	for (size_t i = 0; i < n; i++)
-		dp_buf_printf(&ids, "%s%zu:%s/%s", i ? " " : "", i, devs[i].pci, devs[i].name);
-	dp_info("advertising", "resource=%s devices=%zu ids=%s", resource, n,
+	size_t id = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *node = strrchr(devs[i].path, '/');
+		if (i > 0 && devs[i].group != devs[i - 1].group)
+			id++;
+		dp_buf_printf(&ids, "%s%zu:%s/%s", i ? " " : "", id, devs[i].pci, node ? node + 1 : devs[i].path);
+	}
+	dp_info("advertising", "resource=%s devices=%zu ids=%s", resource, n ? id + 1 : 0,
 		dp_logq(q, sizeof(q), ids.oom ? "(out of memory)" : ids.data));
 }
 

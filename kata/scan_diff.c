@@ -1,17 +1,32 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* scan_diff: which devices two scans removed, added or changed (kata_scan_diff). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "scan.h"
 
+/* "vfioN" by N (iommufd cdevs); any other name (a legacy group member: its PCI address, fixed
+ * width) as a string, after every cdev. */
+static int cmp_names(const char *x, const char *y)
+{
+	bool vx = strncmp(x, "vfio", 4) == 0, vy = strncmp(y, "vfio", 4) == 0;
+	if (vx && vy) {
+		unsigned long nx = strtoul(x + 4, NULL, 10), ny = strtoul(y + 4, NULL, 10);
+		if (nx != ny)
+			return nx < ny ? -1 : 1;
+	} else if (vx != vy) {
+		return vx ? -1 : 1;
+	}
+	return strcmp(x, y);
+}
+
 static int cmp_name_ptr(const void *a, const void *b)
 {
 	const struct kata_device *x = *(const struct kata_device *const *)a;
 	const struct kata_device *y = *(const struct kata_device *const *)b;
-	unsigned nx = (unsigned)strtoul(x->name + 4, NULL, 10), ny = (unsigned)strtoul(y->name + 4, NULL, 10);
-	return nx < ny ? -1 : nx > ny;
+	return cmp_names(x->name, y->name);
 }
 
 static const struct kata_device **by_name(const struct kata_scan *s)

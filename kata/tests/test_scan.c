@@ -713,6 +713,38 @@ static void diff_names_what_changed(void **state)
 	kata_scan_done(&b);
 }
 
+/* Legacy devices are named by their PCI address: the diff pairs them by it (a group node removed
+ * takes its members away, nothing else), and cdevs by number. */
+static void diff_legacy_names(void **state)
+{
+	(void)state;
+	struct kata_device before[4] = { 0 }, after[3] = { 0 };
+	const char *names[] = { "0000:05:00.0", "0000:41:00.0", "0000:c1:00.0", "0000:c1:01.0" };
+	for (size_t i = 0; i < 4; i++) {
+		snprintf(before[i].name, sizeof(before[i].name), "%s", names[i]);
+		before[i].pci_key = i + 1;
+	}
+	after[0] = before[1]; /* listed in another order: the diff sorts */
+	after[1] = before[0];
+	after[2] = before[3];
+	after[2].numa_node = 1;
+	struct kata_scan a = { before, 4 }, b = { after, 3 };
+	dp_buf removed = { 0 }, added = { 0 }, changed = { 0 };
+	assert_int_equal(kata_scan_diff(&a, &b, &removed, &added, &changed), 2);
+	assert_string_equal(removed.data, "0000:c1:00.0");
+	assert_null(added.data);
+	assert_string_equal(changed.data, "0000:c1:01.0");
+	dp_buf_done(&removed);
+	dp_buf_done(&changed);
+	struct kata_device v[2] = { 0 };
+	snprintf(v[0].name, sizeof(v[0].name), "vfio10");
+	snprintf(v[1].name, sizeof(v[1].name), "vfio9");
+	struct kata_scan c = { v, 2 }, d = { v + 1, 1 };
+	assert_int_equal(kata_scan_diff(&c, &d, &removed, &added, &changed), 1);
+	assert_string_equal(removed.data, "vfio10");
+	dp_buf_done(&removed);
+}
+
 /* ---- the watch (inotify; the period is far away) ---- */
 
 struct seen {
@@ -864,6 +896,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(entries_are_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(missing_or_unreadable_directory, setup, teardown),
 		cmocka_unit_test_setup_teardown(diff_names_what_changed, setup, teardown),
+		cmocka_unit_test(diff_legacy_names),
 		cmocka_unit_test_setup_teardown(watch_sees_a_removed_cdev, setup, teardown),
 		cmocka_unit_test_setup_teardown(watch_sees_the_directory_appear, setup, teardown),
 		cmocka_unit_test_setup_teardown(spec_parses_as_cdi, setup, teardown),
