@@ -135,6 +135,8 @@ func (d *demo) kata(build string) {
 		fail("kata SIGTERM", "socket %s left behind", gpu.Socket)
 	}
 	field("exit", "status 0, sockets removed, CDI specs kept")
+	d.cleanup()
+	d.kataLegacy(bin)
 }
 
 func (d *demo) kataRegistered(res string) *kubelet.Plugin {
