@@ -70,7 +70,7 @@ static int members_ok(int gfd, unsigned group, struct kata_group_verdict *v)
 	struct dir_iter it = { .fd = openat(gfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) };
 	_cleanup_close_ int fd = it.fd;
 	const char *name;
-	char drv[64];
+	char drv[64] = "";
 	if (fd < 0)
 		return verdict(v, -errno, "", "", "cannot read IOMMU group %u: %s", group, strerror(errno));
 	for (size_t k = 0; k < MEMBERS_MAX && (name = scan_dir_next(&it)); k++) {
@@ -88,7 +88,7 @@ static int members_ok(int gfd, unsigned group, struct kata_group_verdict *v)
 
 int kata_group_check(unsigned group, const char *const *pcis, size_t n, struct kata_group_verdict *ret)
 {
-	char rel[64], path[PATH_MAX], drv[64];
+	char rel[64], path[PATH_MAX], drv[64] = "";
 	*ret = (struct kata_group_verdict){ 0 };
 	snprintf(rel, sizeof(rel), KATA_GROUPS_DIR "/%u/devices", group);
 	if (dp_path(path, sizeof(path), rel) < 0)

@@ -323,7 +323,8 @@ static int alloc_units(kata_plugin *p, const struct kata_device *devs, size_t n)
 	_cleanup_free_ size_t *first = calloc(n, sizeof(*first));
 	p->devs = calloc(n, sizeof(*p->devs));
 	if (!first || !p->devs)
-		return -ENOMEM;
+		/* first is freed by its _cleanup_ attribute, which the analyzer does not model */
+		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
 	memcpy(p->devs, devs, n * sizeof(*devs));
 	p->n = n;
 	p->n_units = kata_units(devs, n, first);

@@ -31,9 +31,9 @@ static bool is_action(const char *a)
 
 bool kata_uevent_parse(const char *buf, size_t n, const char **action, const char **devpath)
 {
-	const char *end = buf + n, *at;
+	const char *end = buf + n;
 	bool pci = false;
-	if (n == 0 || buf[n - 1] != '\0' || !(at = memchr(buf, '@', strlen(buf))))
+	if (n == 0 || buf[n - 1] != '\0' || !memchr(buf, '@', strlen(buf)))
 		return false; /* not a kernel message ("libudev" ones have no '@' header) */
 	for (const char *p = buf + strlen(buf) + 1; p < end; p += strlen(p) + 1) {
 		if (strcmp(p, "SUBSYSTEM=pci") == 0)
@@ -51,7 +51,7 @@ static int on_readable(dp_source *s, int fd, uint32_t revents, void *userdata)
 	kata_uevent *u = userdata;
 	static char buf[MSG_MAX];
 	for (int i = 0; i < BATCH_MAX; i++) {
-		struct sockaddr_nl sa;
+		struct sockaddr_nl sa = { 0 };
 		socklen_t sl = sizeof(sa);
 		ssize_t n = recvfrom(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT, (struct sockaddr *)&sa, &sl);
 		if (n < 0) {
@@ -79,10 +79,13 @@ int kata_uevent_new(dp_loop *loop, kata_uevent_fn fn, void *userdata, kata_ueven
 	u->fd = -1;
 	u->fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
 	if (u->fd < 0)
-		return -errno;
+		/* u is freed by its _cleanup_ attribute, which the analyzers do not model */
+		// cppcheck-suppress memleak
+		return -errno; // NOLINT(clang-analyzer-unix.Malloc)
 	struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = 1 /* the kernel's */ };
 	if (bind(u->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return -errno;
+		// cppcheck-suppress memleak ; u is freed by its _cleanup_ attribute
+		return -errno; // NOLINT(clang-analyzer-unix.Malloc)
 	int r = dp_io_add(loop, u->fd, EPOLLIN, on_readable, u, &u->src);
 	if (r < 0)
 		return r;
