@@ -473,3 +473,38 @@ func scanBench(build string, reps, gapMs int) scanPoint {
 	p.max, _ = strconv.ParseFloat(m[5], 64)
 	return p
 }
+
+// preferPoint is one line of sdp-prefer-bench.
+type preferPoint struct {
+	topo, kase    string // kase: nohint, numa or must
+	size, reps    int
+	p50, p99, max float64 // µs
+}
+
+var preferRe = regexp.MustCompile(`^prefer topo=(\S+) case=(\S+) size=(\d+) reps=(\d+) p50_us=([0-9.]+) p99_us=([0-9.]+) max_us=([0-9.]+)$`)
+
+// preferBench runs bench/prefer/prefer_bench.c: kata's GetPreferredAllocation order alone
+// (kata_prefer), in kubelet's three shapes of call, on an HGX-like node and on 4096 devices.
+func preferBench(build string) []preferPoint {
+	cmd := exec.Command(filepath.Join(build, "bench/prefer/sdp-prefer-bench"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		fatal("sdp-prefer-bench: %v: %s", err, out)
+	}
+	var pts []preferPoint
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		m := preferRe.FindStringSubmatch(line)
+		if m == nil {
+			fatal("sdp-prefer-bench: unexpected line %q", line)
+		}
+		p := preferPoint{topo: m[1], kase: m[2]}
+		p.size, _ = strconv.Atoi(m[3])
+		p.reps, _ = strconv.Atoi(m[4])
+		p.p50, _ = strconv.ParseFloat(m[5], 64)
+		p.p99, _ = strconv.ParseFloat(m[6], 64)
+		p.max, _ = strconv.ParseFloat(m[7], 64)
+		pts = append(pts, p)
+	}
+	return pts
+}

@@ -194,6 +194,7 @@ func main() {
 	fmt.Fprintf(os.Stderr, "idle %d s...\n", *idleSec)
 	measureIdle(kinds, res, *idleSec)
 	scan := []scanPoint{scanBench(build, 2001, 0), scanBench(build, 21, 1000)}
+	prefer := preferBench(build)
 	imgNote := buildImages(src, build)
 	img := map[string]int64{}
 	for _, n := range []string{"kata-device-plugin", "hyperlight-device-plugin"} {
@@ -202,7 +203,7 @@ func main() {
 			img[n] = imageSize(src, build, n)
 		}
 	}
-	write(res, probe, ceil, scale, enc, scan, staticSize, img, imgNote, time.Since(began))
+	write(res, probe, ceil, scale, enc, scan, prefer, staticSize, img, imgNote, time.Since(began))
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
 	}
@@ -227,7 +228,7 @@ func (d *doc) table(cols []string, rows []row) {
 
 func medianOf(rs []startup, f func(startup) float64) float64 { return collect(rs, f).med }
 
-func write(res map[string]*results, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint,
+func write(res map[string]*results, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, prefer []preferPoint,
 	staticSize int64, img map[string]int64, imgNote string, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	var d doc
@@ -378,6 +379,8 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 		{"GetPreferredAllocation p99 (µs)", cells4(gpS, gpK, gpH, gpR, na(p99), offered(p99v)), "—", ""},
 	})
 
+	writePrefer(&d, prefer)
+
 	// Reaction.
 	three := []string{"kata dynamic", "hyperlight", "reference", "kata/ref", "hyperlight/ref"}
 	cells3 := func(a, b, c stats, show func(stats) string, ratioOf func(stats) float64) []string {
@@ -479,6 +482,23 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 	d.p("only through its BDP estimator, so a %d-byte message crosses in many windows, each waiting for a WINDOW_UPDATE", last.bytes)
 	d.p("round trip through the Go scheduler; and grpc-go's protobuf decode (%s ms at the ceiling, Go decode above), which", f1(last.goDecode))
 	d.p("allocates every Device. The reference pays the same transfer and decode.")
+	d.p("")
+}
+
+func writePrefer(d *doc, prefer []preferPoint) {
+	d.p("## GetPreferredAllocation (kata)")
+	d.p("")
+	d.p("kata's answer alone, without gRPC: `build/bench/prefer/sdp-prefer-bench` (bench/prefer/prefer_bench.c) times kata_prefer()")
+	d.p("(kata/prefer.c) with CLOCK_MONOTONIC around each call (%d calls per line), in kubelet's three shapes of call (docs/kata.md,", prefer[0].reps)
+	d.p("\"Allocation order\"): nohint, every device available; numa, only NUMA node 0's; must, node 0's free devices as")
+	d.p("must-include and every free device available, on an HGX-like node (8 GPUs, 2 NUMA nodes, 4 PCIe switches) and on 4096")
+	d.p("devices (8 NUMA nodes of 16 switches of 32).")
+	d.p("")
+	d.p("| topo | case | size | p50 (µs) | p99 (µs) | max (µs) |")
+	d.p("|---|---|---|---|---|---|")
+	for _, p := range prefer {
+		d.p("| %s | %s | %d | %s | %s | %s |", p.topo, p.kase, p.size, f1(p.p50), f1(p.p99), f1(p.max))
+	}
 	d.p("")
 }
 

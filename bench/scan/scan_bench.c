@@ -18,24 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "scan.h"
 #include "table.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
+#include "timing.h"
 
 int main(int argc, char **argv)
 {
@@ -58,9 +45,9 @@ int main(int argc, char **argv)
 		struct kata_scan s;
 		if (gap)
 			usleep((useconds_t)(gap * 1000));
-		double t0 = now_us();
+		double t0 = bench_now_us();
 		int e = kata_scan_run(&o, &s, err, sizeof(err));
-		t[r] = now_us() - t0;
+		t[r] = bench_now_us() - t0;
 		if (e < 0) {
 			fprintf(stderr, "sdp-scan-bench: %s\n", err);
 			free(t);
@@ -69,9 +56,9 @@ int main(int argc, char **argv)
 		n = s.n_devices;
 		kata_scan_done(&s);
 	}
-	qsort(t, reps, sizeof(*t), cmp_double);
-	printf("devices=%zu reps=%lu median_us=%.1f min_us=%.1f max_us=%.1f\n", n, reps, t[reps / 2], t[0],
-	       t[reps - 1]);
+	bench_sort(t, reps);
+	printf("devices=%zu reps=%lu median_us=%.1f min_us=%.1f max_us=%.1f\n", n, reps, bench_pct(t, reps, 50),
+	       bench_pct(t, reps, 0), bench_pct(t, reps, 100));
 	free(t);
 	return 0;
 }
