@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* kata IOMMU groups: the legacy scan of /dev/vfio/<group>, the groups of IOMMUFD devices, one
- * resource per group, the group's viability as the kernel judges it (group.c), VFIO_BACKEND and
- * the CDI spec of a group, on fake trees laid out as the kernel lays them out under
+ * resource per group, the group's viability as the kernel judges it (group.c) and the CDI spec
+ * of a group, on fake trees laid out as the kernel lays them out under
  * SDP_TEST_ROOT. Needs root (mknod). */
 #include <errno.h>
 #include <limits.h>
@@ -351,39 +351,6 @@ static void driver_rules(void **state)
 
 /* ---- VFIO_BACKEND ---- */
 
-static void backend_setting_and_choice(void **state)
-{
-	enum kata_backend_setting set = KATA_BACKEND_SET_LEGACY;
-	char err[128], why[256];
-	assert_int_equal(kata_backend_from_env(&set, err, sizeof(err)), 0);
-	assert_int_equal(set, KATA_BACKEND_AUTO);
-	static const char *const bad[] = { "", "Legacy", "both", "iommufd " };
-	for (size_t i = 0; i < DP_ELEMENTSOF(bad); i++) {
-		setenv(KATA_BACKEND_ENV, bad[i], 1);
-		set = KATA_BACKEND_SET_LEGACY;
-		assert_int_equal(kata_backend_from_env(&set, err, sizeof(err)), -EINVAL);
-		assert_int_equal(set, KATA_BACKEND_SET_LEGACY);
-		assert_non_null(strstr(err, "is not auto, iommufd or legacy"));
-	}
-	setenv(KATA_BACKEND_ENV, "legacy", 1);
-	assert_int_equal(kata_backend_from_env(&set, err, sizeof(err)), 0);
-	assert_int_equal(kata_backend_choose(set, why, sizeof(why)), KATA_BACKEND_LEGACY);
-	assert_string_equal(why, "VFIO_BACKEND=legacy");
-	setenv(KATA_BACKEND_ENV, "iommufd", 1);
-	assert_int_equal(kata_backend_from_env(&set, err, sizeof(err)), 0);
-	assert_int_equal(kata_backend_choose(set, why, sizeof(why)), KATA_BACKEND_IOMMUFD);
-	/* auto: by what the kernel gives */
-	assert_int_equal(kata_backend_choose(KATA_BACKEND_AUTO, why, sizeof(why)), KATA_BACKEND_LEGACY);
-	assert_non_null(strstr(why, "auto: no /dev/vfio/devices (a kernel without CONFIG_IOMMUFD"));
-	mkdirs(at("dev/vfio/devices"));
-	assert_int_equal(kata_backend_choose(KATA_BACKEND_AUTO, why, sizeof(why)), KATA_BACKEND_LEGACY);
-	assert_string_equal(why, "auto: /dev/vfio/devices is empty");
-	gpu("0000:41:00.0", 0, 12);
-	cdev(1, "0000:41:00.0");
-	assert_int_equal(kata_backend_choose(KATA_BACKEND_AUTO, why, sizeof(why)), KATA_BACKEND_IOMMUFD);
-	assert_string_equal(why, "auto: /dev/vfio/devices has IOMMUFD cdevs");
-}
-
 /* ---- the CDI spec: one device per group, never both kinds of node ---- */
 
 static void spec_per_group(void **state)
@@ -430,7 +397,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(iommufd_devices_have_groups, setup, teardown),
 		cmocka_unit_test_setup_teardown(group_viability, setup, teardown),
 		cmocka_unit_test(driver_rules),
-		cmocka_unit_test_setup_teardown(backend_setting_and_choice, setup, teardown),
 		cmocka_unit_test_setup_teardown(spec_per_group, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -304,3 +304,24 @@ func sortIDs(ids []string) {
 		return len(ids[i]) < len(ids[j]) || len(ids[i]) == len(ids[j]) && ids[i] < ids[j]
 	})
 }
+
+// RESOURCE_NAMING=sku works the same on group nodes: one resource per model, one ID per group.
+func TestKataLegacySKU(t *testing.T) {
+	s := newLegacyKata(t, true,
+		GPU("0000:42:00.0", 0).Model(0x2330).InGroup(21),
+		GPU("0000:41:00.0", 0).Model(0x2330).InGroup(20),
+		Audio("0000:41:00.1", 0).InGroup(20),
+		GPU("0000:43:00.0", 1).Model(0x20b0).InGroup(22))
+	s.startDaemon(kataSKUEnv)
+	for res, groups := range map[string][]int{
+		"nvidia.com/GH100_H100_SXM5_80GB": {20, 21},
+		"nvidia.com/GA100_A100_SXM4_40GB": {22},
+	} {
+		s.kataRegistered(res, 1, startBound)
+		s.kataDevices(res, eventBound, checkGroupIDs(groups, map[int]int{20: 0, 21: 0, 22: 1}))
+		s.checkLegacySpec(res, groups)
+	}
+	if n := len(s.k.Resources()); n != 2 {
+		t.Errorf("%d resources registered (%v), want the two models", n, s.k.Resources())
+	}
+}
