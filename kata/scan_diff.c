@@ -6,12 +6,25 @@
 
 #include "scan.h"
 
+/* iommufd names are cdevs "vfioN", compared by N; legacy names are PCI addresses
+ * ("dddd:bb:dd.f", fixed width, lower-case hex), compared as strings. (Comparing the legacy
+ * names by a number after "vfio" made them all equal: one device removed from the middle then
+ * showed as every later device changed.) */
+static int cmp_name(const char *x, const char *y)
+{
+	if (strncmp(x, "vfio", 4) == 0 && strncmp(y, "vfio", 4) == 0) {
+		unsigned long nx = strtoul(x + 4, NULL, 10), ny = strtoul(y + 4, NULL, 10);
+		if (nx != ny)
+			return nx < ny ? -1 : 1;
+	}
+	return strcmp(x, y);
+}
+
 static int cmp_name_ptr(const void *a, const void *b)
 {
 	const struct kata_device *x = *(const struct kata_device *const *)a;
 	const struct kata_device *y = *(const struct kata_device *const *)b;
-	unsigned nx = (unsigned)strtoul(x->name + 4, NULL, 10), ny = (unsigned)strtoul(y->name + 4, NULL, 10);
-	return nx < ny ? -1 : nx > ny;
+	return cmp_name(x->name, y->name);
 }
 
 static const struct kata_device **by_name(const struct kata_scan *s)

@@ -713,6 +713,29 @@ static void diff_names_what_changed(void **state)
 	kata_scan_done(&b);
 }
 
+/* legacy: the names are PCI addresses; a device gone from the middle is that one removed */
+static void diff_legacy_names_middle_removed(void **state)
+{
+	(void)state;
+	struct kata_device olds[3] = { 0 }, news[2] = { 0 };
+	const char *names[3] = { "0000:03:00.0", "0000:04:00.0", "0000:05:00.0" };
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(olds[i].name, sizeof(olds[i].name), "%s", names[i]);
+		olds[i].pci_key = i + 1;
+	}
+	news[0] = olds[0];
+	news[1] = olds[2];
+	struct kata_scan a = { olds, 3 }, b = { news, 2 };
+	dp_buf removed = { 0 }, added = { 0 }, changed = { 0 };
+	assert_int_equal(kata_scan_diff(&a, &b, &removed, &added, &changed), 1);
+	assert_string_equal(removed.data, "0000:04:00.0");
+	assert_int_equal(added.len, 0);
+	assert_int_equal(changed.len, 0);
+	dp_buf_done(&removed);
+	dp_buf_done(&added);
+	dp_buf_done(&changed);
+}
+
 /* ---- the watch (inotify; the period is far away) ---- */
 
 struct seen {
@@ -864,6 +887,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(entries_are_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(missing_or_unreadable_directory, setup, teardown),
 		cmocka_unit_test_setup_teardown(diff_names_what_changed, setup, teardown),
+		cmocka_unit_test(diff_legacy_names_middle_removed),
 		cmocka_unit_test_setup_teardown(watch_sees_a_removed_cdev, setup, teardown),
 		cmocka_unit_test_setup_teardown(watch_sees_the_directory_appear, setup, teardown),
 		cmocka_unit_test_setup_teardown(spec_parses_as_cdi, setup, teardown),
