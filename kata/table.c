@@ -7,11 +7,14 @@
 #include <string.h>
 
 #include "dp/cdi.h"
+#include "kata_extra_rows.h"
 
-/* The whole device support of the daemon. */
+/* The whole device support of the daemon; KATA_EXTRA_ROWS (kata_extra_rows.h, generated from
+ * the meson option kata_extra_rows) is empty in the default build. */
 const struct kata_row kata_table[] = {
 	{ "nvidia.com/gpu", 0x10de, 0x030200, 0xffff00 },      /* 3D controller */
 	{ "nvidia.com/nvswitch", 0x10de, 0x068000, 0xffff00 }, /* bridge: other */
+	KATA_EXTRA_ROWS
 };
 const size_t kata_table_len = sizeof(kata_table) / sizeof(kata_table[0]);
 

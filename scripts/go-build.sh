@@ -15,5 +15,6 @@ go build -o "$out/sdp-startup" sdp/kubelet/cmd/startup
 go test -c -o "$out/scenario.test" sdp/kubelet
 go test -c -o "$out/grpcpeer.test" sdp/kubelet/grpcpeer
 CGO_ENABLED=0 go build -o "$out/live-kvm" sdp/kubelet/cmd/live-kvm
+CGO_ENABLED=0 go build -o "$out/live-vfio" sdp/kubelet/cmd/live-vfio
 go build -o "$out/runtime-e2e" sdp/kubelet/cmd/runtime-e2e
 "$src/bench/build.sh" "$out"
