@@ -392,7 +392,8 @@ static int ep_prefer_driver(dp_endpoint *ep, const struct dp_ep_container *c, ch
 	_cleanup_free_ size_t *idx = malloc((na + nm + want + 1) * sizeof(*idx));
 	_cleanup_free_ uint8_t *mark = calloc(ep->n_devices + 1, 1);
 	if (!idx || !mark)
-		return -ENOMEM;
+		/* the blocks are freed by their _cleanup_ attributes, which the analyzer does not model */
+		return -ENOMEM; // NOLINT(clang-analyzer-unix.Malloc)
 	size_t *out = idx + na + nm;
 	ep_indices(ep, &c->ids, idx);
 	ep_indices(ep, &c->must_include, idx + na);
