@@ -33,9 +33,10 @@ static size_t msg(char *buf, size_t size, const char *const *parts)
 	return n;
 }
 
+/* *action and *devpath point into the message: it outlives the call. */
 static bool parse(const char *const *parts, const char **action, const char **devpath)
 {
-	char buf[512];
+	static char buf[512];
 	size_t n = msg(buf, sizeof(buf), parts);
 	*action = *devpath = NULL;
 	return kata_uevent_parse(buf, n, action, devpath);
