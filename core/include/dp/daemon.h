@@ -105,8 +105,8 @@ typedef struct dp_daemon {
 	const char *exit_invalid; /* NULL, or the daemon's own variables: "RESOURCE_NAMING" */
 	const char *exit_more;    /* NULL, or "3 when the VFIO device set changed (...)" */
 
-	/* --health-check (required): the socket prefixes to ask, into names[0..*ret_n) (at most
-	 * max); a negative errno when they cannot be named. */
+	/* --health-check (required): the socket prefixes to ask (dp_socket_prefix, endpoint.h),
+	 * into names[0..*ret_n) (at most max); a negative errno when they cannot be named. */
 	int (*health_prefixes)(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 			       size_t *ret_n);
 	bool health_present; /* sockets exist only for present hardware (dp_health_probe_present) */

@@ -60,7 +60,7 @@ typedef struct dp_driver {
 
 typedef struct dp_endpoint_config {
 	const char *resource_name;   /* "hyperlight.dev/hypervisor" */
-	const char *socket_prefix;   /* dp_socket_prefix(): "hl-0cg3pr" (at most DP_SOCKET_PREFIX_MAX) */
+	const char *socket_prefix;   /* dp_socket_prefix(): "hl-9thpct" (at most DP_SOCKET_PREFIX_MAX) */
 	const dp_device *devices;    /* copied */
 	size_t n_devices;
 	bool preferred_allocation;   /* advertise GetPreferredAllocation */
@@ -195,7 +195,8 @@ size_t dp_endpoint_devices(const dp_endpoint *ep);
  *
  * dp_socket_prefix makes a prefix "<tag>-<h>": tag the daemon's (1..DP_SOCKET_TAG_MAX bytes of
  * [a-z0-9]: "hl", "kata"), <h> the 30-bit FNV-1a hash of key (the resource name, or a word for
- * a socket several endpoints share) in 6 base32hex digits [0-9a-v]: "kata-2kq0ve". -EINVAL for
+ * a socket several endpoints share) in 6 base32hex digits [0-9a-v]: "kata-pp49l5" for
+ * nvidia.com/gpu (docs/operations.md lists them all; tests/kubelet computes the same). -EINVAL for
  * a bad tag or an empty key, -ENAMETOOLONG when size is too small; buf written only on success.
  *
  * dp_socket_name: <n> is 6 base32hex digits counting this process's names (30 bits) from a
@@ -214,8 +215,8 @@ size_t dp_endpoint_devices(const dp_endpoint *ep);
 #define DP_SOCKET_TAG_MAX 4
 #define DP_SOCKET_HASH_LEN 6
 #define DP_SOCKET_N_LEN 6
-#define DP_SOCKET_PREFIX_MAX (DP_SOCKET_TAG_MAX + 1 + DP_SOCKET_HASH_LEN) /* "kata-2kq0ve" */
-/* "kata-2kq0ve-07m1fs.sock": 23 */
+#define DP_SOCKET_PREFIX_MAX (DP_SOCKET_TAG_MAX + 1 + DP_SOCKET_HASH_LEN) /* "kata-pp49l5" */
+/* "kata-pp49l5-07m1fs.sock": 23 */
 #define DP_SOCKET_NAME_MAX (DP_SOCKET_PREFIX_MAX + 1 + DP_SOCKET_N_LEN + 5)
 #define DP_SOCKET_SUN_PATH 108 /* sizeof(((struct sockaddr_un *)0)->sun_path) on Linux */
 /* The longest directory: "<dir>/<name>" and its NUL in sun_path: 83 */
