@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "config.h"
 #include "dp/endpoint.h"
 #include "dp/grpc.h"
 #include "dp/paths.h"
@@ -66,15 +67,17 @@ hl_access *hl_access_free(hl_access *a)
 
 static int setup_endpoint(struct hl_access *a)
 {
-	char kdir[PATH_MAX];
+	char kdir[PATH_MAX], prefix[DP_SOCKET_PREFIX_MAX + 1];
 	const dp_device devices[] = { { HL_ACCESS_DEVICE_ID, -1 } };
 	int r = dp_path(kdir, sizeof(kdir), DP_KUBELET_DIR);
+	if (r >= 0)
+		r = dp_socket_prefix(prefix, sizeof(prefix), HL_SOCKET_TAG, HL_ACCESS_RESOURCE);
 	if (r < 0)
 		return r;
 	snprintf(a->health_fields, sizeof(a->health_fields), "device=%s", a->dev.path);
 	dp_endpoint_config ec = {
 		.resource_name = HL_ACCESS_RESOURCE,
-		.socket_prefix = HL_ACCESS_SOCKET_PREFIX,
+		.socket_prefix = prefix,
 		.devices = devices,
 		.n_devices = 1,
 		.healthy_message = "device present",

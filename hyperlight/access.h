@@ -13,7 +13,6 @@
 #include "dp/macro.h"
 
 #define HL_ACCESS_RESOURCE "hyperlight.dev/device-access"
-#define HL_ACCESS_SOCKET_PREFIX "hyperlight-device-access"
 #define HL_ACCESS_DEVICE_ID "device-access"
 
 typedef struct hl_access hl_access;

@@ -9,7 +9,8 @@
 #define HL_DEFAULT_COUNT 2000u
 #define HL_DEFAULT_ID 65534u
 #define HL_RESOURCE "hyperlight.dev/hypervisor"
-#define HL_SOCKET_PREFIX "hyperlight"
+/* Socket names "hl-<hash of the resource>-<n>.sock" (dp_socket_prefix): both modes, one tag. */
+#define HL_SOCKET_TAG "hl"
 #define HL_ID_PREFIX "hyperlight-"
 
 struct hl_config {

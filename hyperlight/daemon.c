@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 
 #include "confine.h"
+#include "dp/endpoint.h"
 #include "dp/helper.h"
 #include "dp/log.h"
 #include "label-node/label_node.h"
@@ -21,7 +22,10 @@ int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_P
 	bool access = dp_daemon_flag_given(a, HL_FLAG_DEVICE_ACCESS);
 	if (max < 1)
 		return -ENOSPC;
-	snprintf(names[0], DP_DAEMON_PREFIX_MAX, "%s", access ? HL_ACCESS_SOCKET_PREFIX : HL_SOCKET_PREFIX);
+	int r = dp_socket_prefix(names[0], DP_DAEMON_PREFIX_MAX, HL_SOCKET_TAG,
+				 access ? HL_ACCESS_RESOURCE : HL_RESOURCE);
+	if (r < 0)
+		return r;
 	*ret_n = 1;
 	return 0;
 }

@@ -281,20 +281,22 @@ static int setup_probe(struct hl_plugin *p)
 
 static int setup_endpoint(struct hl_plugin *p)
 {
-	char kdir[PATH_MAX];
+	char kdir[PATH_MAX], prefix[DP_SOCKET_PREFIX_MAX + 1];
 	_cleanup_free_ dp_device *devs = NULL;
 	_cleanup_free_ char *ids = NULL;
 	int r = make_devices(&p->cfg, &devs, &ids);
 	if (r < 0)
 		return r;
 	r = dp_path(kdir, sizeof(kdir), DP_KUBELET_DIR);
+	if (r >= 0)
+		r = dp_socket_prefix(prefix, sizeof(prefix), HL_SOCKET_TAG, HL_RESOURCE);
 	if (r < 0)
 		/* devs is freed by its _cleanup_ attribute, which the analyzer does not model */
 		return r; // NOLINT(clang-analyzer-unix.Malloc)
 	snprintf(p->health_fields, sizeof(p->health_fields), "device=%s", p->dev.path);
 	dp_endpoint_config ec = {
 		.resource_name = HL_RESOURCE,
-		.socket_prefix = HL_SOCKET_PREFIX,
+		.socket_prefix = prefix,
 		.devices = devs,
 		.n_devices = p->cfg.device_count,
 		.first_check_hold_usec = FIRST_CHECK_HOLD_USEC,

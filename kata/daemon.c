@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dp/buf.h"
+#include "dp/endpoint.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 
@@ -38,7 +39,7 @@ void kata_daemon_usage_table(FILE *f)
 int kata_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 				size_t *ret_n)
 {
-	static const char *const more[] = { KATA_IDLE_PREFIX, KATA_SKU_SOCKET_PREFIX /* RESOURCE_NAMING=sku */ };
+	static const char *const more[] = { KATA_IDLE_SOCKET_KEY, KATA_SKU_SOCKET_KEY /* RESOURCE_NAMING=sku */ };
 	size_t n = 0;
 	if (kata_table_len + DP_ELEMENTSOF(more) > max)
 		return -ENOSPC;
@@ -47,8 +48,11 @@ int kata_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON
 		if (r < 0)
 			return r;
 	}
-	for (size_t i = 0; i < DP_ELEMENTSOF(more); i++)
-		snprintf(names[n++], DP_DAEMON_PREFIX_MAX, "%s", more[i]);
+	for (size_t i = 0; i < DP_ELEMENTSOF(more); i++) {
+		int r = dp_socket_prefix(names[n++], DP_DAEMON_PREFIX_MAX, KATA_SOCKET_TAG, more[i]);
+		if (r < 0)
+			return r;
+	}
 	*ret_n = n;
 	return 0;
 }

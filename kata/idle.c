@@ -25,7 +25,8 @@ struct kata_idle {
 	char dir[PATH_MAX];
 	dp_health *health;
 	dp_grpc_server *server;
-	char name[64]; /* "" when not serving */
+	char prefix[DP_SOCKET_PREFIX_MAX + 1]; /* "kata-<hash of "idle">" */
+	char name[DP_SOCKET_NAME_MAX + 1];     /* "" when not serving */
 	ino_t ino;
 	dev_t dev;
 	unsigned generation;
@@ -70,8 +71,8 @@ static void serve(kata_idle *i)
 	stop_serving(i);
 	/* As PID 1 after kill -9, the predecessor's sockets are ours: removed before the first. */
 	if (i->generation++ == 0)
-		(void)dp_socket_sweep(i->dir, KATA_IDLE_PREFIX, NULL, on_stale_removed, NULL);
-	int r = dp_socket_name(i->name, sizeof(i->name), KATA_IDLE_PREFIX);
+		(void)dp_socket_sweep(i->dir, i->prefix, NULL, on_stale_removed, NULL);
+	int r = dp_socket_name(i->name, sizeof(i->name), i->prefix);
 	if (r >= 0 && (size_t)snprintf(path, sizeof(path), "%s/%s", i->dir, i->name) >= sizeof(path))
 		r = -ENAMETOOLONG;
 	if (r >= 0)
@@ -130,10 +131,13 @@ int kata_idle_new(dp_loop *loop, const char *kubelet_dir, kata_idle **ret)
 	if (!i)
 		return -ENOMEM;
 	i->loop = loop;
-	if ((size_t)snprintf(i->dir, sizeof(i->dir), "%s", kubelet_dir) >= sizeof(i->dir))
+	if ((size_t)snprintf(i->dir, sizeof(i->dir), "%s", kubelet_dir) >= sizeof(i->dir) ||
+	    dp_socket_dir_check(kubelet_dir) < 0)
 		// cppcheck-suppress memleak ; i is freed by its _cleanup_ attribute, which cppcheck does not model
 		return -ENAMETOOLONG;
-	int r = dp_health_new(status, i, &i->health);
+	int r = dp_socket_prefix(i->prefix, sizeof(i->prefix), KATA_SOCKET_TAG, KATA_IDLE_SOCKET_KEY);
+	if (r >= 0)
+		r = dp_health_new(status, i, &i->health);
 	if (r < 0)
 		return r;
 	dp_watch_config cfg = { .dir = i->dir, .mask = IN_DELETE | IN_MOVED_FROM,

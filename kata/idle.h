@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * idle: no device matches the table. Nothing is registered with kubelet; for the liveness probe
- * grpc.health.v1 is served on "<kubelet dir>/kata-idle-<pid>-<n>.sock": "" answers SERVING,
+ * grpc.health.v1 is served on "<kubelet dir>/<prefix>-<n>.sock", the prefix
+ * dp_socket_prefix(KATA_SOCKET_TAG, KATA_IDLE_SOCKET_KEY) (table.h): "" answers SERVING,
  * "readiness" NOT_SERVING (an idle daemon is never ready). The socket is re-created under a
  * fresh name when it is deleted (kubelet deletes every socket in the directory when it starts) or
  * the directory is re-created: a watch on the directory (dp_watch, which waits for a missing one),
@@ -16,7 +17,8 @@
 typedef struct kata_idle kata_idle;
 
 /* kubelet_dir: host path (under the root prefix). Serving starts at once when possible (a
- * failure is logged and retried). -ENOMEM, -ENAMETOOLONG, timer errors. */
+ * failure is logged and retried). -ENOMEM, -ENAMETOOLONG (kubelet_dir longer than
+ * DP_SOCKET_DIR_MAX), timer errors. */
 int kata_idle_new(dp_loop *loop, const char *kubelet_dir, kata_idle **ret);
 /* Stops serving and removes our socket. Accepts NULL, returns NULL. */
 kata_idle *kata_idle_free(kata_idle *i);

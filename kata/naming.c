@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dp/buf.h"
+#include "dp/endpoint.h"
 #include "dp/log.h"
 #include "dp/macro.h"
 #include "sku.h"
@@ -78,14 +79,15 @@ static int cmp_model(const void *a, const void *b)
 
 static int sku_resource(struct kata_resource *r, const struct kata_row *t, const struct kata_device *d)
 {
-	char sku[KATA_SKU_NAME_MAX + 1], plugin[KATA_NAME_MAX];
+	char sku[KATA_SKU_NAME_MAX + 1], plugin[KATA_NAME_MAX], prefix[DP_SOCKET_PREFIX_MAX + 1];
 	const char *res = t[d->row].resource;
 	int dom = (int)(strchr(res, '/') - res);
 	(void)kata_sku_name(d->vendor, d->device_id, sku, sizeof(sku));
 	if ((size_t)snprintf(r->name, sizeof(r->name), "%.*s/%s", dom, res, sku) >= sizeof(r->name))
 		return -ENAMETOOLONG;
 	snprintf(plugin, sizeof(plugin), "kata.sku-%04x-%04x", d->vendor, d->device_id);
-	return set_names(r, KATA_SKU_SOCKET_PREFIX, plugin);
+	int e = dp_socket_prefix(prefix, sizeof(prefix), KATA_SOCKET_TAG, KATA_SKU_SOCKET_KEY);
+	return e < 0 ? e : set_names(r, prefix, plugin);
 }
 
 /* More models than endpoints: the first KATA_MAX_ROWS (by vendor, device ID) are served. */

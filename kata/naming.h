@@ -11,9 +11,11 @@
  *     (the first by vendor and device ID; one warn line "too many PCI models" for the rest).
  *
  * Derived names, per resource:
- *   table: socket prefix "kata-nvidia.com-gpu", plugin name "kata.nvidia.com-gpu"
- *   sku:   socket prefix "kata-sku" (shared: each endpoint's socket "kata-sku-<pid>-<n>.sock" is
- *          its own; a per-model prefix would not fit a socket path for long names), plugin name
+ *   table: socket prefix "kata-<hash of the resource name>" (kata_socket_prefix), plugin name
+ *          "kata.nvidia.com-gpu"
+ *   sku:   socket prefix "kata-<hash of "sku">" (shared: each endpoint's socket "<prefix>-<n>.sock"
+ *          is its own; one prefix for all lets --health-check find sockets of models it cannot
+ *          list), plugin name
  *          "kata.sku-<vendor>-<device>" (the Allocate annotation "cdi.k8s.io/<plugin>_<first
  *          ID>" must stay within 63 characters)
  *   both:  CDI spec "kata.<resource with '/' as '-'>.yaml", CDI kind = the resource name.
@@ -29,7 +31,7 @@
 #include "table.h"
 
 #define KATA_NAMING_ENV "RESOURCE_NAMING"
-#define KATA_SKU_SOCKET_PREFIX "kata-sku"
+#define KATA_SKU_SOCKET_KEY "sku" /* dp_socket_prefix(KATA_SOCKET_TAG, this) */
 
 enum kata_naming { KATA_NAMING_TABLE, KATA_NAMING_SKU };
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin: one present resource (a table row, or with RESOURCE_NAMING=sku a PCI model, with >= 1
- * device; names in naming.h). An endpoint ("kata-<vendor>-<class>-<pid>-<n>.sock") advertising
+ * device; names in naming.h). An endpoint ("kata-<hash>-<n>.sock": table.h) advertising
  * one ID per IOMMU group ("0".."n-1", in the order of the groups' lowest PCI addresses; spec.h,
  * kata_units) with its NUMA node, and the owned CDI spec /var/run/cdi/kata.<vendor>-<class>.yaml.
  * The backend (iommufd or legacy) is the devices' own (kata_device_backend).
@@ -45,7 +45,7 @@ int kata_plugin_new(dp_loop *loop, const char *resource, const struct kata_devic
  * KATA_NAME_MAX. */
 struct kata_plugin_names {
 	const char *resource;      /* "nvidia.com/GH100_H100_SXM5_80GB": resource and CDI kind */
-	const char *socket_prefix; /* "kata-sku" */
+	const char *socket_prefix; /* kata_socket_prefix(), or the shared RESOURCE_NAMING=sku one */
 	const char *plugin_name;   /* "kata.sku-10de-2330": annotation "cdi.k8s.io/<this>_<ID>" */
 	const char *spec_file;     /* "kata.nvidia.com-GH100_H100_SXM5_80GB.yaml" */
 };

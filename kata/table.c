@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dp/cdi.h"
+#include "dp/endpoint.h"
 #include "kata_extra_rows.h"
 
 /* The whole device support of the daemon; KATA_EXTRA_ROWS (kata_extra_rows.h, generated from
@@ -81,7 +82,9 @@ static int derive(const char *prefix, const char *resource, const char *suffix, 
 
 int kata_socket_prefix(const char *resource, char *buf, size_t size)
 {
-	return derive("kata-", resource, "", buf, size);
+	if (!resource || !strchr(resource, '/'))
+		return -EINVAL;
+	return dp_socket_prefix(buf, size, KATA_SOCKET_TAG, resource);
 }
 
 int kata_plugin_name(const char *resource, char *buf, size_t size)

@@ -42,12 +42,15 @@ int kata_table_validate(const struct kata_row *t, size_t n, char *err, size_t er
 
 /* Derived names (buf of at least KATA_NAME_MAX bytes; -ENAMETOOLONG, -EINVAL for a resource
  * without '/'):
- *   socket prefix  "kata-nvidia.com-gpu"        (the endpoint's "<prefix>-<pid>-<n>.sock")
+ *   socket prefix  "kata-<hash of the resource>" (dp_socket_prefix with KATA_SOCKET_TAG: the
+ *                                                 endpoint's "<prefix>-<n>.sock", 23 bytes)
  *   plugin name    "kata.nvidia.com-gpu"        (CDI file "<name>.yaml", annotation
  *                                                 "cdi.k8s.io/<name>_<first ID>") */
 int kata_socket_prefix(const char *resource, char *buf, size_t size);
 int kata_plugin_name(const char *resource, char *buf, size_t size);
 int kata_spec_file(const char *resource, char *buf, size_t size);
 
-/* The socket prefix of the idle health server (no device matches the table). */
-#define KATA_IDLE_PREFIX "kata-idle"
+/* The tag of every socket name of kata, and the key of the idle health server's (no device
+ * matches the table): its prefix is dp_socket_prefix(KATA_SOCKET_TAG, KATA_IDLE_SOCKET_KEY). */
+#define KATA_SOCKET_TAG "kata"
+#define KATA_IDLE_SOCKET_KEY "idle"

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "dp/endpoint.h"
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
@@ -29,6 +30,9 @@ static int health_check(const dp_daemon *d, const dp_daemon_args *a)
 
 	if (r < 0)
 		snprintf(err, sizeof(err), "invalid %s", DP_TEST_ROOT_ENV);
+	else if ((r = dp_socket_dir_check(dir)) < 0)
+		snprintf(err, sizeof(err), "kubelet directory %.900s too long: %zu bytes, at most %d", dir, strlen(dir),
+			 DP_SOCKET_DIR_MAX);
 	else if ((r = d->health_prefixes(a, names, DP_ELEMENTSOF(names), &n)) < 0)
 		snprintf(err, sizeof(err), "cannot name the plugin sockets: %s", strerror(-r));
 	if (r >= 0) {
@@ -94,11 +98,26 @@ static int confine(const dp_daemon *d, void *userdata)
 	return dp_seccomp_confine_daemon(rules, n, exe_fd);
 }
 
+/* Step 6: every socket path in the kubelet directory fits a sockaddr_un (dp_socket_dir_check),
+ * or one error line and exit 1: a bind would fail on every attempt. */
+static int check_kubelet_dir(void)
+{
+	char dir[PATH_MAX], q[PATH_MAX + 8];
+	if (dp_path(dir, sizeof(dir), DP_KUBELET_DIR) < 0 || dp_socket_dir_check(dir) == 0)
+		return DP_EXIT_OK; /* an invalid root prefix is the daemon's to report */
+	dp_error("kubelet directory too long for the plugin sockets", "dir=%s length=%zu max=%d",
+		 dp_logq(q, sizeof(q), dir), strlen(dir), DP_SOCKET_DIR_MAX);
+	return DP_EXIT_FAILURE;
+}
+
 /* Steps 6 to 11 (the loop goes to *loop, for the caller to free after stop); *ran tells that
  * the loop ran. */
 static int serve(const dp_daemon *d, const dp_daemon_args *a, void *userdata, dp_loop **loop, bool *ran)
 {
-	int r = d->configure ? d->configure(a, userdata) : DP_EXIT_OK;
+	int r = check_kubelet_dir();
+	if (r != DP_EXIT_OK)
+		return r;
+	r = d->configure ? d->configure(a, userdata) : DP_EXIT_OK;
 	if (r != DP_EXIT_OK)
 		return r;
 	if (setup_loop(d, userdata, loop) < 0)

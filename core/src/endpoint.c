@@ -442,7 +442,8 @@ void dp_endpoint_restart(dp_endpoint *ep, const char *why)
 static int ep_validate(const dp_endpoint_config *cfg)
 {
 	if (!cfg->resource_name || !strchr(cfg->resource_name, '/') || !cfg->socket_prefix ||
-	    !cfg->socket_prefix[0] || strchr(cfg->socket_prefix, '/') || !cfg->driver ||
+	    !cfg->socket_prefix[0] || strlen(cfg->socket_prefix) > DP_SOCKET_PREFIX_MAX ||
+	    strchr(cfg->socket_prefix, '/') || !cfg->driver ||
 	    !cfg->driver->check || !cfg->driver->allocate)
 		return -EINVAL;
 	return 0;
@@ -468,6 +469,8 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 		    dp_endpoint **ret)
 {
 	int r = ep_validate(cfg);
+	if (r >= 0)
+		r = dp_socket_dir_check(kubelet_dir);
 	if (r < 0)
 		return r;
 	_cleanup_(dp_endpoint_freep) dp_endpoint *ep = calloc(1, sizeof(*ep));

@@ -111,7 +111,7 @@ struct dp_endpoint {
 	bool stopping;
 	bool stream_ended_registering; /* a stream ended before Register returned */
 
-	char socket_name[128];
+	char socket_name[DP_SOCKET_NAME_MAX + 1];
 	char reason[512];
 	char told_reason[512];
 	char reason_register[2 * PATH_MAX + 256];
@@ -127,9 +127,9 @@ void dp_ep_metrics_health(const dp_endpoint *ep, bool first);
 void dp_ep_metrics_registration(const dp_endpoint *ep, enum ep_fail kind);
 void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t len, void *userdata);
 
-/* endpoint_socket.c: serve on a fresh "<prefix>-<pid>-<n>.sock" (ep->socket_name), removing a
+/* endpoint_socket.c: serve on a fresh "<prefix>-<n>.sock" (ep->socket_name), removing a
  * stale socket of ours that holds the name; remove our socket (only the inode we created);
- * remove every stale socket of our prefix (returns how many); "<prefix>-<digits>-<digits>.sock";
+ * remove every stale socket of our prefix (returns how many); "<prefix>-<6 base32hex>.sock";
  * 1 when path is a socket no one listens on, 0 when live or not a socket, else -errno. */
 int dp_ep_socket_serve(dp_endpoint *ep, const dp_grpc_method *methods, size_t n_methods);
 void dp_ep_socket_remove(dp_endpoint *ep);

@@ -3,17 +3,21 @@
  * endpoint_socket: the plugin socket's name, its creation and removal, and the removal of our
  * own stale sockets.
  *
- * Names are "<prefix>-<pid>-<n>.sock" (the form dp_health_probe looks for). <n> counts the
- * server instances of this process and starts at a random value (1..10^9) drawn once per
+ * Names are "<prefix>-<n>.sock" (the form dp_health_probe looks for), at most
+ * DP_SOCKET_NAME_MAX bytes: the prefix is "<tag>-<hash of the key>" (dp_socket_prefix), so a
+ * long resource name never makes a long name, and <n> is 6 base32hex digits: a 30-bit counter
+ * of the server instances of this process that starts at a random value drawn once per
  * process, so a daemon restarted with the same PID (PID 1 of its container after kill -9 or an
- * OOM kill) does not reuse its dead predecessor's names.
+ * OOM kill) does not reuse its dead predecessor's names. Two processes of one prefix (a
+ * misconfiguration) that draw the same name: the bind meets a live socket and takes the next.
  *
- * Stale: a socket file named exactly "<prefix>-<digits>-<digits>.sock" for our prefix that no
- * one listens on (connect fails with ECONNREFUSED). dp_ep_socket_sweep removes those at start,
- * and a bind that meets one with our own name (EADDRINUSE) removes it and binds again at once.
- * A live socket (connect succeeds or its backlog is full), another prefix, a non-socket and an
- * unexpected error are never touched.
+ * Stale: a socket file named exactly "<prefix>-<6 base32hex digits>.sock" for our prefix that
+ * no one listens on (connect fails with ECONNREFUSED). dp_ep_socket_sweep removes those at
+ * start, and a bind that meets one with our own name (EADDRINUSE) removes it and binds again at
+ * once. A live socket (connect succeeds or its backlog is full), another prefix, a non-socket
+ * and an unexpected error are never touched.
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,21 +34,81 @@
 #include "endpoint_internal.h"
 
 #define NAME_ATTEMPTS 4
+#define SUFFIX ".sock"
+#define MASK30 0x3fffffffu
 
-static unsigned next_n;
+static_assert(sizeof(((struct sockaddr_un *)0)->sun_path) == DP_SOCKET_SUN_PATH, "sun_path");
+static_assert(DP_SOCKET_NAME_MAX >= sizeof("kubelet.sock") - 1, "kubelet.sock is checked with our names");
+static_assert(DP_SOCKET_HASH_LEN * 5 == 30 && DP_SOCKET_N_LEN * 5 == 30, "30 bits in base32hex");
 
-static unsigned socket_n(void)
+static const char b32hex[] = "0123456789abcdefghijklmnopqrstuv";
+
+static bool next_drawn;
+static uint32_t next_n;
+
+static uint32_t socket_n(void)
 {
-	if (next_n == 0) {
+	if (!next_drawn) {
 		uint32_t r = 0;
 		if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
 			struct timespec ts = { 0 };
 			(void)clock_gettime(CLOCK_REALTIME, &ts);
 			r = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec ^ ((uint32_t)getpid() << 12);
 		}
-		next_n = r % 1000000000u + 1;
+		next_n = r;
+		next_drawn = true;
 	}
-	return next_n++;
+	return next_n++ & MASK30;
+}
+
+/* 30 bits as 6 base32hex digits, most significant first, and a NUL. */
+static void b32hex30(uint32_t v, char out[static 7])
+{
+	for (int i = 5; i >= 0; i--, v >>= 5)
+		out[i] = b32hex[v & 31];
+	out[6] = '\0';
+}
+
+/* FNV-1a (32 bits), xor-folded to 30. */
+static uint32_t hash30(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return ((h >> 30) ^ h) & MASK30;
+}
+
+static bool is_b32hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'v');
+}
+
+static bool valid_tag(const char *tag)
+{
+	size_t n = tag ? strlen(tag) : 0;
+	if (n == 0 || n > DP_SOCKET_TAG_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((tag[i] >= 'a' && tag[i] <= 'z') || (tag[i] >= '0' && tag[i] <= '9')))
+			return false;
+	return true;
+}
+
+int dp_socket_prefix(char *buf, size_t size, const char *tag, const char *key)
+{
+	char h[DP_SOCKET_HASH_LEN + 1];
+	if (!valid_tag(tag) || !key || !key[0])
+		return -EINVAL;
+	if (strlen(tag) + 1 + DP_SOCKET_HASH_LEN >= size)
+		return -ENAMETOOLONG;
+	b32hex30(hash30(key), h);
+	snprintf(buf, size, "%s-%s", tag, h);
+	return 0;
+}
+
+int dp_socket_dir_check(const char *dir)
+{
+	return strlen(dir) > DP_SOCKET_DIR_MAX ? -ENAMETOOLONG : 0;
 }
 
 bool dp_ep_socket_ours(const char *prefix, const char *name)
@@ -53,15 +117,10 @@ bool dp_ep_socket_ours(const char *prefix, const char *name)
 	if (strncmp(name, prefix, pl) != 0 || name[pl] != '-')
 		return false;
 	const char *p = name + pl + 1;
-	for (int part = 0; part < 2; part++) {
-		if (*p < '0' || *p > '9')
+	for (int i = 0; i < DP_SOCKET_N_LEN; i++)
+		if (!is_b32hex(*p++))
 			return false;
-		while (*p >= '0' && *p <= '9')
-			p++;
-		if (part == 0 && *p++ != '-')
-			return false;
-	}
-	return strcmp(p, ".sock") == 0;
+	return strcmp(p, SUFFIX) == 0;
 }
 
 int dp_ep_socket_stale(const char *path)
@@ -143,8 +202,13 @@ unsigned dp_ep_socket_sweep(dp_endpoint *ep)
 
 int dp_socket_name(char *buf, size_t size, const char *prefix)
 {
-	int n = snprintf(buf, size, "%s-%d-%u.sock", prefix, (int)getpid(), socket_n());
-	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+	char n[DP_SOCKET_N_LEN + 1];
+	size_t pl = strlen(prefix);
+	if (pl > DP_SOCKET_PREFIX_MAX || pl + 1 + DP_SOCKET_N_LEN + strlen(SUFFIX) >= size)
+		return -ENAMETOOLONG;
+	b32hex30(socket_n(), n);
+	snprintf(buf, size, "%s-%s" SUFFIX, prefix, n);
+	return 0;
 }
 
 int dp_ep_socket_serve(dp_endpoint *ep, const dp_grpc_method *methods, size_t n_methods)

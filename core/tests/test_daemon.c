@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "dp/daemon.h"
+#include "dp/endpoint.h"
 #include "dp/paths.h"
 #include "dp/usage.h"
 #include "dp_version.h"
@@ -395,6 +396,65 @@ static void main_log_level_warned_once(void **state)
 	assert_non_null(strstr(log.text, "level=warn msg=\"invalid LOG_LEVEL, keeping info\""));
 }
 
+/* SDP_TEST_ROOT of a length that makes the kubelet directory dirlen bytes (not created). */
+static void root_for_dir_length(size_t dirlen)
+{
+	char root[256];
+	size_t n = dirlen - strlen(DP_KUBELET_DIR);
+	assert_true(n > 1 && n < sizeof(root));
+	root[0] = '/';
+	memset(root + 1, 'r', n - 1);
+	root[n] = '\0';
+	setenv(DP_TEST_ROOT_ENV, root, 1);
+	dp_paths_reset();
+}
+
+/* A kubelet directory too long for our socket paths: one error line with the directory, its
+ * length and the maximum, exit 1, before configure; the health check says the same. */
+static void main_kubelet_dir_too_long(void **state)
+{
+	struct calls c = { 0 };
+	struct dpt_capture log;
+	char want[128];
+	root_for_dir_length(DP_SOCKET_DIR_MAX + 1);
+	int r = run_main(&c, &log, NULL);
+	sigprocmask(SIG_SETMASK, &saved_mask, NULL);
+	struct calls h = { 0 };
+	struct dpt_capture hlog;
+	int hr = run_main(&h, &hlog, "--health-check", NULL);
+	unsetenv(DP_TEST_ROOT_ENV);
+	dp_paths_reset();
+
+	assert_int_equal(r, DP_EXIT_FAILURE);
+	assert_int_equal(c.configure + c.prepare + c.start, 0);
+	assert_int_equal(dpt_count(log.text, "level=error"), 1);
+	snprintf(want, sizeof(want), "level=error msg=\"kubelet directory too long for the plugin sockets\" dir=/rrr");
+	assert_non_null(strstr(log.text, want));
+	snprintf(want, sizeof(want), "/device-plugins length=%d max=%d\n", DP_SOCKET_DIR_MAX + 1, DP_SOCKET_DIR_MAX);
+	assert_non_null(strstr(log.text, want));
+	assert_null(strstr(log.text, "msg=stopped"));
+
+	assert_int_equal(hr, DP_EXIT_FAILURE);
+	assert_int_equal(h.prefixes, 0);
+	snprintf(want, sizeof(want), "/device-plugins too long: %d bytes, at most %d\n", DP_SOCKET_DIR_MAX + 1,
+		 DP_SOCKET_DIR_MAX);
+	assert_non_null(strstr(hlog.text, want));
+}
+
+/* The longest kubelet directory passes the check: configure runs. */
+static void main_kubelet_dir_longest(void **state)
+{
+	struct calls c = { .configure_status = DP_EXIT_USAGE };
+	struct dpt_capture log;
+	root_for_dir_length(DP_SOCKET_DIR_MAX);
+	int r = run_main(&c, &log, NULL);
+	unsetenv(DP_TEST_ROOT_ENV);
+	dp_paths_reset();
+	assert_int_equal(r, DP_EXIT_USAGE);
+	assert_int_equal(c.configure, 1);
+	assert_null(strstr(log.text, "too long"));
+}
+
 /* No socket to ask: not healthy (1), the reason on stderr; the mask is back as it was. */
 static void main_health_check(void **state)
 {
@@ -481,6 +541,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(main_metrics_invalid, setup, teardown),
 		cmocka_unit_test_setup_teardown(main_log_level_warned_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(main_health_check, setup, teardown),
+		cmocka_unit_test_setup_teardown(main_kubelet_dir_too_long, setup, teardown),
+		cmocka_unit_test_setup_teardown(main_kubelet_dir_longest, setup, teardown),
 		cmocka_unit_test_setup_teardown(main_helper_dispatch, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -57,6 +58,11 @@ static void rejects_bad_config(void **state)
 	c = dpt_stub_config();
 	c.socket_prefix = "a/b";
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), -EINVAL);
+	c.socket_prefix = "kata-nvidia.com-gpu"; /* longer than DP_SOCKET_PREFIX_MAX */
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), -EINVAL);
+	c.socket_prefix = "kata-pp49l5";
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
+	ep = dp_endpoint_free(ep);
 
 	const dp_device dup[] = { { "x", -1 }, { "y", -1 }, { "x", -1 } };
 	c = dpt_stub_config();
@@ -247,13 +253,17 @@ static void sweeps_only_own_stale_sockets(void **state)
 	dp_endpoint_events ev = { .on_stale_removed = on_stale };
 	char path[256];
 
-	make_socket("thing-1-7.sock", false);                 /* ours, stale: removed */
-	int live = make_socket("thing-1-8.sock", true);       /* same prefix, live: kept */
-	make_socket("other-1-7.sock", false);                 /* another plugin: kept */
-	make_socket("thingx-1-7.sock", false);                /* a longer prefix: kept */
-	make_socket("thing-extra-1-7.sock", false);           /* another pattern: kept */
-	make_socket("thing-1-7.sock.old", false);             /* not our name: kept */
-	snprintf(path, sizeof(path), "%s/thing-2-2.sock", dir); /* not a socket: kept */
+	make_socket("thing-0007aa.sock", false);               /* ours, stale: removed */
+	int live = make_socket("thing-0007ab.sock", true);     /* same prefix, live: kept */
+	make_socket("other-0007aa.sock", false);               /* another plugin: kept */
+	make_socket("thingx-0007aa.sock", false);              /* a longer prefix: kept */
+	make_socket("thing-extra-0007aa.sock", false);         /* another pattern: kept */
+	make_socket("thing-0007a.sock", false);                /* 5 digits: kept */
+	make_socket("thing-0007aaa.sock", false);              /* 7 digits: kept */
+	make_socket("thing-0007aw.sock", false);               /* 'w' is not base32hex: kept */
+	make_socket("thing-1-7.sock", false);                  /* the old "<pid>-<n>" form: kept */
+	make_socket("thing-0007aa.sock.old", false);           /* not our name: kept */
+	snprintf(path, sizeof(path), "%s/thing-0000ff.sock", dir); /* not a socket: kept */
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fclose(f);
@@ -263,23 +273,44 @@ static void sweeps_only_own_stale_sockets(void **state)
 	dp_endpoint_set_events(ep, &ev);
 	assert_int_equal(dp_endpoint_start(ep), 0);
 	assert_int_equal(stale_removed, 1);
-	assert_string_equal(last_stale, "thing-1-7.sock");
-	assert_false(exists("thing-1-7.sock"));
-	assert_true(exists("thing-1-8.sock"));
-	assert_true(exists("other-1-7.sock"));
-	assert_true(exists("thingx-1-7.sock"));
-	assert_true(exists("thing-extra-1-7.sock"));
-	assert_true(exists("thing-1-7.sock.old"));
-	assert_true(exists("thing-2-2.sock"));
+	assert_string_equal(last_stale, "thing-0007aa.sock");
+	assert_false(exists("thing-0007aa.sock"));
+	static const char *const kept[] = { "thing-0007ab.sock", "other-0007aa.sock", "thingx-0007aa.sock",
+					    "thing-extra-0007aa.sock", "thing-0007a.sock", "thing-0007aaa.sock",
+					    "thing-0007aw.sock", "thing-1-7.sock", "thing-0007aa.sock.old",
+					    "thing-0000ff.sock" };
+	for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+		assert_true(exists(kept[i]));
 	assert_true(dp_ep_socket_ours("thing", dp_endpoint_socket(ep)));
 	dp_endpoint_free(ep);
-	assert_true(exists("thing-1-8.sock")); /* free removes only our own socket */
+	assert_true(exists("thing-0007ab.sock")); /* free removes only our own socket */
 	close(live);
 	dp_loop_free(loop);
 }
 
-/* The next name is taken by a stale socket of ours (a predecessor with our PID): removed and
- * bound at once; taken by a live one: left alone, the name after it is used. */
+/* The counter of "<prefix>-<n>.sock" (6 base32hex digits), and the name of another count. */
+static unsigned name_n(const char *name, const char *prefix)
+{
+	unsigned n = 0;
+	const char *p = name + strlen(prefix) + 1;
+	for (int i = 0; i < 6; i++, p++)
+		n = n << 5 | (unsigned)(*p <= '9' ? *p - '0' : *p - 'a' + 10);
+	return n;
+}
+
+static void name_of(char *buf, size_t size, const char *prefix, unsigned n)
+{
+	static const char digits[] = "0123456789abcdefghijklmnopqrstuv";
+	char d[7];
+	n &= 0x3fffffffu;
+	for (int i = 5; i >= 0; i--, n >>= 5)
+		d[i] = digits[n & 31];
+	d[6] = '\0';
+	snprintf(buf, size, "%s-%s.sock", prefix, d);
+}
+
+/* The next name is taken by a stale socket of ours (a predecessor that drew the same names):
+ * removed and bound at once; taken by a live one: left alone, the name after it is used. */
 static void bind_collision(void **state)
 {
 	dp_loop *loop = NULL;
@@ -287,18 +318,16 @@ static void bind_collision(void **state)
 	dp_endpoint_config c = dpt_stub_config();
 	dp_endpoint_events ev = { .on_stale_removed = on_stale, .on_register_failed = on_failed };
 	char next[128], after[128];
-	int pid;
-	unsigned n;
 
 	assert_int_equal(dp_loop_new(&loop), 0);
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 	dp_endpoint_set_events(ep, &ev);
 	assert_int_equal(dp_endpoint_start(ep), 0); /* no kubelet: serves for liveness */
 	assert_non_null(dp_endpoint_socket(ep));
-	assert_int_equal(sscanf(dp_endpoint_socket(ep), "thing-%d-%u.sock", &pid, &n), 2);
-	assert_int_equal(pid, (int)getpid());
+	assert_true(dp_ep_socket_ours("thing", dp_endpoint_socket(ep)));
+	unsigned n = name_n(dp_endpoint_socket(ep), "thing");
 
-	snprintf(next, sizeof(next), "thing-%d-%u.sock", pid, n + 1);
+	name_of(next, sizeof(next), "thing", n + 1);
 	make_socket(next, false);
 	dp_endpoint_restart(ep, "test");
 	dp_loop_run_once(loop, 100);
@@ -306,8 +335,8 @@ static void bind_collision(void **state)
 	assert_string_equal(last_stale, next);
 	assert_string_equal(dp_endpoint_socket(ep), next); /* the same name, bound again */
 
-	snprintf(next, sizeof(next), "thing-%d-%u.sock", pid, n + 2);
-	snprintf(after, sizeof(after), "thing-%d-%u.sock", pid, n + 3);
+	name_of(next, sizeof(next), "thing", n + 2);
+	name_of(after, sizeof(after), "thing", n + 3);
 	int live = make_socket(next, true);
 	dp_endpoint_restart(ep, "test");
 	dp_loop_run_once(loop, 100);
@@ -329,20 +358,24 @@ static void on_swept(const char *name, void *ud)
 /* The public naming and sweep, as kata's idle socket can use them. */
 static void socket_names_and_sweep(void **state)
 {
-	char a[64], b[64], tiny[8];
-	int pid;
-	unsigned n1, n2;
+	char a[64], b[64], tiny[17] = "unchanged";
 	assert_int_equal(dp_socket_name(a, sizeof(a), "idle"), 0);
 	assert_int_equal(dp_socket_name(b, sizeof(b), "idle"), 0);
-	assert_int_equal(sscanf(a, "idle-%d-%u.sock", &pid, &n1), 2);
-	assert_int_equal(sscanf(b, "idle-%d-%u.sock", &pid, &n2), 2);
-	assert_int_equal(pid, (int)getpid());
-	assert_int_equal(n2, n1 + 1);
+	assert_int_equal(strlen(a), strlen("idle-") + 6 + strlen(".sock"));
+	assert_int_equal(name_n(b, "idle"), (name_n(a, "idle") + 1) & 0x3fffffffu);
 	assert_true(dp_ep_socket_ours("idle", a));
-	assert_int_equal(dp_socket_name(tiny, sizeof(tiny), "idle"), -ENAMETOOLONG);
+	assert_false(dp_ep_socket_ours("idl", a));
+	assert_false(dp_ep_socket_ours("idle-", a));
+	/* "idle-xxxxxx.sock" and its NUL need 17 bytes */
+	assert_int_equal(dp_socket_name(tiny, 16, "idle"), -ENAMETOOLONG);
+	assert_string_equal(tiny, "unchanged");
+	assert_int_equal(dp_socket_name(tiny, 17, "idle"), 0);
+	/* a prefix longer than DP_SOCKET_PREFIX_MAX makes no name, whatever the buffer */
+	assert_int_equal(dp_socket_name(a, sizeof(a), "kata-nvidia.com-nvswitch"), -ENAMETOOLONG);
 
-	make_socket(a, false);
 	make_socket(b, false);
+	name_of(a, sizeof(a), "idle", name_n(b, "idle") - 1);
+	make_socket(a, false);
 	assert_int_equal(dp_socket_sweep(dir, "idle", b, on_swept, NULL), 1); /* b kept */
 	assert_string_equal(last_stale, a);
 	assert_false(exists(a));
@@ -350,6 +383,104 @@ static void socket_names_and_sweep(void **state)
 	assert_int_equal(dp_socket_sweep(dir, "idle", NULL, NULL, NULL), 1);
 	assert_false(exists(b));
 	assert_int_equal(dp_socket_sweep("/nonexistent", "idle", NULL, NULL, NULL), 0);
+}
+
+/* "<tag>-<hash>": pinned (the Go tests and docs compute the same), fixed length, checked. */
+static void socket_prefixes(void **state)
+{
+	char p[DP_SOCKET_PREFIX_MAX + 1], big[64];
+	static const struct {
+		const char *tag, *key, *want;
+	} pinned[] = {
+		{ "kata", "nvidia.com/gpu", "kata-pp49l5" },
+		{ "kata", "nvidia.com/nvswitch", "kata-ocpspg" },
+		{ "kata", "sku", "kata-cin8gp" },
+		{ "kata", "idle", "kata-1g3jsg" },
+		{ "hl", "hyperlight.dev/hypervisor", "hl-9thpct" },
+		{ "hl", "hyperlight.dev/device-access", "hl-03km8c" },
+	};
+	for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++) {
+		assert_int_equal(dp_socket_prefix(p, sizeof(p), pinned[i].tag, pinned[i].key), 0);
+		assert_string_equal(p, pinned[i].want);
+	}
+	/* A long resource name makes a prefix as short as any. */
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "kata",
+					  "a-very-long-vendor-domain.example.com/GH100_H100_SXM5_80GB_and_more"), 0);
+	assert_int_equal(strlen(big), DP_SOCKET_PREFIX_MAX);
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "kata", "nvidia.com/gpu"), 0);
+	char name[DP_SOCKET_NAME_MAX + 1];
+	assert_int_equal(dp_socket_name(name, sizeof(name), big), 0);
+	assert_int_equal(strlen(name), DP_SOCKET_NAME_MAX);
+	assert_true(dp_ep_socket_ours(big, name));
+
+	strcpy(big, "unchanged");
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "", "k"), -EINVAL);
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), NULL, "k"), -EINVAL);
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "katax", "k"), -EINVAL); /* > 4 bytes */
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "Kata", "k"), -EINVAL);
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "k-a", "k"), -EINVAL);
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "kata", ""), -EINVAL);
+	assert_int_equal(dp_socket_prefix(big, sizeof(big), "kata", NULL), -EINVAL);
+	assert_int_equal(dp_socket_prefix(big, DP_SOCKET_PREFIX_MAX, "kata", "k"), -ENAMETOOLONG);
+	assert_string_equal(big, "unchanged");
+}
+
+/* A directory of dirlen bytes under dir ("<dir>/x/xxxx...") that exists; its path into buf. */
+static void dir_of_length(char *buf, size_t size, size_t dirlen)
+{
+	size_t base = strlen(dir) + 1;
+	assert_true(dirlen > base && dirlen < size);
+	snprintf(buf, size, "%s/", dir);
+	memset(buf + base, 'd', dirlen - base);
+	buf[dirlen] = '\0';
+	assert_int_equal(mkdir(buf, 0755), 0);
+}
+
+/* The longest directory: our longest name and kubelet.sock bind there; one byte more is
+ * refused before anything is served. */
+static void longest_dir(void **state)
+{
+	char d[128], longer[128], name[DP_SOCKET_NAME_MAX + 1], path[256];
+	dp_loop *loop = NULL;
+	dp_endpoint *ep = NULL;
+	dp_endpoint_config c = dpt_stub_config();
+
+	assert_int_equal(DP_SOCKET_NAME_MAX, 23);
+	assert_int_equal(DP_SOCKET_DIR_MAX, 83);
+	dir_of_length(d, sizeof(d), DP_SOCKET_DIR_MAX);
+	dir_of_length(longer, sizeof(longer), DP_SOCKET_DIR_MAX + 1);
+	assert_int_equal(dp_socket_dir_check(d), 0);
+	assert_int_equal(dp_socket_dir_check(longer), -ENAMETOOLONG);
+
+	/* The longest name a 4-byte tag makes binds in the longest directory. */
+	assert_int_equal(dp_socket_prefix(path, sizeof(path), "kata", "nvidia.com/nvswitch"), 0);
+	assert_int_equal(dp_socket_name(name, sizeof(name), path), 0);
+	snprintf(path, sizeof(path), "%s/%s", d, name);
+	assert_int_equal(strlen(path), DP_SOCKET_SUN_PATH - 1);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	assert_int_equal(unlink(path), 0);
+
+	c.socket_prefix = "kata-ocpspg";
+	assert_int_equal(dp_loop_new(&loop), 0);
+	assert_int_equal(dp_endpoint_new(loop, longer, &c, &ep), -ENAMETOOLONG);
+	assert_null(ep);
+	assert_int_equal(dp_endpoint_new(loop, d, &c, &ep), 0);
+	assert_int_equal(dp_endpoint_start(ep), 0); /* no kubelet: serves for liveness */
+	assert_non_null(dp_endpoint_socket(ep));
+	assert_int_equal(strlen(dp_endpoint_socket(ep)), DP_SOCKET_NAME_MAX);
+	snprintf(path, sizeof(path), "%s/%s", d, dp_endpoint_socket(ep));
+	struct stat st;
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	dp_endpoint_free(ep);
+	dp_loop_free(loop);
+	assert_int_equal(rmdir(d), 0);
+	assert_int_equal(rmdir(longer), 0);
 }
 
 /* ---- the direct ListAndWatchResponse encoder against protobuf-c's pack ---- */
@@ -509,6 +640,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(sweeps_only_own_stale_sockets, setup, teardown),
 		cmocka_unit_test_setup_teardown(bind_collision, setup, teardown),
 		cmocka_unit_test_setup_teardown(socket_names_and_sweep, setup, teardown),
+		cmocka_unit_test(socket_prefixes),
+		cmocka_unit_test_setup_teardown(longest_dir, setup, teardown),
 		cmocka_unit_test(encoder_matches_protobuf_c),
 		cmocka_unit_test(encoder_rejects_bad_ids),
 	};

@@ -54,21 +54,22 @@ static void stale_socket(const char *name)
 
 static void no_socket_is_not_live(void **state)
 {
-	const char *prefixes[] = { "hyperlight" };
+	const char *prefixes[] = { "hl-9thpct" };
 	char err[512] = "";
 	/* Names that only look like ours do not count. */
-	touch("hyperlight-1-1.sock.bak");
-	touch("hyperlight-x-1.sock");
-	touch("hyperlight-device-access-1-1.sock");
+	touch("hl-9thpct-000001.sock.bak");
+	touch("hl-9thpct-00000x.sock");
+	touch("hl-9thpct-1-1.sock");
+	touch("hl-03km8c-000001.sock");
 	int r = dp_health_probe(dir, prefixes, 1, false, 200 * DP_USEC_PER_MSEC, err, sizeof(err));
 	assert_int_equal(r, -ENOENT);
 	assert_non_null(strstr(err, "not live"));
-	assert_non_null(strstr(err, "hyperlight-*.sock"));
+	assert_non_null(strstr(err, "hl-9thpct-*.sock"));
 }
 
 static void missing_directory(void **state)
 {
-	const char *prefixes[] = { "hyperlight" };
+	const char *prefixes[] = { "hl-9thpct" };
 	char err[512] = "", p[128];
 	snprintf(p, sizeof(p), "%s/nope", dir);
 	int r = dp_health_probe(p, prefixes, 1, true, 200 * DP_USEC_PER_MSEC, err, sizeof(err));
@@ -78,9 +79,9 @@ static void missing_directory(void **state)
 
 static void stale_socket_times_out(void **state)
 {
-	const char *prefixes[] = { "hyperlight" };
+	const char *prefixes[] = { "hl-9thpct" };
 	char err[512] = "";
-	stale_socket("hyperlight-99999-1.sock");
+	stale_socket("hl-9thpct-00v0a1.sock");
 	int r = dp_health_probe(dir, prefixes, 1, true, 200 * DP_USEC_PER_MSEC, err, sizeof(err));
 	assert_true(r == -ETIMEDOUT || r == -EAGAIN);
 	assert_non_null(strstr(err, "not ready"));
@@ -88,12 +89,12 @@ static void stale_socket_times_out(void **state)
 
 static void every_prefix_needs_a_socket(void **state)
 {
-	const char *prefixes[] = { "kata-nvidia.com-gpu", "kata-nvidia.com-nvswitch" };
+	const char *prefixes[] = { "kata-pp49l5", "kata-ocpspg" };
 	char err[512] = "";
-	stale_socket("kata-nvidia.com-gpu-1-1.sock");
+	stale_socket("kata-pp49l5-000001.sock");
 	int r = dp_health_probe(dir, prefixes, 2, false, 200 * DP_USEC_PER_MSEC, err, sizeof(err));
 	assert_true(r < 0);
-	assert_non_null(strstr(err, "kata-nvidia.com-"));
+	assert_non_null(strstr(err, "kata-"));
 }
 
 /* ---- dp_health_probe_present ---- */
@@ -146,23 +147,23 @@ static void stop_child(pid_t pid)
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 }
 
-static const char *const kata_prefixes[] = { "kata-nvidia.com-gpu", "kata-nvidia.com-nvswitch", "kata-idle" };
+static const char *const kata_prefixes[] = { "kata-pp49l5", "kata-ocpspg", "kata-1g3jsg" /* idle */ };
 
 static void present_nothing_is_not_live(void **state)
 {
 	char err[512] = "";
-	touch("kata-nvidia.com-gpu-1-1.sock.bak");
+	touch("kata-pp49l5-000001.sock.bak");
 	int r = dp_health_probe_present(dir, kata_prefixes, 3, false, 2 * DP_USEC_PER_SEC, err, sizeof(err));
 	assert_int_equal(r, -ENOENT);
 	assert_non_null(strstr(err, "not live: no live plugin socket"));
-	assert_non_null(strstr(err, "kata-idle-*.sock"));
+	assert_non_null(strstr(err, "kata-1g3jsg-*.sock"));
 }
 
 /* A socket file nobody listens on is skipped at once, not waited for until the deadline. */
 static void present_stale_only_is_not_live(void **state)
 {
 	char err[512] = "";
-	stale_socket("kata-nvidia.com-gpu-99999-1.sock");
+	stale_socket("kata-pp49l5-00v0a1.sock");
 	uint64_t t0 = dp_now_usec();
 	int r = dp_health_probe_present(dir, kata_prefixes, 3, false, 10 * DP_USEC_PER_SEC, err, sizeof(err));
 	assert_int_equal(r, -ENOENT);
@@ -173,8 +174,8 @@ static void present_stale_only_is_not_live(void **state)
 static void present_one_live_prefix(void **state)
 {
 	char err[512] = "";
-	stale_socket("kata-nvidia.com-gpu-99999-1.sock");
-	pid_t pid = serve_health("kata-idle-42-1.sock");
+	stale_socket("kata-pp49l5-00v0a1.sock");
+	pid_t pid = serve_health("kata-1g3jsg-00001a.sock");
 	int live = dp_health_probe_present(dir, kata_prefixes, 3, false, 5 * DP_USEC_PER_SEC, err, sizeof(err));
 	int ready = dp_health_probe_present(dir, kata_prefixes, 3, true, 5 * DP_USEC_PER_SEC, err, sizeof(err));
 	/* The strict form still demands every prefix. */
@@ -183,7 +184,7 @@ static void present_one_live_prefix(void **state)
 	stop_child(pid);
 	assert_int_equal(live, 0);
 	assert_int_equal(ready, -EAGAIN);
-	assert_non_null(strstr(err, "not ready: kata-idle-*.sock"));
+	assert_non_null(strstr(err, "not ready: kata-1g3jsg-*.sock"));
 	assert_true(strict < 0);
 }
 

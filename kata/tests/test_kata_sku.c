@@ -206,7 +206,8 @@ static void sku_resources(void **state)
 	assert_string_equal(r.v[2].devs[0].pci, "0000:05:00.0");
 	assert_string_equal(r.v[2].devs[1].pci, "0000:42:00.0");
 	/* derived names */
-	assert_string_equal(r.v[2].socket_prefix, "kata-sku");
+	assert_string_equal(r.v[2].socket_prefix, "kata-cin8gp"); /* shared: the hash of "sku" */
+	assert_string_equal(r.v[1].socket_prefix, "kata-cin8gp");
 	assert_string_equal(r.v[2].plugin_name, "kata.sku-1234-2330");
 	assert_string_equal(r.v[2].spec_file, "kata.example.com-GH100_H100_SXM5_80GB.yaml");
 	assert_string_equal(r.v[1].spec_file, "kata.example.com-pci_1234_0008.yaml");
@@ -259,7 +260,7 @@ static void table_resources(void **state)
 	assert_string_equal(r.v[0].name, "example.com/gpu");
 	assert_int_equal(r.v[0].n, 3);
 	assert_string_equal(r.v[0].devs[2].name, "vfio0");
-	assert_string_equal(r.v[0].socket_prefix, "kata-example.com-gpu");
+	assert_string_equal(r.v[0].socket_prefix, "kata-8o5trb"); /* the hash of "example.com/gpu" */
 	assert_string_equal(r.v[0].plugin_name, "kata.example.com-gpu");
 	assert_string_equal(r.v[0].spec_file, "kata.example.com-gpu.yaml");
 	assert_string_equal(r.v[1].name, "example.com/switch");

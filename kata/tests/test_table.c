@@ -101,7 +101,9 @@ static void derived_names(void **state)
 {
 	char b[KATA_NAME_MAX], tiny[8] = "keep";
 	assert_int_equal(kata_socket_prefix("nvidia.com/gpu", b, sizeof(b)), 0);
-	assert_string_equal(b, "kata-nvidia.com-gpu");
+	assert_string_equal(b, "kata-pp49l5"); /* "kata-<hash>", dp_socket_prefix */
+	assert_int_equal(kata_socket_prefix("nvidia.com/nvswitch", b, sizeof(b)), 0);
+	assert_string_equal(b, "kata-ocpspg");
 	assert_int_equal(kata_plugin_name("nvidia.com/nvswitch", b, sizeof(b)), 0);
 	assert_string_equal(b, "kata.nvidia.com-nvswitch");
 	assert_int_equal(kata_spec_file("nvidia.com/gpu", b, sizeof(b)), 0);
@@ -109,6 +111,8 @@ static void derived_names(void **state)
 	assert_int_equal(kata_spec_file("nvidia.com/gpu", tiny, sizeof(tiny)), -ENAMETOOLONG);
 	assert_string_equal(tiny, "keep");
 	assert_int_equal(kata_socket_prefix("gpu", b, sizeof(b)), -EINVAL);
+	assert_int_equal(kata_socket_prefix("nvidia.com/gpu", tiny, sizeof(tiny)), -ENAMETOOLONG);
+	assert_string_equal(tiny, "keep");
 }
 
 /* ---- a third row, end to end ---- */
@@ -238,13 +242,16 @@ static char *slurp(const char *path)
 	return s;
 }
 
-/* "<prefix>-<pid>-<n>.sock" */
+/* "<prefix>-<6 base32hex digits>.sock" */
 static bool socket_of(const char *name, const char *prefix)
 {
-	char head[128];
-	snprintf(head, sizeof(head), "%s-%d-", prefix, (int)getpid());
-	size_t hl = strlen(head), nl = strlen(name);
-	return strncmp(name, head, hl) == 0 && nl > hl + 5 && strcmp(name + nl - 5, ".sock") == 0;
+	size_t pl = strlen(prefix);
+	if (strncmp(name, prefix, pl) != 0 || name[pl] != '-' || strlen(name) != pl + 1 + 6 + 5)
+		return false;
+	for (size_t i = pl + 1; i < pl + 7; i++)
+		if (!strchr("0123456789abcdefghijklmnopqrstuv", name[i]))
+			return false;
+	return strcmp(name + pl + 7, ".sock") == 0;
 }
 
 static void third_row_end_to_end(void **state)
@@ -315,7 +322,7 @@ static void third_row_end_to_end(void **state)
 			nic_socket = k.endpoint[i];
 	}
 	assert_non_null(nic_socket);
-	assert_true(socket_of(nic_socket, "kata-example.com-nic"));
+	assert_true(socket_of(nic_socket, "kata-qp8rfg")); /* the hash of "example.com/nic" */
 	assert_true(dp_endpoint_healthy(kata_plugin_endpoint(plugins[2])));
 
 	/* The CDI spec on disk: the rendered bytes, kind = resource, IDs in PCI order. */

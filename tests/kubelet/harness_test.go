@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +29,8 @@ const (
 	exitBound    = 10 * time.Second
 )
 
-var endpointRe = regexp.MustCompile(`^hyperlight-([0-9]+)-([0-9]+)\.sock$`)
+// endpointRe: the hypervisor plugin's socket names, "hl-<hash of the resource>-<n>.sock".
+var endpointRe = SocketRe(SocketPrefix(HyperlightSocketTag, HyperlightResource))
 
 type scenario struct {
 	t    *testing.T
@@ -57,10 +57,16 @@ func daemonBinary(t *testing.T) string {
 // newNode makes a simulated node with <root>/dev/kvm (10:232), removed after the test.
 func newNode(t *testing.T, kvm bool) *Node {
 	t.Helper()
+	return newNodeDirLen(t, kvm, 0)
+}
+
+// newNodeDirLen is newNode with a kubelet directory of exactly dirLen bytes (0: the shortest).
+func newNodeDirLen(t *testing.T, kvm bool, dirLen int) *Node {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("scenario tests must run as root (they mknod /dev/kvm under a temporary root and mount)")
 	}
-	n, err := NewNode()
+	n, err := NewNodeKubeletDirLen(dirLen)
 	if err != nil {
 		t.Fatal(err)
 	}

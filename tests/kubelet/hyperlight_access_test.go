@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,7 +24,7 @@ const (
 	AccessDeviceID = "device-access"
 )
 
-var accessEndpointRe = regexp.MustCompile(`^hyperlight-device-access-([0-9]+)-([0-9]+)\.sock$`)
+var accessEndpointRe = SocketRe(SocketPrefix(HyperlightSocketTag, AccessResource))
 
 // accessScenario: a node (with <root>/dev/kvm when kvm), the mock kubelet and the daemon in
 // --device-access mode.
@@ -80,9 +78,8 @@ func noCDI(t *testing.T, n *Node) {
 func TestHyperlightDeviceAccess(t *testing.T) {
 	s := accessScenario(t, true)
 	p := s.registeredAs(AccessResource, 1, startBound)
-	m := accessEndpointRe.FindStringSubmatch(p.Endpoint)
-	if m == nil || m[1] != strconv.Itoa(s.d.Pid()) {
-		t.Errorf("endpoint %q, want hyperlight-device-access-%d-<n>.sock", p.Endpoint, s.d.Pid())
+	if !accessEndpointRe.MatchString(p.Endpoint) {
+		t.Errorf("endpoint %q, want %s", p.Endpoint, accessEndpointRe)
 	}
 	if p.Request.Version != APIVersion || p.Options.PreStartRequired || p.Options.GetPreferredAllocationAvailable {
 		t.Errorf("RegisterRequest version %q, options %+v; want v1beta1 and both options false", p.Request.Version, p.Options)
@@ -247,17 +244,17 @@ func TestHyperlightDeviceAccessHealthCheck(t *testing.T) {
 // Both DaemonSets on one node: two daemons, two resources, each on sockets of its own prefix.
 func TestHyperlightBothModes(t *testing.T) {
 	s := prepare(t, newNode(t, true))
-	main := s.startWith(nil, "DEVICE_COUNT=3")
+	s.startWith(nil, "DEVICE_COUNT=3")
 	access := s.startWith([]string{"--device-access"})
 	hp := s.registeredAs(HyperlightResource, 1, startBound)
 	ap := s.registeredAs(AccessResource, 1, startBound)
 	s.devicesOf(HyperlightResource, 3, Healthy, eventBound)
 	s.devicesOf(AccessResource, 1, Healthy, eventBound)
-	if m := endpointRe.FindStringSubmatch(hp.Endpoint); m == nil || m[1] != strconv.Itoa(main.Pid()) {
-		t.Errorf("hypervisor endpoint %q, want hyperlight-%d-<n>.sock", hp.Endpoint, main.Pid())
+	if !endpointRe.MatchString(hp.Endpoint) {
+		t.Errorf("hypervisor endpoint %q, want %s", hp.Endpoint, endpointRe)
 	}
-	if m := accessEndpointRe.FindStringSubmatch(ap.Endpoint); m == nil || m[1] != strconv.Itoa(access.Pid()) {
-		t.Errorf("device-access endpoint %q, want hyperlight-device-access-%d-<n>.sock", ap.Endpoint, access.Pid())
+	if !accessEndpointRe.MatchString(ap.Endpoint) {
+		t.Errorf("device-access endpoint %q, want %s", ap.Endpoint, accessEndpointRe)
 	}
 	allocateBoth := func(when string) {
 		t.Helper()

@@ -82,7 +82,7 @@ func (s *kataScenario) kataRegs() map[string]int {
 }
 
 // kataSKUReady waits until exactly the expected resources registered once more than before
-// (kataRegs), each on its own "kata-sku-*.sock", and list their devices; no other resource
+// (kataRegs), each on its own socket of the shared prefix KataSKUPrefix, and list their devices; no other resource
 // registered.
 func (s *kataScenario) kataSKUReady(want map[string][]kataDev, before map[string]int) map[string]*Plugin {
 	s.t.Helper()
@@ -91,8 +91,8 @@ func (s *kataScenario) kataSKUReady(want map[string][]kataDev, before map[string
 	for _, r := range keys(want) {
 		p := s.kataRegistered(r, before[r]+1, startBound)
 		s.kataDevices(r, eventBound, func(d []*api.Device) error { return checkKataDevices(d, want[r]) })
-		if !strings.HasPrefix(p.Endpoint, "kata-sku-") || !strings.HasSuffix(p.Endpoint, ".sock") {
-			s.t.Errorf("%s registered endpoint %q, want kata-sku-*.sock", r, p.Endpoint)
+		if !IsSocketOf(p.Endpoint, KataSKUPrefix) {
+			s.t.Errorf("%s registered endpoint %q, want %s-<n>.sock", r, p.Endpoint, KataSKUPrefix)
 		}
 		if other, dup := sockets[p.Endpoint]; dup {
 			s.t.Errorf("%s and %s registered the same socket %s", r, other, p.Endpoint)
@@ -246,8 +246,8 @@ func TestKataSKULifeCycle(t *testing.T) {
 	p := s.kataRegistered(a100Res, 1, eventBound)
 	s.kataDevices(a100Res, eventBound, func(d []*api.Device) error { return checkKataDevices(d, want[a100Res]) })
 	s.checkKataSpec(a100Res, want[a100Res])
-	if !strings.HasPrefix(p.Endpoint, "kata-sku-") {
-		t.Errorf("%s registered endpoint %q, want kata-sku-*.sock", a100Res, p.Endpoint)
+	if !IsSocketOf(p.Endpoint, KataSKUPrefix) {
+		t.Errorf("%s registered endpoint %q, want %s-<n>.sock", a100Res, p.Endpoint, KataSKUPrefix)
 	}
 	s.waitLogMsg(eventBound, "info", "new PCI model, advertising it beside the others", "resource="+a100Res+" ", "devices=1")
 	for r, old := range ps {
@@ -310,7 +310,7 @@ func TestKataSKUFromIdle(t *testing.T) {
 	if !s.wait(eventBound, func() bool {
 		socks, _ := s.node.PluginSockets()
 		for _, n := range socks {
-			if strings.HasPrefix(n, KataIdlePrefix+"-") {
+			if IsSocketOf(n, KataIdlePrefix) {
 				return false
 			}
 		}

@@ -56,8 +56,14 @@ func kataBinary(t *testing.T) string {
 // newKata makes a node with an empty fake VFIO host and a mock kubelet; no daemon yet.
 func newKata(t *testing.T) *kataScenario {
 	t.Helper()
+	return newKataDirLen(t, 0)
+}
+
+// newKataDirLen is newKata with a kubelet directory of exactly dirLen bytes (0: the shortest).
+func newKataDirLen(t *testing.T, dirLen int) *kataScenario {
+	t.Helper()
 	bin := kataBinary(t)
-	node := newNode(t, false)
+	node := newNodeDirLen(t, false, dirLen)
 	tree, err := NewKataTree(node.Root)
 	if err != nil {
 		t.Fatal(err)
@@ -250,13 +256,13 @@ func keys(m map[string][]kataDev) []string {
 	return out
 }
 
-// checkKataRegistration: socket "kata-<vendor>-<class>-*.sock", GetPreferredAllocation
+// checkKataRegistration: socket "kata-<hash of the resource>-<n>.sock", GetPreferredAllocation
 // advertised (topology: kata/prefer.c), no PreStartContainer.
 func checkKataRegistration(t *testing.T, p *Plugin) {
 	t.Helper()
-	prefix := KataSocketPrefix(p.Resource) + "-"
-	if !strings.HasPrefix(p.Endpoint, prefix) || !strings.HasSuffix(p.Endpoint, ".sock") || strings.Contains(p.Endpoint, "/") {
-		t.Errorf("%s registered endpoint %q, want %s*.sock", p.Resource, p.Endpoint, prefix)
+	prefix := KataSocketPrefix(p.Resource)
+	if !IsSocketOf(p.Endpoint, prefix) {
+		t.Errorf("%s registered endpoint %q, want %s-<n>.sock", p.Resource, p.Endpoint, prefix)
 	}
 	if p.Options.PreStartRequired || !p.Options.GetPreferredAllocationAvailable {
 		t.Errorf("%s options %+v, want GetPreferredAllocation and no PreStartContainer", p.Resource, p.Options)
@@ -1034,7 +1040,7 @@ func TestKataNoDevices(t *testing.T) {
 				t.Errorf("readiness with nothing to advertise: exit %d, want 1", r.Code)
 			}
 			socks, _ := s.node.PluginSockets()
-			if len(socks) != 1 || !strings.HasPrefix(socks[0], KataIdlePrefix+"-") {
+			if len(socks) != 1 || !IsSocketOf(socks[0], KataIdlePrefix) {
 				s.fatalf("plugin sockets %v, want one %s-*.sock", socks, KataIdlePrefix)
 			}
 			if rs := s.k.Resources(); len(rs) != 0 {
@@ -1058,7 +1064,7 @@ func TestKataNoDevices(t *testing.T) {
 			}
 			if !s.wait(eventBound, func() bool {
 				now, _ := s.node.PluginSockets()
-				return len(now) == 1 && strings.HasPrefix(now[0], KataIdlePrefix+"-") && now[0] != socks[0]
+				return len(now) == 1 && IsSocketOf(now[0], KataIdlePrefix) && now[0] != socks[0]
 			}) {
 				now, _ := s.node.PluginSockets()
 				s.fatalf("plugin sockets %v after a kubelet restart, want a new %s-*.sock", now, KataIdlePrefix)

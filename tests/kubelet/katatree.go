@@ -35,7 +35,6 @@ const (
 	ClassGPU          = 0x030200 // 3D controller
 	ClassNVSwitch     = 0x068000 // bridge: other
 	KataCDIVersion    = "0.5.0"  // the minimum: device names start with a digit
-	KataIdlePrefix    = "kata-idle"
 	KataVFIOMajor     = 237 // any major the host does not use: the daemon only stats the nodes
 	KataExitSetChange = 3   // exit status when the VFIO device set changed
 	// KataContainerDir is where the cdevs live on the host and in the container.
@@ -57,10 +56,17 @@ func KataSpecFile(resource string) string {
 	return "kata." + v + "-" + c + ".yaml"
 }
 
-// KataSocketPrefix is the endpoint socket prefix of a resource: "kata-nvidia.com-gpu".
+// KataSocketPrefix is the endpoint socket prefix of a resource with RESOURCE_NAMING=table:
+// "kata-pp49l5" for nvidia.com/gpu.
 func KataSocketPrefix(resource string) string {
-	return "kata-" + strings.ReplaceAll(resource, "/", "-")
+	return SocketPrefix(KataSocketTag, resource)
 }
+
+// The socket prefixes of kata's idle health socket and of every RESOURCE_NAMING=sku endpoint.
+var (
+	KataIdlePrefix = SocketPrefix(KataSocketTag, "idle")
+	KataSKUPrefix  = SocketPrefix(KataSocketTag, "sku")
+)
 
 // KataAnnotationKey is the Allocate annotation for a request whose first ID is firstID:
 // "cdi.k8s.io/kata.nvidia.com-gpu_0".

@@ -71,3 +71,41 @@ func versionSupported(v string) bool {
 	}
 	return false
 }
+
+// The plugin sockets' names (core/src/endpoint_socket.c): "<tag>-<h>-<n>.sock", <h> the 30-bit
+// FNV-1a hash (xor-folded) of a key (the resource name, or a word several endpoints share) and
+// <n> a per-process counter, each 6 base32hex digits; at most SocketNameMax bytes, so a kubelet
+// directory of at most SocketDirMax bytes holds them (sun_path: 108 bytes with the NUL).
+const (
+	HyperlightSocketTag = "hl"
+	KataSocketTag       = "kata"
+	SocketNameMax       = 23
+	SocketDirMax        = 108 - 1 - SocketNameMax - 1
+)
+
+const base32hex = "0123456789abcdefghijklmnopqrstuv"
+
+// SocketPrefix is the prefix of every socket of key: "kata-pp49l5" for nvidia.com/gpu.
+func SocketPrefix(tag, key string) string {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	h = ((h >> 30) ^ h) & 0x3fffffff
+	b := make([]byte, 6)
+	for i := 5; i >= 0; i-- {
+		b[i] = base32hex[h&31]
+		h >>= 5
+	}
+	return tag + "-" + string(b)
+}
+
+// SocketRe matches exactly the socket names of prefix; the counter is the submatch.
+func SocketRe(prefix string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-([0-9a-v]{6})\.sock$`)
+}
+
+// IsSocketOf reports whether name is one of prefix's socket names.
+func IsSocketOf(name, prefix string) bool {
+	return SocketRe(prefix).MatchString(name)
+}

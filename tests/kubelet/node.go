@@ -30,16 +30,33 @@ type Node struct {
 	KubeletDir string // <root>/var/lib/kubelet/device-plugins
 	CDIDir     string // <root>/var/run/cdi
 	DevDir     string // <root>/dev
+	top        string // the temporary directory Remove deletes (Root or its parent)
 }
 
 // NewNode creates a short temporary root (unix socket paths are limited to 107 bytes) with the
 // kubelet, CDI and /dev directories.
 func NewNode() (*Node, error) {
-	root, err := os.MkdirTemp("", "sdp-")
+	return NewNodeKubeletDirLen(0)
+}
+
+// NewNodeKubeletDirLen is NewNode with a KubeletDir of exactly dirLen bytes (0: as short as it
+// comes): the root is a directory padded to length inside the temporary one.
+func NewNodeKubeletDirLen(dirLen int) (*Node, error) {
+	top, err := os.MkdirTemp("", "sdp-")
 	if err != nil {
 		return nil, err
 	}
+	root := top
+	if dirLen > 0 {
+		pad := dirLen - len(top) - len("/") - len("/var/lib/kubelet/device-plugins")
+		if pad < 1 {
+			os.RemoveAll(top)
+			return nil, fmt.Errorf("a kubelet directory of %d bytes does not fit under %s", dirLen, top)
+		}
+		root = filepath.Join(top, strings.Repeat("p", pad))
+	}
 	n := &Node{
+		top:        top,
 		Root:       root,
 		KubeletDir: filepath.Join(root, "var/lib/kubelet/device-plugins"),
 		CDIDir:     filepath.Join(root, "var/run/cdi"),
@@ -50,7 +67,7 @@ func NewNode() (*Node, error) {
 		mode os.FileMode
 	}{{n.KubeletDir, 0o750}, {n.CDIDir, 0o755}, {n.DevDir, 0o755}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
-			os.RemoveAll(root)
+			os.RemoveAll(top)
 			return nil, err
 		}
 	}
@@ -58,7 +75,7 @@ func NewNode() (*Node, error) {
 }
 
 // Remove deletes the whole root.
-func (n *Node) Remove() error { return os.RemoveAll(n.Root) }
+func (n *Node) Remove() error { return os.RemoveAll(n.top) }
 
 // KVMPath is <root>/dev/kvm.
 func (n *Node) KVMPath() string { return filepath.Join(n.DevDir, "kvm") }

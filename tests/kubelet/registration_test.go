@@ -112,8 +112,8 @@ func TestRegistrationRestartOverStaleSocket(t *testing.T) {
 	s.env = DaemonEnv(s.node.Root, "DEVICE_COUNT=3")
 	first := startAsPID1(t, s)
 	p1 := s.registered(1, startBound)
-	if m := endpointRe.FindStringSubmatch(p1.Endpoint); m == nil || m[1] != "1" {
-		t.Fatalf("endpoint %q, want hyperlight-1-<n>.sock (PID 1)", p1.Endpoint)
+	if !endpointRe.MatchString(p1.Endpoint) {
+		t.Fatalf("endpoint %q, want %s", p1.Endpoint, endpointRe)
 	}
 	first.Signal(syscall.SIGKILL)
 	if _, err := first.Wait(exitBound); err != nil {
@@ -132,11 +132,13 @@ func TestRegistrationRestartOverStaleSocket(t *testing.T) {
 	}) {
 		t.Fatalf("%s still accepts connections after kill -9", p1.Socket)
 	}
-	others := []string{"other-1-1.sock", "hyperlight-device-access-1-1.sock", "hyperlightx-1-1.sock"}
+	prefix := SocketPrefix(HyperlightSocketTag, HyperlightResource)
+	others := []string{"other-000001.sock", SocketPrefix(HyperlightSocketTag, AccessResource) + "-000001.sock",
+		prefix + "x-000001.sock", prefix + "-1-1.sock", prefix + "-0000001.sock"}
 	for _, n := range others {
 		staleSocket(t, s.node.SocketPath(n))
 	}
-	live := "hyperlight-4242-1.sock"
+	live := prefix + "-0004v2.sock"
 	liveSocket(t, s.node.SocketPath(live))
 
 	second := startAsPID1(t, s)
@@ -144,8 +146,8 @@ func TestRegistrationRestartOverStaleSocket(t *testing.T) {
 	if p2.Endpoint == p1.Endpoint {
 		t.Errorf("the restart registered its predecessor's name %s", p2.Endpoint)
 	}
-	if m := endpointRe.FindStringSubmatch(p2.Endpoint); m == nil || m[1] != "1" {
-		t.Errorf("endpoint %q, want hyperlight-1-<n>.sock (PID 1)", p2.Endpoint)
+	if !endpointRe.MatchString(p2.Endpoint) {
+		t.Errorf("endpoint %q, want %s", p2.Endpoint, endpointRe)
 	}
 	waitLine(t, second, eventBound, "info", staleRemoved, "socket="+p1.Endpoint)
 	if IsSocket(p1.Socket) {
@@ -367,7 +369,7 @@ func TestRegistrationSocketFailureSaid(t *testing.T) {
 
 // kata with nothing to advertise serves only its idle health socket: killed with -9 as PID 1
 // and restarted as PID 1, it removes the idle socket its predecessor left (said once at info)
-// instead of leaving one more kata-idle-1-<n>.sock behind on every crash.
+// instead of leaving one more idle socket behind on every crash.
 func TestRegistrationKataIdleRestartOverStaleSocket(t *testing.T) {
 	ks := newKata(t)
 	s := ks.scenario
@@ -376,7 +378,7 @@ func TestRegistrationKataIdleRestartOverStaleSocket(t *testing.T) {
 		socks, _ := s.node.PluginSockets()
 		var out []string
 		for _, n := range socks {
-			if strings.HasPrefix(n, KataIdlePrefix+"-1-") {
+			if IsSocketOf(n, KataIdlePrefix) {
 				out = append(out, n)
 			}
 		}
@@ -386,7 +388,7 @@ func TestRegistrationKataIdleRestartOverStaleSocket(t *testing.T) {
 	waitLine(t, first, startBound, "info", "serving health only, not registered with kubelet")
 	old := idleSockets()
 	if len(old) != 1 {
-		t.Fatalf("idle sockets %v, want one %s-1-<n>.sock", old, KataIdlePrefix)
+		t.Fatalf("idle sockets %v, want one %s-<n>.sock", old, KataIdlePrefix)
 	}
 	first.Signal(syscall.SIGKILL)
 	if _, err := first.Wait(exitBound); err != nil {

@@ -97,6 +97,7 @@ PY
 an unknown value (extraArgs)|--set extraArgs=x|extraArgs
 logLevel=verbose|--set logLevel=verbose|logLevel
 kubeletDir relative (var/lib/kubelet)|--set kubeletDir=var/lib/kubelet|kubeletDir
+kubeletDir of 69 bytes (kubelet's socket paths over 107)|--set kubeletDir=/kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk|kubeletDir: String length must be less than or equal to 68
 maxSurge=1|--set updateStrategy.rollingUpdate.maxSurge=1|maxSurge
 a ServiceMonitor without metrics.enabled|--set metrics.serviceMonitor.enabled=true|need metrics.enabled=true
 EOT

@@ -12,11 +12,15 @@
  *     (dp_daemon_usage) on stdout, exit 0; --health-check[=readiness]; the daemon's own flags.
  *     Anything else: "PROG: unknown argument 'X'" and the usage on stderr, exit 2.
  *  4. --health-check: the signal mask is restored and the daemon's sockets in the kubelet
- *     directory are asked (dp_health_probe, or dp_health_probe_present when health_present:
+ *     directory (too long for them: "kubelet directory DIR too long: N bytes, at most M") are
+ *     asked (dp_health_probe, or dp_health_probe_present when health_present:
  *     health.h); exit 0 when healthy, else 1 with "PROG: <reason>" on stderr.
  *  5. LOG_LEVEL is read once (dp_log_init), the gRPC limits are logged at warn, and
  *     msg=starting program=PROG version= commit= [mode=] is logged.
- *  6. configure(): the daemon's configuration, before any loop exists.
+ *  6. The kubelet directory must hold every socket path we make (dp_socket_dir_check,
+ *     endpoint.h: at most DP_SOCKET_DIR_MAX bytes), else msg="kubelet directory too long for
+ *     the plugin sockets" dir= length= max=, exit 1. configure(): the daemon's configuration,
+ *     before any loop exists.
  *  7. SIGPIPE is ignored; the loop is created with SIGTERM and SIGINT (msg="shutting down"
  *     signal=TERM, then exit 0) and the ignored signals (dp_signals_ignore); prepare() adds the
  *     daemon's first sources. A failure: msg="cannot set up the event loop" error=, exit 1.
@@ -101,8 +105,8 @@ typedef struct dp_daemon {
 	const char *exit_invalid; /* NULL, or the daemon's own variables: "RESOURCE_NAMING" */
 	const char *exit_more;    /* NULL, or "3 when the VFIO device set changed (...)" */
 
-	/* --health-check (required): the socket prefixes to ask, into names[0..*ret_n) (at most
-	 * max); a negative errno when they cannot be named. */
+	/* --health-check (required): the socket prefixes to ask (dp_socket_prefix, endpoint.h),
+	 * into names[0..*ret_n) (at most max); a negative errno when they cannot be named. */
 	int (*health_prefixes)(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 			       size_t *ret_n);
 	bool health_present; /* sockets exist only for present hardware (dp_health_probe_present) */

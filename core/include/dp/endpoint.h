@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * endpoint: one advertised resource. Owns the plugin's gRPC server on a socket with a fresh
- * name per server instance ("<prefix>-<pid>-<n>.sock" in the device-plugins directory, <n>
- * starting at a random value per process: endpoint_socket.c), the
+ * name per server instance ("<prefix>-<n>.sock" in the device-plugins directory, at most
+ * DP_SOCKET_NAME_MAX bytes, <n> starting at a random value per process: endpoint_socket.c), the
  * registration life cycle with kubelet, the ListAndWatch streams, the device list, the health
  * service and the periodic/backoff check timers. Hardware knowledge stays in the driver.
  *
@@ -60,7 +60,7 @@ typedef struct dp_driver {
 
 typedef struct dp_endpoint_config {
 	const char *resource_name;   /* "hyperlight.dev/hypervisor" */
-	const char *socket_prefix;   /* "hyperlight" */
+	const char *socket_prefix;   /* dp_socket_prefix(): "hl-9thpct" (at most DP_SOCKET_PREFIX_MAX) */
 	const dp_device *devices;    /* copied */
 	size_t n_devices;
 	bool preferred_allocation;   /* advertise GetPreferredAllocation */
@@ -84,7 +84,9 @@ typedef struct dp_endpoint_config {
 	void *userdata;
 } dp_endpoint_config;
 
-/* Validates the configuration (-EINVAL: empty or too long IDs, duplicates, bad resource name). */
+/* Validates the configuration (-EINVAL: empty or too long IDs, duplicates, bad resource name,
+ * a socket prefix empty or longer than DP_SOCKET_PREFIX_MAX; -ENAMETOOLONG: kubelet_dir longer
+ * than DP_SOCKET_DIR_MAX). */
 int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_config *cfg,
 		    dp_endpoint **ret);
 /* Serve and register; asks the driver for the first check. */
@@ -187,14 +189,42 @@ const char *dp_endpoint_reason(const dp_endpoint *ep);
 size_t dp_endpoint_devices(const dp_endpoint *ep);
 /*
  * Socket names in the device-plugins directory, for any socket a daemon serves there (the
- * endpoint uses them; kata's idle health socket can): "<prefix>-<pid>-<n>.sock", <n> counting
- * from a random start drawn once per process (-ENAMETOOLONG). dp_socket_sweep removes every
- * stale socket of prefix in dir: named exactly "<prefix>-<digits>-<digits>.sock", a socket, and
- * nobody listening (connect: ECONNREFUSED); keep (may be NULL) is skipped; removed (may be NULL)
- * is called with each name removed. Returns how many were.
+ * endpoint uses them; kata's idle health socket can): "<prefix>-<n>.sock", at most
+ * DP_SOCKET_NAME_MAX bytes whatever the resource, as kubelet dials "<dir>/<name>" through a
+ * sockaddr_un (108 bytes, NUL included).
+ *
+ * dp_socket_prefix makes a prefix "<tag>-<h>": tag the daemon's (1..DP_SOCKET_TAG_MAX bytes of
+ * [a-z0-9]: "hl", "kata"), <h> the 30-bit FNV-1a hash of key (the resource name, or a word for
+ * a socket several endpoints share) in 6 base32hex digits [0-9a-v]: "kata-pp49l5" for
+ * nvidia.com/gpu (docs/operations.md lists them all; tests/kubelet computes the same). -EINVAL for
+ * a bad tag or an empty key, -ENAMETOOLONG when size is too small; buf written only on success.
+ *
+ * dp_socket_name: <n> is 6 base32hex digits counting this process's names (30 bits) from a
+ * random start drawn once per process, so a daemon restarted with the same PID does not reuse
+ * its dead predecessor's names. -ENAMETOOLONG for a prefix longer than DP_SOCKET_PREFIX_MAX or
+ * a buffer too small (buf then unchanged).
+ *
+ * dp_socket_sweep removes every stale socket of prefix in dir: named exactly
+ * "<prefix>-<6 base32hex digits>.sock", a socket, and nobody listening (connect:
+ * ECONNREFUSED); keep (may be NULL) is skipped; removed (may be NULL) is called with each name
+ * removed. Returns how many were.
+ *
+ * dp_socket_dir_check: 0 when every name we make, and kubelet.sock, fits a sockaddr_un in dir
+ * (strlen(dir) <= DP_SOCKET_DIR_MAX), else -ENAMETOOLONG.
  */
+#define DP_SOCKET_TAG_MAX 4
+#define DP_SOCKET_HASH_LEN 6
+#define DP_SOCKET_N_LEN 6
+#define DP_SOCKET_PREFIX_MAX (DP_SOCKET_TAG_MAX + 1 + DP_SOCKET_HASH_LEN) /* "kata-pp49l5" */
+/* "kata-pp49l5-07m1fs.sock": 23 */
+#define DP_SOCKET_NAME_MAX (DP_SOCKET_PREFIX_MAX + 1 + DP_SOCKET_N_LEN + 5)
+#define DP_SOCKET_SUN_PATH 108 /* sizeof(((struct sockaddr_un *)0)->sun_path) on Linux */
+/* The longest directory: "<dir>/<name>" and its NUL in sun_path: 83 */
+#define DP_SOCKET_DIR_MAX (DP_SOCKET_SUN_PATH - 1 - DP_SOCKET_NAME_MAX - 1)
+int dp_socket_prefix(char *buf, size_t size, const char *tag, const char *key);
 int dp_socket_name(char *buf, size_t size, const char *prefix);
 unsigned dp_socket_sweep(const char *dir, const char *prefix, const char *keep,
 			 void (*removed)(const char *name, void *userdata), void *userdata);
+int dp_socket_dir_check(const char *dir);
 /* Failed registration attempts since the last successful one. */
 unsigned dp_endpoint_failures(const dp_endpoint *ep);

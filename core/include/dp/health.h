@@ -42,7 +42,8 @@ unsigned dp_health_watchers(const dp_health *h);
 
 /*
  * The exec-probe client. dir: the device-plugins directory; prefixes: socket name prefixes of
- * the daemon's endpoints (a socket "<prefix>-<anything>.sock" belongs to that endpoint).
+ * the daemon's endpoints (dp_socket_prefix, endpoint.h: a socket "<prefix>-<n>.sock" of exactly
+ * dp_socket_name's form belongs to that endpoint).
  * For every prefix, some socket with it must answer Check(service) with SERVING, where service
  * is "" (liveness) or "readiness". Stale sockets that refuse connections are skipped.
  * Returns 0 when healthy; -ENOENT (no socket for a prefix), -ETIMEDOUT, -ECONNREFUSED or
