@@ -86,6 +86,7 @@ func (k *MockKubelet) Allocate(resource string, ids []string) (*Allocation, erro
 //   - a hint: aligned = the free devices whose TopologyInfo holds the hint's node; more than size
 //     aligned: available = aligned; fewer: must-include = aligned, available = free; exactly size:
 //     no call (kubelet takes them; Called is false).
+//
 // Answer is what kubelet would then Allocate: the plugin's answer, checked as kubelet checks it
 // (size IDs, a subset of available, holding every must-include ID).
 type Preferred struct {

@@ -272,8 +272,8 @@ func TestKataPreferredTopology(t *testing.T) {
 	}{
 		// no hint: every free ID; the fewest nodes, then switches, then the lowest addresses
 		{"no-hint-2", 2, nil, nil, true, []string{"0", "1"}},
-		{"no-hint-3", 3, nil, nil, true, []string{"3", "4", "5"}}, // one switch on NUMA 1
-		{"no-hint-4", 4, nil, nil, true, []string{"0", "1", "3", "4"}}, // two switches, not three
+		{"no-hint-3", 3, nil, nil, true, []string{"3", "4", "5"}},          // one switch on NUMA 1
+		{"no-hint-4", 4, nil, nil, true, []string{"0", "1", "3", "4"}},     // two switches, not three
 		{"no-hint-taken", 2, []string{"0"}, nil, true, []string{"3", "4"}}, // a whole switch
 		// a hint with more aligned free IDs than asked: only those are offered
 		{"hint-more", 2, nil, numa(1), true, []string{"3", "4"}},

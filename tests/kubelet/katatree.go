@@ -35,8 +35,8 @@ const (
 	ClassGPU          = 0x030200 // 3D controller
 	ClassNVSwitch     = 0x068000 // bridge: other
 	KataCDIVersion    = "0.5.0"  // the minimum: device names start with a digit
-	KataVFIOMajor     = 237 // any major the host does not use: the daemon only stats the nodes
-	KataExitSetChange = 3   // exit status when the VFIO device set changed
+	KataVFIOMajor     = 237      // any major the host does not use: the daemon only stats the nodes
+	KataExitSetChange = 3        // exit status when the VFIO device set changed
 	// KataContainerDir is where the cdevs live on the host and in the container.
 	KataContainerDir = "/dev/vfio/devices"
 )
@@ -281,7 +281,9 @@ const (
 )
 
 // GroupNodePath is <root>/dev/vfio/<g>.
-func (t *KataTree) GroupNodePath(g int) string { return filepath.Join(t.Root, "dev/vfio", fmt.Sprint(g)) }
+func (t *KataTree) GroupNodePath(g int) string {
+	return filepath.Join(t.Root, "dev/vfio", fmt.Sprint(g))
+}
 
 // AddGroupNode creates /dev/vfio/<g> and its class entry (and the container node if missing).
 func (t *KataTree) AddGroupNode(g int) error {
