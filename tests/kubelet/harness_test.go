@@ -38,6 +38,7 @@ type scenario struct {
 	k    *MockKubelet
 	d    *Daemon
 	bin  string
+	args []string // the daemon's arguments (after bin)
 	env  []string
 }
 
@@ -101,7 +102,7 @@ func (s *scenario) startDaemon(extra ...string) {
 	t := s.t
 	t.Helper()
 	s.env = DaemonEnv(s.node.Root, extra...)
-	d, err := StartDaemon(s.bin, s.env)
+	d, err := StartDaemon(s.bin, s.env, s.args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,117 @@
+package kubelet
+
+// The daemon out of file descriptors (issue 21, item 4): a probe that cannot run is not a
+// verdict on the device, and clients holding connections cannot take the probe's fds.
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fdLimit is the RLIMIT_NOFILE of the issue's attack.
+const fdLimit = "48"
+
+// startDaemonFdLimited is startDaemon with RLIMIT_NOFILE set to fdLimit (soft and hard) for
+// the daemon (prlimit(1) execs it: same pid).
+func (s *scenario) startDaemonFdLimited(extra ...string) {
+	s.t.Helper()
+	bin := s.bin
+	s.bin = "/usr/bin/prlimit"
+	defer func() { s.bin = bin }()
+	if _, err := os.Stat(s.bin); err != nil {
+		s.t.Skipf("prlimit(1) is needed: %v", err)
+	}
+	s.args = []string{"--nofile=" + fdLimit + ":" + fdLimit, "--", bin}
+	defer func() { s.args = nil }()
+	s.startDaemon(extra...)
+}
+
+func openFds(pid int) int {
+	ents, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
+	return len(ents)
+}
+
+// holdConns dials addr (network "tcp" or "unix") n times and keeps what connected.
+func holdConns(t *testing.T, network, addr string, n int, hello string) []net.Conn {
+	var held []net.Conn
+	for i := 0; i < n; i++ {
+		c, err := net.DialTimeout(network, addr, time.Second)
+		if err != nil {
+			continue
+		}
+		if hello != "" {
+			_, _ = c.Write([]byte(hello))
+		}
+		held = append(held, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return held
+}
+
+// With RLIMIT_NOFILE 48 and clients holding every metrics connection and as many gRPC
+// connections as they can open, the probe still runs: kubelet's Allocates succeed, the devices
+// stay Healthy, nothing is logged as "device unusable"; the metrics scrape is answered once
+// the held metrics connections are gone, and the plugin stays registered.
+func TestHyperlightFdLimitHeldConnections(t *testing.T) {
+	s := prepare(t, newNode(t, true))
+	s.startDaemonFdLimited("DEVICE_COUNT=3", metricsEnv)
+	addr := metricsAddr(t, s.d)
+	p := s.ready(3)
+	t.Logf("fds at rest: %d of %s", openFds(s.d.Pid()), fdLimit)
+
+	// The metrics port: 4 held (a request never finished), 8 more closed at accept.
+	metrics := holdConns(t, "tcp", addr, 4, "GE")
+	holdConns(t, "tcp", addr, 8, "GE")
+	// The plugin socket: connections that never send the HTTP/2 preface (held until the 10 s
+	// handshake deadline), as many as the daemon accepts.
+	sock := filepath.Join(s.node.KubeletDir, p.Endpoint)
+	grpcHeld := holdConns(t, "unix", sock, 64, "")
+	time.Sleep(300 * time.Millisecond) // let the daemon accept what it can
+	fds := openFds(s.d.Pid())
+	t.Logf("fds under attack: %d of %s (%d gRPC and %d metrics connections dialled)", fds, fdLimit,
+		len(grpcHeld), len(metrics))
+
+	for i := 0; i < 3; i++ {
+		a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-" + strconv.Itoa(i)})
+		if err != nil {
+			s.fatalf("Allocate %d with the fds held: %v", i, err)
+		}
+		checkAllocation(t, a.Response)
+	}
+	s.devices(3, Healthy, eventBound)
+	for _, l := range s.d.Stderr.Lines() {
+		if strings.Contains(l, "device unusable") || strings.Contains(l, "Too many open files") {
+			t.Errorf("under the fd attack: %s", l)
+		}
+	}
+
+	// The held metrics connections go: a scrape is answered again.
+	for _, c := range metrics {
+		c.Close()
+	}
+	var body string
+	if !Poll(eventBound, func() bool {
+		b, err := scrape(addr)
+		body = b
+		return err == nil
+	}) {
+		t.Errorf("no scrape answered after the metrics connections went")
+	} else if !strings.Contains(body, "sdp_registered") {
+		t.Errorf("scrape without sdp_registered: %.200q", body)
+	}
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered under the fd attack")
+	}
+	if s.d.Exited() {
+		s.fatalf("the daemon exited")
+	}
+}
