@@ -10,6 +10,7 @@
 
 #include "dp/cdi.h"
 #include "dp/endpoint.h"
+#include "dp/fdreserve.h"
 #include "dp/grpc.h"
 #include "dp/helper.h"
 #include "dp/log.h"
@@ -22,6 +23,10 @@
 #define PROBE_DEADLINE_USEC (2 * DP_USEC_PER_SEC)
 /* The first check's wait for the first registration attempt (plugin.h). */
 #define FIRST_CHECK_HOLD_USEC (1 * DP_USEC_PER_SEC)
+/* How long the last verdict stands while checks cannot run (the daemon out of fds, memory or
+ * processes): two periodic checks. After it, a check that cannot run marks the devices
+ * Unhealthy with "the check could not run: ...". */
+#define NOT_RUN_GRACE_USEC (60 * DP_USEC_PER_SEC)
 /* "hyperlight.dev/hypervisor" as an annotation name's part: cdi.k8s.io/<this>_<device>. */
 #define PLUGIN_NAME "hyperlight.dev-hypervisor"
 
@@ -40,6 +45,11 @@ struct hl_plugin {
 	struct hl_waiter *queued;  /* requesters of the next probe (stale: a node changed) */
 	bool stale;                /* a node changed while the probe in flight ran */
 	unsigned probe_counted;    /* the last probe run counted in the metrics */
+	/* The last verdict (a check that ran) and the episode of checks that could not run. */
+	bool has_verdict, verdict_ok;
+	char verdict_reason[DP_HELPER_REASON_MAX + 64];
+	uint64_t not_run_since;  /* the episode's first check that could not run; 0: none */
+	unsigned not_run_count;  /* checks that could not run in the episode */
 };
 
 /* The checks done in the daemon itself: the injected node, then the CDI spec. */
@@ -88,6 +98,48 @@ static void check_done(struct hl_plugin *p, dp_alloc *a, bool healthy, const cha
 		answer_allocate(p, a, healthy, reason);
 }
 
+/* A check ran to its verdict: an episode of checks that could not run is over. */
+static void verdict(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
+{
+	if (p->not_run_since)
+		dp_info("device check runs again", "resource=%s not_run=%u after_ms=%llu", HL_RESOURCE,
+			p->not_run_count, (unsigned long long)((dp_now_usec() - p->not_run_since) / DP_USEC_PER_MSEC));
+	p->not_run_since = 0;
+	p->not_run_count = 0;
+	p->has_verdict = true;
+	p->verdict_ok = healthy;
+	snprintf(p->verdict_reason, sizeof(p->verdict_reason), "%s", reason);
+	check_done(p, a, healthy, reason);
+}
+
+/* Errors of the daemon itself (out of fds, memory, processes), not of the device. */
+static bool daemon_failure(int r)
+{
+	return r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EAGAIN || r == -ENOBUFS;
+}
+
+/* The check could not run (why): no verdict on the device. Logged at error once per episode;
+ * the last verdict stands for NOT_RUN_GRACE_USEC, then (or without any verdict yet) the devices
+ * are Unhealthy with "the check could not run: <why>". */
+static void not_run(struct hl_plugin *p, dp_alloc *a, const char *why)
+{
+	char reason[DP_HELPER_REASON_MAX + 64], q[DP_HELPER_REASON_MAX + 64];
+	uint64_t now = dp_now_usec();
+
+	if (!p->not_run_since) {
+		p->not_run_since = now;
+		dp_error("device check could not run", "resource=%s error=%s verdict=%s", HL_RESOURCE,
+			 dp_logq(q, sizeof(q), why),
+			 !p->has_verdict ? "none" : p->verdict_ok ? "healthy" : "unhealthy");
+	}
+	p->not_run_count++;
+	snprintf(reason, sizeof(reason), "the check could not run: %s", why);
+	if (!p->has_verdict || now - p->not_run_since >= NOT_RUN_GRACE_USEC)
+		check_done(p, a, false, reason);
+	else /* the verdict told again: no change, no line; the endpoint arms its next check */
+		check_done(p, a, p->verdict_ok, p->verdict_reason);
+}
+
 /* One requester of a check (the period, inotify, or an Allocate), listed until answered. */
 struct hl_waiter {
 	struct hl_waiter *next;
@@ -118,10 +170,12 @@ static void on_probe_done(const dp_helper_result *res, void *userdata)
 	}
 	/* A check that failed on the CDI spec while this probe ran (another writer took it over)
 	 * wins over the probe's verdict: the spec's last sync failed. */
-	if (res->ok && cdi[0])
-		check_done(p, w->a, false, cdi);
+	if (res->start_error)
+		not_run(p, w->a, res->reason);
+	else if (res->ok && cdi[0])
+		verdict(p, w->a, false, cdi);
 	else
-		check_done(p, w->a, res->ok, res->reason);
+		verdict(p, w->a, res->ok, res->reason);
 	free(w);
 	if (p->waiters)
 		return;
@@ -142,7 +196,7 @@ static void submit(struct hl_plugin *p, struct hl_waiter *w)
 
 	if (r < 0) {
 		snprintf(reason, sizeof(reason), "cannot start the probe helper: %s", strerror(-r));
-		check_done(p, w->a, false, reason);
+		not_run(p, w->a, reason);
 		free(w);
 		return;
 	}
@@ -152,19 +206,22 @@ static void submit(struct hl_plugin *p, struct hl_waiter *w)
 
 /* Run one check; a probe already in flight is joined, not duplicated, unless a node changed
  * since it started (it may have seen the old node): then the check waits for the next probe. */
-static void start_check(struct hl_plugin *p, dp_alloc *a)
+static void start_check_fds(struct hl_plugin *p, dp_alloc *a)
 {
 	char reason[512];
 	struct hl_waiter *w;
 	int r = precheck(p, reason, sizeof(reason));
 
 	if (r < 0) {
-		check_done(p, a, false, reason);
+		if (daemon_failure(r))
+			not_run(p, a, reason);
+		else
+			verdict(p, a, false, reason);
 		return;
 	}
 	w = calloc(1, sizeof(*w));
 	if (!w) {
-		check_done(p, a, false, "cannot start the probe helper: out of memory");
+		not_run(p, a, "cannot start the probe helper: out of memory");
 		return;
 	}
 	w->p = p;
@@ -175,6 +232,15 @@ static void start_check(struct hl_plugin *p, dp_alloc *a)
 		return;
 	}
 	submit(p, w);
+}
+
+/* start_check_fds with the fd reserve released: the CDI sync and the probe's start get the fds
+ * that clients holding connections cannot take (dp/fdreserve.h). */
+static void start_check(struct hl_plugin *p, dp_alloc *a)
+{
+	dp_fd_reserve_release();
+	start_check_fds(p, a);
+	(void)dp_fd_reserve_refill();
 }
 
 /* A watched node (the daemon's own or the host's) changed: a check at once, and a probe in

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dp/endpoint.h"
+#include "dp/fdreserve.h"
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
@@ -18,6 +19,10 @@
 #include "dp_version.h"
 
 #define HEALTH_TIMEOUT_USEC (3 * DP_USEC_PER_SEC)
+/* fds held back from clients (dp/fdreserve.h): a probe helper's start (its output pipe, the
+ * exec-error pipe, /dev/null: 5 at once, then its pidfd) or a CDI sync (the directory, the file,
+ * a temporary file), with room for a node-label child's pipe and pidfd in flight. */
+#define DP_DAEMON_FD_RESERVE 8
 
 /* Step 4: the exec probe's client. */
 static int health_check(const dp_daemon *d, const dp_daemon_args *a)
@@ -122,6 +127,10 @@ static int serve(const dp_daemon *d, const dp_daemon_args *a, void *userdata, dp
 		return r;
 	if (setup_loop(d, userdata, loop) < 0)
 		return DP_EXIT_FAILURE;
+	if ((r = dp_fd_reserve(DP_DAEMON_FD_RESERVE)) < 0) {
+		dp_error("cannot start", "error=\"cannot reserve file descriptors: %s\"", strerror(-r));
+		return DP_EXIT_FAILURE;
+	}
 	if (metrics_wanted(d, a) && (r = dp_metrics_start(*loop, d->prog)) < 0)
 		return r == -EINVAL ? DP_EXIT_USAGE : DP_EXIT_FAILURE;
 	if (d->start(*loop, userdata) < 0 || confine(d, userdata) < 0)

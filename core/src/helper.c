@@ -25,6 +25,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "dp/fdreserve.h"
 #include "dp/list.h"
 #include "dp/log.h"
 #include "helper_internal.h"
@@ -132,10 +133,12 @@ static void enter(dp_helper *h)
 	h->busy++;
 }
 
-/* Deliver what is ready, then release h if a callback freed it meanwhile. */
+/* Deliver what is ready, then release h if a callback freed it meanwhile. The fds a finished
+ * run closed go back to the reserve before anything else can take them. */
 static int leave(dp_helper *h)
 {
 	deliver_ready(h);
+	(void)dp_fd_reserve_refill();
 	if (--h->busy == 0 && h->freed)
 		free(h);
 	return 0;
@@ -228,7 +231,7 @@ static int spawn_child(dp_helper *h, int out_w, pid_t *ret_pid)
 }
 
 /* Start a child. On failure nothing is left behind and the negative errno is returned. */
-static int start_run(dp_helper *h)
+static int start_run_fds(dp_helper *h)
 {
 	_cleanup_close_ int rd = -1, wr = -1;
 	int p[2], r;
@@ -271,6 +274,18 @@ static int start_run(dp_helper *h)
 	return 0;
 }
 
+/* start_run_fds with the fd reserve released: clients holding connections up to the fd limit
+ * cannot keep the child from starting. The reserve is refilled before the loop runs again. */
+static int start_run(dp_helper *h)
+{
+	int r;
+
+	dp_fd_reserve_release();
+	r = start_run_fds(h);
+	(void)dp_fd_reserve_refill();
+	return r;
+}
+
 /* Start a run for the waits on pending (moved to run_waiters); on failure they get the error. */
 static void start_for_pending(dp_helper *h)
 {
@@ -279,6 +294,7 @@ static void start_for_pending(dp_helper *h)
 
 	if (e < 0) {
 		helper_result_set(&r, false, "cannot start helper %s: %s", h->argv[0], strerror(-e));
+		r.start_error = e;
 		h->last = r;
 		h->has_last = true;
 		list_complete(h, &h->pending, &r);

@@ -18,6 +18,7 @@ void helper_result_set(dp_helper_result *r, bool ok, const char *fmt, ...)
 	r->ok = ok;
 	r->run = 0; /* finish_run sets the run */
 	r->run_usec = 0;
+	r->start_error = 0;
 	va_start(ap, fmt);
 	/* ap is va_start()ed just above (clang 14 false positive) */
 	vsnprintf(r->reason, sizeof(r->reason), fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)

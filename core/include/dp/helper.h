@@ -22,7 +22,10 @@
  *   "helper printed more than 4096 bytes"        (the rest is read and discarded)
  *   "timeout after 2 s" / "timeout after 150 ms" the deadline passed (child sent SIGKILL)
  *   "previous helper (pid N) not reaped after SIGKILL; probes blocked"
- *   "cannot start helper: <strerror>"            pipe/spawn failed (e.g. exe missing)
+ *   "cannot start helper <exe>: <strerror>"      pipe/spawn failed (e.g. exe missing, out of
+ *                                                fds or memory); start_error holds the errno
+ * The start uses the process's fd reserve (dp/fdreserve.h): released just before, refilled
+ * right after, and refilled again when a run's fds are closed.
  */
 #pragma once
 
@@ -43,6 +46,9 @@ typedef struct dp_helper_result {
 	unsigned run;      /* the run this result ends (1, 2, ...: every requester of it gets the
 			    * same), 0 when it ends none (a start failure, "probes blocked") */
 	uint64_t run_usec; /* that run's duration, start to result */
+	int start_error;   /* the negative errno when no child could be started (pipe, clone,
+			    * exec: -EMFILE, -ENOMEM, -EAGAIN, -ENOENT...): nothing ran, so the
+			    * result says nothing about what the helper checks; else 0 */
 } dp_helper_result;
 
 typedef void (*dp_helper_done_fn)(const dp_helper_result *r, void *userdata);
