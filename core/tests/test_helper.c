@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include "dp/fdreserve.h"
 #include "dp/helper.h"
 #include "dp_test.h"
 
@@ -302,6 +304,85 @@ static void test_exec_failure(void **state)
 	assert_false(x.r.ok);
 	assert_string_equal(x.r.reason, "cannot start helper /nonexistent/helper: No such file or directory");
 	assert_int_equal(dp_helper_runs(f->h), 0);
+}
+
+/* Every fd up to the limit taken (a client holding connections); the limit lowered to 64 to
+ * keep it quick. The fds taken go to taken[] (at most 64), their count is returned. */
+#define LOW_LIMIT 64
+static int exhaust_fds(struct rlimit *saved, int taken[LOW_LIMIT])
+{
+	struct rlimit low = { .rlim_cur = LOW_LIMIT, .rlim_max = 0 };
+	int fd, n = 0;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, saved), 0);
+	low.rlim_max = saved->rlim_max;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < LOW_LIMIT && (fd = fcntl(0, F_DUPFD_CLOEXEC, 0)) >= 0)
+		taken[n++] = fd;
+	assert_true(n < LOW_LIMIT);
+	assert_int_equal(errno, EMFILE);
+	return n;
+}
+
+static void release_fds(const struct rlimit *saved, const int *taken, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(taken[i]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, saved), 0);
+}
+
+/* Out of fds and no reserve: the run cannot start, and the result says so (start_error), so
+ * the caller can tell "could not run" from what the helper checks. */
+static void test_start_error_emfile(void **state)
+{
+	struct fixture *f = *state;
+	struct rlimit saved;
+	struct res x = {0};
+	int taken[LOW_LIMIT], n;
+
+	new_helper(f, "ok", NULL, LONG_DEADLINE, DP_USEC_PER_SEC);
+	assert_int_equal(dp_fd_reserve(0), 0);
+	n = exhaust_fds(&saved, taken);
+	run_one(f, &x);
+	release_fds(&saved, taken, n);
+	assert_false(x.r.ok);
+	assert_int_equal(x.r.start_error, -EMFILE);
+	assert_int_equal(x.r.run, 0);
+	assert_non_null(strstr(x.r.reason, "Too many open files"));
+}
+
+/* A run that ran has no start error, even when it failed. */
+static void test_start_error_clear(void **state)
+{
+	struct fixture *f = *state;
+	struct res x = {0};
+
+	new_helper(f, "fail", NULL, LONG_DEADLINE, DP_USEC_PER_SEC);
+	run_one(f, &x);
+	assert_false(x.r.ok);
+	assert_int_equal(x.r.start_error, 0);
+}
+
+/* Out of fds with the reserve held: the child starts on the reserve's fds, twice (the reserve
+ * is refilled after each run, before anything else can take the fds back). */
+static void test_reserve_lets_run_start(void **state)
+{
+	struct fixture *f = *state;
+	struct rlimit saved;
+	struct res x = {0}, y = {0};
+	int taken[LOW_LIMIT], n;
+
+	new_helper(f, "ok", NULL, LONG_DEADLINE, DP_USEC_PER_SEC);
+	assert_int_equal(dp_fd_reserve(8), 0);
+	n = exhaust_fds(&saved, taken);
+	run_one(f, &x);
+	run_one(f, &y);
+	assert_int_equal(dp_fd_reserve_held(), 8);
+	release_fds(&saved, taken, n);
+	assert_int_equal(dp_fd_reserve(0), 0);
+	assert_true(x.r.ok);
+	assert_true(y.r.ok);
+	assert_int_equal(x.r.start_error, 0);
 }
 
 static void test_bad_arguments(void **state)
@@ -648,6 +729,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_free_from_callback, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_while_running, setup, teardown),
 		cmocka_unit_test(test_no_fd_leak),
+		cmocka_unit_test_setup_teardown(test_start_error_emfile, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_start_error_clear, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reserve_lets_run_start, setup, teardown),
 		cmocka_unit_test(test_sibling),
 	};
 

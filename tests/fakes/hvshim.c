@@ -22,6 +22,9 @@
  *                                 filter refuses it), the ioctl fails with EXDEV
  *   HVSHIM_GARBAGE=1              every ioctl on a fake fd writes bytes that are not a helper
  *                                 result line to stdout, then _exit(0)
+ *   HVSHIM_SPAWN_ERRNO=EAGAIN     in the daemon: clone() with CLONE_VFORK (the helper runner's
+ *                                 start of a child) fails with this errno, as fork does when the
+ *                                 process limit or memory runs out: the probe cannot start
  *   HVSHIM_STATE_FILE=<path>      when set and readable, every open and every ioctl on a fake fd
  *                                 re-reads the knobs from this file (lines KEY=VALUE with the
  *                                 names above, '#' comments) instead of the environment; when it
@@ -55,6 +58,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -104,6 +108,7 @@ static struct knobs {
 	char exit_status[VALUE_MAX];
 	char garbage[VALUE_MAX];
 	char try_socket[VALUE_MAX];
+	char spawn_errno[VALUE_MAX];
 } knobs;
 
 static const struct {
@@ -122,6 +127,7 @@ static const struct {
 	KNOB("HVSHIM_EXIT", exit_status),
 	KNOB("HVSHIM_GARBAGE", garbage),
 	KNOB("HVSHIM_TRY_SOCKET", try_socket),
+	KNOB("HVSHIM_SPAWN_ERRNO", spawn_errno),
 #undef KNOB
 };
 #define N_KNOBS (sizeof(knob_table) / sizeof(knob_table[0]))
@@ -545,4 +551,30 @@ int ioctl(int fd, IOCTL_REQ req, ...)
 	if (knobs.try_socket[0] && strcmp(knobs.try_socket, "0") != 0 && !socket_refused())
 		return fail(EXDEV);
 	return kind == FAKE_DEVICE ? device_ioctl(req, arg) : fail(ENOTTY);
+}
+
+/* ---------------------------------------------------------------- the daemon's spawn */
+
+/* glibc's clone(): the helper runner starts its child with CLONE_VM | CLONE_VFORK. With
+ * HVSHIM_SPAWN_ERRNO set, that start fails; every other clone goes through. */
+int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	static int (*real_clone)(int (*)(void *), void *, int, void *, ...);
+	va_list ap;
+	void *ptid, *tls, *ctid;
+	int e;
+
+	if (flags & CLONE_VFORK) {
+		load_knobs();
+		if ((e = knob_errno(knobs.spawn_errno)) != 0)
+			return fail(e);
+	}
+	if (!real_clone)
+		real_clone = (int (*)(int (*)(void *), void *, int, void *, ...))dlsym(RTLD_NEXT, "clone");
+	va_start(ap, arg);
+	ptid = va_arg(ap, void *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, void *);
+	va_end(ap);
+	return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
 }

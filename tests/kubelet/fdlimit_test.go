@@ -115,3 +115,41 @@ func TestHyperlightFdLimitHeldConnections(t *testing.T) {
 		s.fatalf("the daemon exited")
 	}
 }
+
+// The probe helper cannot start (clone fails with EAGAIN, as when the daemon is out of
+// processes or memory): that is the daemon's failure, not the device's. It is logged at error
+// once, as such; the last verdict (Healthy) stands, so Allocates succeed and the devices stay
+// Healthy; when the probe starts again the recovery is logged and nothing was "device unusable".
+func TestHyperlightProbeCannotStart(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3")
+	p := s.ready(3)
+	s.shim("HVSHIM_SPAWN_ERRNO=EAGAIN")
+	for i := 0; i < 3; i++ {
+		a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-" + strconv.Itoa(i)})
+		if err != nil {
+			s.fatalf("Allocate %d while the probe cannot start: %v", i, err)
+		}
+		checkAllocation(t, a.Response)
+	}
+	want := []string{"level=error", `msg="device check could not run"`, "Resource temporarily unavailable", "verdict=healthy"}
+	if n := waitCount(s.d, 1, want...); n != 1 {
+		t.Errorf("%d lines with %q, want exactly 1 (once per episode)", n, want)
+	}
+	s.devices(3, Healthy, eventBound)
+
+	s.clearShim()
+	if _, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
+		t.Errorf("Allocate after the probe starts again: %v", err)
+	}
+	if n := waitCount(s.d, 1, "level=info", `msg="device check runs again"`, "not_run=3"); n != 1 {
+		t.Errorf("%d recovery lines, want 1", n)
+	}
+	for _, l := range s.d.Stderr.Lines() {
+		if strings.Contains(l, "device unusable") {
+			t.Errorf("a probe that could not start was taken for a verdict: %s", l)
+		}
+	}
+	if s.k.Current(HyperlightResource) != p {
+		t.Errorf("the daemon re-registered")
+	}
+}
