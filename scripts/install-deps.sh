@@ -8,7 +8,7 @@
 # Profile live-kvm: what `make test-live-kvm` adds (QEMU, Debian's kernel and modules,
 # busybox-static and cpio for the guest's initramfs).
 # Profile live-iommufd: what `make test-live-vfio-iommufd` adds to live-kvm: the kernel build
-# tools (bc, bison, flex, libelf-dev, libssl-dev, xz-utils, dpkg-dev) for the small guest kernel
+# tools (bc, bison, flex, libelf-dev, libssl-dev, xz-utils, binutils) for the small guest kernel
 # built from linux-source-6.12 (bookworm-backports, fetched through a private apt list by
 # tests/live/build-kernel-iommufd.sh, never by changing the machine's sources).
 # Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
