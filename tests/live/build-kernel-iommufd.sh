@@ -35,13 +35,22 @@ aptp() {
 		-o APT::Sandbox::User=root "$@"
 }
 
+# The last (by name) downloaded .deb of the source package, or nothing.
+cached_deb() {
+	found=""
+	for f in "$cache/apt/dl/${pkg}_"*_all.deb; do
+		[ -f "$f" ] && found=$f
+	done
+	echo "$found"
+}
 # The source package: downloaded once (the newest version the private list offers then).
-deb=$(ls "$cache/apt/dl/${pkg}_"*_all.deb 2>/dev/null | tail -1 || true)
+deb=$(cached_deb)
 if [ -z "$deb" ]; then
 	say "fetching $pkg from bookworm-backports (private apt list $list)"
 	aptp update >&2 || die "apt-get update of $list failed"
 	(cd "$cache/apt/dl" && aptp download "$pkg" >&2) || die "apt-get download $pkg failed"
-	deb=$(ls "$cache/apt/dl/${pkg}_"*_all.deb | tail -1)
+	deb=$(cached_deb)
+	[ -n "$deb" ] || die "apt-get download left no ${pkg}_*_all.deb in $cache/apt/dl"
 fi
 version=$(dpkg-deb -f "$deb" Version)
 key=$( (cat "$fragment"; echo "$pkg $version recipe $recipe") | sha256sum | cut -c1-16)
@@ -76,13 +85,11 @@ make -s -C "$src" O="$obj" ARCH=x86_64 tinyconfig >&2
 "$src/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "$fragment" >/dev/null
 make -s -C "$src" O="$obj" ARCH=x86_64 olddefconfig >&2
 # Every option of the fragment as written, or the build stops here.
-bad=""
 grep '^CONFIG_' "$fragment" | while IFS= read -r line; do
 	grep -qx "$line" "$obj/.config" || echo "$line (got: $(grep "^${line%%=*}=" "$obj/.config" || echo unset))"
 done >"$obj/config-mismatch"
-[ -s "$obj/config-mismatch" ] && bad=$(cat "$obj/config-mismatch")
-[ -z "$bad" ] || die "options of $fragment dropped by olddefconfig:
-$bad"
+[ ! -s "$obj/config-mismatch" ] || die "options of $fragment dropped by olddefconfig:
+$(cat "$obj/config-mismatch")"
 grep -q '^CONFIG_MODULES=y' "$obj/.config" && die "CONFIG_MODULES=y: everything must be built in"
 
 say "building bzImage ($pkg $version, make -j$jobs)"
