@@ -6,7 +6,8 @@
 # Dir::State::Lists, Dir::Cache of its own): the machine's apt sources are never changed.
 # The bzImage is kept outside the checkout, in CACHE/<key>/bzImage, key = sha256 of the config
 # fragment, the source package version and this recipe's version, so a second run builds nothing.
-# Usage: tests/live/build-kernel-iommufd.sh        (prints the bzImage's path on its last line)
+# Usage: tests/live/build-kernel-iommufd.sh   (prints the bzImage's path, its only stdout; the
+#        rest goes to stderr)
 # LIVE_IOMMUFD_CACHE: the cache (default /var/cache/sdp-live-kernel).
 # LIVE_IOMMUFD_KERNEL: a bzImage to use as it is (nothing fetched or built).
 # LIVE_IOMMUFD_JOBS: make -j (default: nproc).

@@ -32,7 +32,7 @@ rows="example.com/testdev:0x1b36:0x00ff"
 
 command -v qemu-system-x86_64 >/dev/null ||
 	{ echo "$name: qemu-system-x86_64 missing (scripts/install-deps.sh live-kvm)" >&2; exit 1; }
-mkdir -p "$out" "$kbuild"
+mkdir -p "$out" "$(dirname "$kbuild")"
 if [ ! -f "$kbuild/build.ninja" ]; then
 	meson setup "$kbuild" "$src" -Dtests=false -Dkata_extra_rows="$rows" >/dev/null
 else
@@ -40,7 +40,7 @@ else
 fi
 ninja -C "$kbuild" kata-device-plugin >/dev/null
 if [ "$mode" = iommufd ]; then
-	kernel=$("$here/build-kernel-iommufd.sh" | tail -1)
+	kernel=$("$here/build-kernel-iommufd.sh") # its only stdout: the bzImage's path
 	"$here/build-initramfs-vfio.sh" "$build" "$kbuild/kata-device-plugin" iommufd "$kernel"
 else
 	"$here/build-initramfs-vfio.sh" "$build" "$kbuild/kata-device-plugin"
