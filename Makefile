@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-vfio test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench
+.PHONY: all deps build test demo asan clean clang test-live-kvm test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench
 
 all: build
 
@@ -68,6 +68,13 @@ test-live-kvm: build
 test-live-vfio: build
 	scripts/install-deps.sh live-kvm
 	tests/live/run-vfio.sh $(BUILD)
+
+# The same proofs on the IOMMUFD cdev backend, on a small 6.12 built from Debian's
+# linux-source-6.12 (bookworm-backports, a private apt list) and cached outside the checkout
+# (tests/live/README.md).
+test-live-vfio-iommufd: build
+	scripts/install-deps.sh live-iommufd
+	tests/live/run-vfio.sh $(BUILD) iommufd
 
 # Opt-in (TEST_MSHV_LIVE=1) on a host with /dev/mshv; prints why it did not run otherwise.
 test-live-mshv: build

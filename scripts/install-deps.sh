@@ -7,6 +7,10 @@
 # Node.js from elsewhere, e.g. NodeSource's, which bundles npm, is used as it is).
 # Profile live-kvm: what `make test-live-kvm` adds (QEMU, Debian's kernel and modules,
 # busybox-static and cpio for the guest's initramfs).
+# Profile live-iommufd: what `make test-live-vfio-iommufd` adds to live-kvm: the kernel build
+# tools (bc, bison, flex, libelf-dev, libssl-dev, xz-utils, binutils) for the small guest kernel
+# built from linux-source-6.12 (bookworm-backports, fetched through a private apt list by
+# tests/live/build-kernel-iommufd.sh, never by changing the machine's sources).
 # Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
 # Profile runtime: what `make images` and `make test-runtime` add (podman 4.3, runc, conmon,
 # uidmap, busybox-static for the workload image).
@@ -24,11 +28,12 @@ need_npm=0
 case "${1:-}" in
 "") need_npm=1 ;;
 live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio" ;;
+live-iommufd) PKGS="qemu-system-x86 busybox-static cpio bc bison flex libelf-dev libssl-dev xz-utils binutils" ;;
 lint) PKGS="clang-tidy cppcheck" ;;
 runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
 static) PKGS="musl-tools" ;;
 *)
-	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, lint, runtime, static)" >&2
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-iommufd, lint, runtime, static)" >&2
 	exit 2
 	;;
 esac

@@ -4,17 +4,31 @@
 # names, in load order, for the kernel we boot; the kata daemon of KATA_BIN with exactly the
 # shared libraries ldd resolves plus the dynamic loader; the live-vfio driver (static Go) and
 # tests/live/init-vfio.
-# Usage: tests/live/build-initramfs-vfio.sh BUILD_DIR KATA_BIN
+# Usage: tests/live/build-initramfs-vfio.sh BUILD_DIR KATA_BIN [iommufd BZIMAGE]
 # Writes BUILD_DIR/live-vfio-guest/initramfs.cpio and BUILD_DIR/live-vfio-guest/vmlinuz (a symlink).
 # LIVE_KVM_KERNEL=<version> picks another installed kernel, as for the KVM test.
+# With `iommufd BZIMAGE` (make test-live-vfio-iommufd): the kernel is BZIMAGE, which has everything
+# built in (tests/live/build-kernel-iommufd.sh), so no modules; the tree goes to
+# BUILD_DIR/live-vfio-iommufd-guest and /etc/live-vfio-mode says iommufd (init-vfio runs
+# `live-vfio iommufd`).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$1" && pwd)
 kata=$2
+mode=${3:-legacy}
 out="$build/live-vfio-guest"
-root="$out/root"
 # The modules asked for; their dependencies come first (modinfo), each once.
 WANTED="vfio vfio_iommu_type1 vfio-pci snd-hda-intel"
+case "$mode" in
+legacy) ;;
+iommufd)
+	[ $# -eq 4 ] || { echo "usage: build-initramfs-vfio.sh BUILD_DIR KATA_BIN [iommufd BZIMAGE]" >&2; exit 2; }
+	out="$build/live-vfio-iommufd-guest"
+	WANTED=""
+	;;
+*) echo "build-initramfs-vfio: unknown mode $mode" >&2; exit 2 ;;
+esac
+root="$out/root"
 
 die() { echo "build-initramfs-vfio: $*" >&2; exit 1; }
 
@@ -28,11 +42,20 @@ kernel_version() {
 	echo "$dep" | sed -n 's/^linux-image-\([^ ,]*\).*/\1/p'
 }
 
-ver=$(kernel_version)
-[ -n "$ver" ] || die "cannot tell the kernel version of linux-image-amd64"
-kernel="/boot/vmlinuz-$ver"
-[ -r "$kernel" ] || die "$kernel missing or unreadable"
-[ -d "/lib/modules/$ver" ] || die "/lib/modules/$ver missing"
+if [ "$mode" = iommufd ]; then
+	kernel=$4
+	[ -r "$kernel" ] || die "$kernel missing or unreadable"
+	# the setup header's kernel_version (offset 0x20e): the version string's offset less 0x200
+	off=$(od -An -tu2 -j526 -N2 "$kernel" | tr -d ' ')
+	ver=$(dd if="$kernel" bs=1 skip=$((off + 512)) count=64 2>/dev/null | tr '\000' '\n' | head -1 | cut -d' ' -f1)
+	[ -n "$ver" ] || ver=unknown
+else
+	ver=$(kernel_version)
+	[ -n "$ver" ] || die "cannot tell the kernel version of linux-image-amd64"
+	kernel="/boot/vmlinuz-$ver"
+	[ -r "$kernel" ] || die "$kernel missing or unreadable"
+	[ -d "/lib/modules/$ver" ] || die "/lib/modules/$ver missing"
+fi
 busybox=/bin/busybox
 ldd "$busybox" 2>&1 | grep -q 'not a dynamic executable' || die "$busybox is not static (install busybox-static)"
 driver="$build/live-vfio"
@@ -93,6 +116,7 @@ done
 cp "$driver" usr/local/bin/live-vfio
 cp "$here/init-vfio" init
 chmod 0755 init
+echo "$mode" >etc/live-vfio-mode
 echo "root:x:0:0:root:/root:/bin/sh" >etc/passwd
 printf 'root:x:0:\n' >etc/group
 if [ "$(id -u)" -eq 0 ]; then
@@ -103,4 +127,4 @@ fi
 
 find . -print | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 >"$out/initramfs.cpio"
 ln -sfn "$kernel" "$out/vmlinuz"
-echo "initramfs: $out/initramfs.cpio ($(du -k "$out/initramfs.cpio" | cut -f1) KiB), kernel $ver, modules: $order"
+echo "initramfs: $out/initramfs.cpio ($(du -k "$out/initramfs.cpio" | cut -f1) KiB), kernel $ver, modules: ${order:-none (built in)}"

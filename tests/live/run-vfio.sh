@@ -8,31 +8,45 @@
 # The daemon is a build of its own with one extra PCI table row for the stand-in
 # (-Dkata_extra_rows, BUILD/live-vfio-guest/kata-build); the normal build is untouched.
 # Prints the guest transcript; passes only on the guest's "LIVE-VFIO-RESULT: PASS" line.
-# Usage: tests/live/run-vfio.sh BUILD_DIR
+# Usage: tests/live/run-vfio.sh BUILD_DIR [iommufd]
+# With iommufd (make test-live-vfio-iommufd): the same machine and proofs on the cdev backend,
+# booting the small 6.12 of tests/live/build-kernel-iommufd.sh (IOMMUFD, VFIO_DEVICE_CDEV and
+# everything else built in; cached outside the checkout, built on the first run) instead of
+# Debian's 6.1, whose config has no IOMMUFD.
 # LIVE_VFIO_TIMEOUT (seconds, default 600) bounds the whole guest run.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 build=$(cd "$1" && pwd)
+mode=${2:-legacy}
 timeout=${LIVE_VFIO_TIMEOUT:-600}
-out="$build/live-vfio-guest"
-kbuild="$out/kata-build"
+kbuild="$build/live-vfio-guest/kata-build"
+case "$mode" in
+legacy) name=test-live-vfio out="$build/live-vfio-guest" ;;
+iommufd) name=test-live-vfio-iommufd out="$build/live-vfio-iommufd-guest" ;;
+*) echo "usage: run-vfio.sh BUILD_DIR [iommufd]" >&2; exit 2 ;;
+esac
 console="$out/console.log"
 qemulog="$out/qemu.log"
 rows="example.com/testdev:0x1b36:0x00ff"
 
 command -v qemu-system-x86_64 >/dev/null ||
-	{ echo "test-live-vfio: qemu-system-x86_64 missing (scripts/install-deps.sh live-kvm)" >&2; exit 1; }
-mkdir -p "$out"
+	{ echo "$name: qemu-system-x86_64 missing (scripts/install-deps.sh live-kvm)" >&2; exit 1; }
+mkdir -p "$out" "$(dirname "$kbuild")"
 if [ ! -f "$kbuild/build.ninja" ]; then
 	meson setup "$kbuild" "$src" -Dtests=false -Dkata_extra_rows="$rows" >/dev/null
 else
 	meson configure "$kbuild" -Dkata_extra_rows="$rows" >/dev/null
 fi
 ninja -C "$kbuild" kata-device-plugin >/dev/null
-"$here/build-initramfs-vfio.sh" "$build" "$kbuild/kata-device-plugin"
+if [ "$mode" = iommufd ]; then
+	kernel=$("$here/build-kernel-iommufd.sh") # its only stdout: the bzImage's path
+	"$here/build-initramfs-vfio.sh" "$build" "$kbuild/kata-device-plugin" iommufd "$kernel"
+else
+	"$here/build-initramfs-vfio.sh" "$build" "$kbuild/kata-device-plugin"
+fi
 
-echo "test-live-vfio: booting the guest (QEMU TCG, q35 + intel-iommu, bound ${timeout} s)"
+echo "$name: booting the guest (QEMU TCG, q35 + intel-iommu, bound ${timeout} s)"
 start=$(date +%s)
 # Two NUMA nodes of one CPU and 512 MiB each. pcie.0 holds three root ports (the switch, the
 # multi-function device, the PCIe-to-PCI bridge) whose devices have no NUMA node, and the two
@@ -70,16 +84,16 @@ passed=$(grep -c '^\[ *[0-9.]*s\] ok ' "$console" || true)
 failed=$(grep -c '^\[ *[0-9.]*s\] FAIL ' "$console" || true)
 if grep -q '^LIVE-VFIO-RESULT: PASS$' "$console" && ! grep -q '^LIVE-VFIO-RESULT: FAIL' "$console" &&
 	[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]; then
-	echo "test-live-vfio: PASS in ${took} s"
-	echo "test-live-vfio: $passed passed, 0 failed"
+	echo "$name: PASS in ${took} s"
+	echo "$name: $passed passed, 0 failed"
 	exit 0
 fi
 if ! grep -q '^LIVE-VFIO-RESULT:' "$console"; then
-	echo "test-live-vfio: FAIL: no result from the guest after ${took} s (timeout ${timeout} s, or the guest died)" >&2
+	echo "$name: FAIL: no result from the guest after ${took} s (timeout ${timeout} s, or the guest died)" >&2
 else
-	echo "test-live-vfio: FAIL: $(grep '^LIVE-VFIO-RESULT:' "$console" | head -1)" >&2
+	echo "$name: FAIL: $(grep '^LIVE-VFIO-RESULT:' "$console" | head -1)" >&2
 fi
 cat "$qemulog" >&2 || true
 [ "$failed" -gt 0 ] || failed=1
-echo "test-live-vfio: $passed passed, $failed failed"
+echo "$name: $passed passed, $failed failed"
 exit 1

@@ -1,7 +1,10 @@
-// Command live-vfio is the test driver of `make test-live-vfio`. It runs inside a QEMU guest
-// (tests/live/run-vfio.sh) whose PCI devices sit behind QEMU's emulated Intel IOMMU, so Debian's
-// kernel gives them real IOMMU groups and its VFIO modules real group nodes (/dev/vfio/<N>,
-// /dev/vfio/vfio: the kernel has no IOMMUFD, the daemon's legacy backend). The guest is the node:
+// Command live-vfio is the test driver of `make test-live-vfio` and `make test-live-vfio-iommufd`.
+// It runs inside a QEMU guest (tests/live/run-vfio.sh) whose PCI devices sit behind QEMU's
+// emulated Intel IOMMU, so the kernel gives them real IOMMU groups. `live-vfio legacy` (the
+// default): Debian's 6.1 and its VFIO modules give group nodes (/dev/vfio/<N>, /dev/vfio/vfio: no
+// IOMMUFD, the daemon's legacy backend). `live-vfio iommufd`: a 6.12 built with IOMMUFD and
+// VFIO_DEVICE_CDEV gives the cdevs /dev/vfio/devices/vfioN and /dev/iommu, and the daemon's auto
+// backend must pick iommufd. The guest is the node:
 // kata-device-plugin runs on the real /dev/vfio, sysfs, /var/lib/kubelet/device-plugins and
 // /var/run/cdi against the mock kubelet of package sdp/kubelet in this process. Each step prints
 // one transcript line with its timing; a failed step prints the logs and exits 1. Every wait is a
@@ -100,13 +103,17 @@ func ms(d time.Duration) string {
 }
 
 func main() {
-	if len(os.Args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: live-vfio (inside the guest of make test-live-vfio)")
+	mode := "legacy"
+	if len(os.Args) == 2 {
+		mode = os.Args[1]
+	}
+	if len(os.Args) > 2 || (mode != "legacy" && mode != "iommufd") {
+		fmt.Fprintln(os.Stderr, "usage: live-vfio [legacy|iommufd] (inside the guest of make test-live-vfio[-iommufd])")
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "live-vfio: must run as root (it binds drivers through sysfs)")
 		os.Exit(1)
 	}
-	os.Exit(runVFIO())
+	os.Exit(runVFIO(mode == "iommufd"))
 }

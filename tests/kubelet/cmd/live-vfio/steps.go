@@ -34,25 +34,30 @@ const (
 
 type vfioRun struct {
 	transcript
+	iommufd bool // the cdev backend (make test-live-vfio-iommufd), else legacy
 	l       *layout
 	groups  []int            // expected: ID i is groups[i]
 	members map[int][]string // the pci-testdevs of each group
 	idOf    map[string]string
 }
 
-func runVFIO() int {
-	r := &vfioRun{}
+func runVFIO(iommufd bool) int {
+	r := &vfioRun{iommufd: iommufd}
+	backend, refuses := "backend-legacy", "kernel-refuses-group"
+	if iommufd {
+		backend, refuses = "backend-iommufd", "kernel-refuses-bind"
+	}
 	return r.run(func() {
 		r.step("layout", r.layout)
 		r.step("iommu-groups", r.iommuGroups)
 		r.step("bind-vfio-pci", r.bindAll)
 		r.step("daemon-start", r.start)
 		r.step("registered", r.registered)
-		r.step("backend-legacy", r.backend)
+		r.step(backend, r.backend)
 		r.step("advertised", r.advertised)
 		r.step("cdi-spec", r.cdiSpec)
 		r.step("companion-unhealthy", r.companionUnhealthy)
-		r.step("kernel-refuses-group", r.kernelRefuses)
+		r.step(refuses, r.kernelRefuses)
 		r.step("allocate-open", func() string { return r.allocateOpen(r.idOf[r.l.bridged[0]]) })
 		r.step("allocate-open", func() string { return r.allocateOpen(r.idOf[r.l.numa0[0]]) })
 		r.step("companion-to-vfio", r.companionToVFIO)
@@ -169,7 +174,23 @@ func (r *vfioRun) bindAll() string {
 	for _, n := range names {
 		list = append(list, n.Name())
 	}
-	return fmt.Sprintf("%d pci-testdevs on vfio-pci (driver_override + drivers_probe); /dev/vfio: %s", len(r.l.all), strings.Join(list, " "))
+	msg := fmt.Sprintf("%d pci-testdevs on vfio-pci (driver_override + drivers_probe); /dev/vfio: %s", len(r.l.all), strings.Join(list, " "))
+	if !r.iommufd {
+		return msg
+	}
+	// The cdev backend: each vfio-pci device has its cdev, and the node's sysfs names it back.
+	var cdevs []string
+	for _, bdf := range r.l.all {
+		name, err := cdevOf(bdf)
+		r.check(err)
+		back, err := cdevPCI(filepath.Join(cdevDir, name))
+		r.check(err)
+		if back != bdf {
+			r.fail("%s/%s names %s, want %s", cdevDir, name, back, bdf)
+		}
+		cdevs = append(cdevs, bdf[5:]+"="+name)
+	}
+	return msg + fmt.Sprintf("; %s: %s", cdevDir, strings.Join(cdevs, " "))
 }
 
 func (r *vfioRun) start() string {
@@ -226,7 +247,11 @@ func (r *vfioRun) waitLogAfter(mark int, bound time.Duration, parts ...string) s
 
 func (r *vfioRun) backend() string {
 	line := r.waitLog(time.Second, `msg="VFIO backend"`)
-	if !strings.Contains(line, "backend=legacy") {
+	want := "backend=legacy"
+	if r.iommufd {
+		want = `backend=iommufd reason="auto: /dev/vfio/devices has IOMMUFD cdevs"`
+	}
+	if !strings.Contains(line, want) {
 		r.fail("backend line: %s", line)
 	}
 	return strings.TrimSpace(line[strings.Index(line, "msg="):])
@@ -316,14 +341,26 @@ func (r *vfioRun) cdiSpec() string {
 	if len(order) != len(r.groups) {
 		r.fail("%s: devices %v, want %d", specPath, order, len(r.groups))
 	}
+	var per []string
 	for i, g := range r.groups {
 		id := strconv.Itoa(i)
 		want := []string{fmt.Sprintf("/dev/vfio/%d", g), container}
+		if r.iommufd {
+			want = r.groupCdevs(g)
+		}
 		if strings.Join(nodes[id], " ") != strings.Join(want, " ") {
 			r.fail("%s: device %q nodes %v, want %v", specPath, id, nodes[id], want)
 		}
+		per = append(per, fmt.Sprintf("%s=%v", id, nodes[id]))
 	}
-	return fmt.Sprintf("%s: kind %s, %d devices, each its group node and %s", specPath, kind, len(order), container)
+	if !r.iommufd {
+		return fmt.Sprintf("%s: kind %s, %d devices, each its group node and %s", specPath, kind, len(order), container)
+	}
+	if strings.Contains(string(b), iommuNode) || strings.Contains(string(b), container) {
+		r.fail("%s names %s or %s in iommufd mode", specPath, iommuNode, container)
+	}
+	return fmt.Sprintf("%s: kind %s, %d devices, each the cdevs of its group's vfio-pci testdevs, no group node, no %s: %s",
+		specPath, kind, len(order), iommuNode, strings.Join(per, " "))
 }
 
 func (r *vfioRun) companionUnhealthy() string {
@@ -334,6 +371,9 @@ func (r *vfioRun) companionUnhealthy() string {
 
 // kernelRefuses: the kernel agrees with the daemon: the group is not viable.
 func (r *vfioRun) kernelRefuses() string {
+	if r.iommufd {
+		return r.kernelRefusesBind()
+	}
 	node := fmt.Sprintf("/dev/vfio/%d", r.l.group[r.l.mf])
 	flags, setErr, err := groupRefused(container, node)
 	r.check(err)
@@ -364,6 +404,9 @@ func (r *vfioRun) allocateOpen(id string) string {
 	r.check(err)
 	_, nodes, _ := parseSpec(b)
 	n := nodes[id]
+	if r.iommufd {
+		return fmt.Sprintf("ID %s -> %v; %s", id, n, r.openCdevs(id, n))
+	}
 	if len(n) != 2 || n[1] != container {
 		r.fail("spec nodes of %s: %v", id, n)
 	}
