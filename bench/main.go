@@ -26,7 +26,7 @@ var (
 	outPath  = flag.String("out", "docs/benchmarks.md", "markdown file to write")
 	runs     = flag.Int("runs", 5, "runs per start-up measurement")
 	allocs   = flag.Int("allocs", 10000, "sequential Allocate calls per daemon")
-	restarts = flag.Int("restarts", 100, "kubelet restarts per daemon")
+	restarts = flag.Int("restarts", 500, "kubelet restarts per daemon")
 	idleSec  = flag.Int("idle", 60, "idle period in seconds")
 	probes   = flag.Int("probes", 200, "runs of the probe helper alone")
 	command  = flag.String("command", "make bench", "command line recorded in the document")

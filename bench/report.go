@@ -117,6 +117,10 @@ func main() {
 		asDeployedOnlyMode(src, build)
 		return
 	}
+	if *restartsOnly != "" {
+		restartsOnlyMode(kinds, build)
+		return
+	}
 	if *idleOnly != "" {
 		idleOnlyMode(kinds)
 		return
