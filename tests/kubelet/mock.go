@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -137,6 +138,41 @@ func (k *MockKubelet) serve() error {
 	if err != nil {
 		return err
 	}
+	return k.serveOn(lis)
+}
+
+// bindOnly binds kubelet.sock without listening: a connect is refused until listenBound, as
+// between the bind and the listen of a starting kubelet's net.Listen.
+func (k *MockKubelet) bindOnly() (int, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("mock kubelet: socket: %v", err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: k.SocketPath()}); err != nil {
+		syscall.Close(fd)
+		return -1, fmt.Errorf("mock kubelet: bind %s: %v", k.SocketPath(), err)
+	}
+	return fd, nil
+}
+
+// listenBound listens on the socket bindOnly bound and returns it as a listener.
+func (k *MockKubelet) listenBound(fd int) (*net.UnixListener, error) {
+	if err := syscall.Listen(fd, syscall.SOMAXCONN); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("mock kubelet: listen %s: %v", k.SocketPath(), err)
+	}
+	f := os.NewFile(uintptr(fd), k.SocketPath())
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("mock kubelet: listener %s: %v", k.SocketPath(), err)
+	}
+	lis := l.(*net.UnixListener)
+	lis.SetUnlinkOnClose(false)
+	return lis, nil
+}
+
+func (k *MockKubelet) serveOn(lis *net.UnixListener) error {
 	srv := grpc.NewServer() // kubelet uses grpc-go defaults: no server options
 	api.RegisterRegistrationServer(srv, &registrationServer{k: k})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -208,6 +244,28 @@ func (k *MockKubelet) Restart() error {
 	}
 	k.emit(Event{Kind: "restart", Text: "sockets deleted"})
 	return k.serve()
+}
+
+// RestartListenLater is Restart with a slow kubelet start: the new kubelet.sock is bound (its
+// creation seen by inotify) and refuses connections for hold before kubelet listens on it.
+func (k *MockKubelet) RestartListenLater(hold time.Duration) error {
+	k.stopServer()
+	k.closeAllPlugins("kubelet restarted")
+	if err := k.cleanupDir(); err != nil {
+		return err
+	}
+	k.emit(Event{Kind: "restart", Text: "sockets deleted"})
+	fd, err := k.bindOnly()
+	if err != nil {
+		return err
+	}
+	k.emit(Event{Kind: "bound", Text: k.SocketPath()})
+	time.Sleep(hold)
+	lis, err := k.listenBound(fd)
+	if err != nil {
+		return err
+	}
+	return k.serveOn(lis)
 }
 
 // RecreateSocketOnly deletes kubelet.sock and serves a new listener at the same path. Plugin
