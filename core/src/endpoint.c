@@ -23,6 +23,9 @@
 #define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
 #define CONTEND_MAX_USEC (60 * DP_USEC_PER_SEC)
 #define STABLE_USEC (30 * DP_USEC_PER_SEC)
+#define LISTEN_WAIT_MIN_USEC (1 * DP_USEC_PER_MSEC)
+#define LISTEN_WAIT_MAX_USEC (16 * DP_USEC_PER_MSEC)
+#define LISTEN_WAIT_LIMIT_USEC (1 * DP_USEC_PER_SEC)
 
 static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
 static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
@@ -348,6 +351,50 @@ static int ep_send_register(dp_endpoint *ep)
 				      &ep->register_call);
 }
 
+/*
+ * kubelet.sock refused, and it was created since our last Register: a starting kubelet has bound
+ * it (inotify saw the creation) and not yet listened, which no event reports. Not a failure: the
+ * same server connects again soon (1 ms doubling to 16 ms) until kubelet listens; after 1 s it
+ * is a refused connect like any other (false: the caller backs off).
+ */
+static bool ep_wait_listen(dp_endpoint *ep)
+{
+	uint64_t now = dp_now_usec();
+	if (!ep->kubelet_created)
+		return false;
+	if (ep->state != EP_WAIT_LISTEN) {
+		ep->listen_since = now;
+		ep->listen_wait = 0;
+		dp_debug("kubelet.sock created, not listening yet", "resource=%s", ep->resource);
+	} else if (now - ep->listen_since >= LISTEN_WAIT_LIMIT_USEC) {
+		ep->kubelet_created = false;
+		return false;
+	}
+	uint64_t d = ep->listen_wait ? ep->listen_wait : LISTEN_WAIT_MIN_USEC;
+	ep->listen_wait = d * 2 > LISTEN_WAIT_MAX_USEC ? LISTEN_WAIT_MAX_USEC : d * 2;
+	ep->state = EP_WAIT_LISTEN;
+	ep_schedule_register(ep, d);
+	return true;
+}
+
+/* Register from the server just started (kept while kubelet.sock does not listen yet). */
+static void ep_try_register(dp_endpoint *ep)
+{
+	int r = ep_send_register(ep);
+	if (r == -ECONNREFUSED && ep_wait_listen(ep))
+		return;
+	if (r < 0) {
+		if (r != -ECONNREFUSED)
+			snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot call %s/kubelet.sock: %s",
+				 ep->dir, strerror(-r));
+		ep_backoff(ep, r == -ECONNREFUSED);
+		ep_failed(ep, r == -ECONNREFUSED ? EP_FAIL_CONNECT : EP_FAIL_SOCKET);
+		return;
+	}
+	ep->kubelet_created = false;
+	ep->state = EP_REGISTERING;
+}
+
 static void ep_serve_failed(dp_endpoint *ep, int r)
 {
 	snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot serve %s/%s: %s", ep->dir,
@@ -368,6 +415,7 @@ static void ep_register_now(dp_endpoint *ep)
 	if (stat(kubelet_sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
 		/* Wait for kubelet.sock to appear (inotify; the stat fallback as a backstop). */
 		ep->state = EP_WAIT_KUBELET;
+		ep->kubelet_created = false;
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "waiting for %s",
 			 kubelet_sock);
 		/* Keep serving meanwhile so liveness probes still reach the loop. */
@@ -387,22 +435,16 @@ static void ep_register_now(dp_endpoint *ep)
 		ep_failed(ep, EP_FAIL_SOCKET);
 		return;
 	}
-	r = ep_send_register(ep);
-	if (r < 0) {
-		if (r != -ECONNREFUSED)
-			snprintf(ep->reason_register, sizeof(ep->reason_register), "cannot call %s/kubelet.sock: %s",
-				 ep->dir, strerror(-r));
-		ep_backoff(ep, r == -ECONNREFUSED);
-		ep_failed(ep, r == -ECONNREFUSED ? EP_FAIL_CONNECT : EP_FAIL_SOCKET);
-		return;
-	}
-	ep->state = EP_REGISTERING;
+	ep_try_register(ep);
 }
 
 static int ep_on_register_timer(dp_source *s, void *userdata)
 {
 	dp_endpoint *ep = userdata;
-	ep_register_now(ep);
+	if (ep->state == EP_WAIT_LISTEN)
+		ep_try_register(ep);
+	else
+		ep_register_now(ep);
 	return 0;
 }
 

@@ -11,7 +11,9 @@
 #include "dp/health.h"
 #include "dp/watch.h"
 
-enum ep_state { EP_IDLE, EP_WAIT_KUBELET, EP_REGISTERING, EP_REGISTERED, EP_BACKOFF };
+/* EP_WAIT_LISTEN: kubelet.sock was just created and refuses: kubelet has bound it and not yet
+ * listened (endpoint.c ep_wait_listen). */
+enum ep_state { EP_IDLE, EP_WAIT_KUBELET, EP_WAIT_LISTEN, EP_REGISTERING, EP_REGISTERED, EP_BACKOFF };
 
 /* Why a registration attempt failed: each kind is told once (endpoint.c ep_failed). */
 enum ep_fail {
@@ -81,6 +83,8 @@ struct dp_endpoint {
 	uint64_t fail_told;     /* when fail_kind was last told */
 	uint64_t registered_at; /* when Register last succeeded */
 	uint64_t contend_backoff;
+	uint64_t listen_since; /* when kubelet.sock, just created, first refused */
+	uint64_t listen_wait;  /* the next wait for it to listen */
 	struct ep_stream *streams;
 	struct ep_stream *kubelet_stream; /* the first stream opened since Register was sent */
 
@@ -110,6 +114,7 @@ struct dp_endpoint {
 	bool told_healthy;
 	bool stopping;
 	bool stream_ended_registering; /* a stream ended before Register returned */
+	bool kubelet_created;          /* kubelet.sock created since the last Register was sent */
 
 	char socket_name[DP_SOCKET_NAME_MAX + 1];
 	char reason[512];

@@ -36,11 +36,13 @@ static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t
 								 : "device-plugins directory removed");
 		break;
 	case DP_WATCH_ENTRY:
-		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0)
+		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0) {
+			ep->kubelet_created = true; /* bound: it may not listen yet */
 			dp_endpoint_restart(ep, "kubelet.sock created");
-		else if ((mask & (IN_DELETE | IN_MOVED_FROM)) && ep->socket_name[0] &&
-			 strcmp(name, ep->socket_name) == 0 &&
-			 (ep->state == EP_REGISTERED || ep->state == EP_REGISTERING))
+		} else if ((mask & (IN_DELETE | IN_MOVED_FROM)) && ep->socket_name[0] &&
+			   strcmp(name, ep->socket_name) == 0 &&
+			   (ep->state == EP_REGISTERED || ep->state == EP_REGISTERING ||
+			    ep->state == EP_WAIT_LISTEN))
 			dp_endpoint_restart(ep, "plugin socket deleted");
 		break;
 	}
@@ -75,8 +77,10 @@ static void stat_compare(dp_endpoint *ep)
 
 	if (ep->state == EP_WAIT_KUBELET) {
 		snprintf(path, sizeof(path), "%s/kubelet.sock", ep->dir);
-		if (access(path, F_OK) == 0)
+		if (access(path, F_OK) == 0) {
+			ep->kubelet_created = true;
 			dp_endpoint_restart(ep, "kubelet.sock appeared");
+		}
 		return;
 	}
 	if (ep->state != EP_REGISTERED)

@@ -401,3 +401,45 @@ func TestRegistrationKataIdleRestartOverStaleSocket(t *testing.T) {
 		t.Errorf("idle sockets after the restart %v, want one that is not %s", now, old[0])
 	}
 }
+
+// A kubelet restart whose new kubelet.sock is created (bound) before kubelet listens on it, after
+// the ListAndWatch stream ended and the sockets were deleted: the endpoint waits for it to accept
+// and registers on the first Register attempt after its creation, with no failed attempt and no
+// back-off (issue 21, item 6: a refused connect there ran the 100 ms back-off, which no later
+// directory event shortened). The hold is far longer than the endpoint takes to notice the
+// creation, so the order is the same on every run.
+func TestRegistrationKubeletRestartListenLater(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3", "LOG_LEVEL=debug")
+	p := s.ready(3)
+	before := len(s.d.Stderr.Lines())
+	start := time.Now()
+	if err := s.k.RestartListenLater(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	cur := s.settled(p.Seq, p.Endpoint, 3, eventBound)
+	t.Logf("re-registered as %s %v after the restart (kubelet listened 300 ms after the bind)",
+		cur.Endpoint, time.Since(start).Round(time.Millisecond))
+	waitLine(t, s.d, eventBound, "info", registeredMsg, "socket="+cur.Endpoint)
+	lines := s.d.Stderr.Lines()[before:]
+	created := -1
+	for i, l := range lines {
+		if logField(l, "msg") == "re-registering" && strings.Contains(l, "kubelet.sock created") {
+			created = i
+		}
+	}
+	if created < 0 {
+		t.Fatalf("no re-registering line for kubelet.sock created; log:\n%s", strings.Join(lines, "\n"))
+	}
+	for _, l := range lines[created:] {
+		if m := logField(l, "msg"); m == "registration attempt failed" || m == regFailedMsg {
+			t.Errorf("a failed attempt after kubelet.sock was created: %s", l)
+		}
+		if logField(l, "msg") == "re-registering" && !strings.Contains(l, "delay_us=0") &&
+			logField(l, "level") == "debug" {
+			t.Errorf("a delayed re-registration after kubelet.sock was created: %s", l)
+		}
+	}
+	if t.Failed() {
+		t.Logf("log since the restart:\n%s", strings.Join(lines, "\n"))
+	}
+}
