@@ -11,24 +11,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fdLimit is the RLIMIT_NOFILE of the attack.
 const fdLimit = "48"
 
-// startDaemonFdLimited is startDaemon with RLIMIT_NOFILE set to fdLimit (soft and hard) for
-// the daemon (prlimit(1) execs it: same pid).
+// startDaemonFdLimited is startDaemon, then RLIMIT_NOFILE set to fdLimit (soft and hard) on the
+// daemon with prlimit(2) at once (before any client connects). Not prlimit(1) as an exec wrapper:
+// the daemon's environment may LD_PRELOAD a shim built for another libc (the musl suite's), which
+// a glibc prlimit(1) cannot load.
 func (s *scenario) startDaemonFdLimited(extra ...string) {
 	s.t.Helper()
-	bin := s.bin
-	s.bin = "/usr/bin/prlimit"
-	defer func() { s.bin = bin }()
-	if _, err := os.Stat(s.bin); err != nil {
-		s.t.Skipf("prlimit(1) is needed: %v", err)
-	}
-	s.args = []string{"--nofile=" + fdLimit + ":" + fdLimit, "--", bin}
-	defer func() { s.args = nil }()
 	s.startDaemon(extra...)
+	n, _ := strconv.ParseUint(fdLimit, 10, 64)
+	if err := unix.Prlimit(s.d.Pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
+		s.fatalf("prlimit(%d, RLIMIT_NOFILE, %d): %v", s.d.Pid(), n, err)
+	}
 }
 
 func openFds(pid int) int {
