@@ -1536,6 +1536,43 @@ static void test_loop_stream_connections(void **state)
 	close(idle);
 }
 
+/* A client that connected but has not written yet (the exec probe on a busy CPU) outlives a
+ * client reconnecting as fast as it is closed (grpc-go after a GOAWAY): each new connection
+ * replaces one that completed its handshake and did nothing, never the one not read yet. Under
+ * "least recently active" alone, the fourth reconnect closed the probe's connection before its
+ * request was read: --health-check failed with REFUSED_STREAM (issue 21). */
+static void test_loop_unread_connection_kept(void **state)
+{
+	struct rawc probe;
+	int fds[8];
+
+	F.limits.max_connections = 4;
+	serve();
+	for (int i = 0; i < 3; i++) {
+		fds[i] = raw_connect();
+		raw_handshake(fds[i], SIZE_MAX);
+	}
+	run_until_conns(3);
+	run_idle();
+	rawc_open(&probe, "/t.T/Echo", 2, 7); /* connected, nothing written yet */
+	run_until_conns(4);
+	for (int i = 3; i < 8; i++) {
+		fds[i] = raw_connect();
+		raw_handshake(fds[i], SIZE_MAX);
+		run_idle();
+		assert_int_equal(dp_grpc_server_connections(F.server), 4);
+	}
+	assert_true(peer_gone(fds[3])); /* the reconnecting clients replaced each other */
+	rawc_send_all(&probe);
+	for (int i = 0; i < 1000 && probe.status < 0 && !probe.closed; i++)
+		rawc_pump(&probe, true);
+	assert_int_equal(probe.status, DP_GRPC_OK);
+	assert_int_equal(F.n_handler, 1);
+	rawc_free(&probe);
+	for (int i = 0; i < 8; i++)
+		close(fds[i]);
+}
+
 /* A protected connection (kubelet's) is never the one closed to make room for a stream. */
 static void test_loop_stream_connections_protected(void **state)
 {
@@ -1612,6 +1649,7 @@ int main(void)
 		LOOP_TEST(test_loop_output_budget),
 		LOOP_TEST(test_loop_stream_connections),
 		LOOP_TEST(test_loop_stream_connections_protected),
+		LOOP_TEST(test_loop_unread_connection_kept),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
