@@ -93,6 +93,17 @@ run_replay() {
 for t in "$build"/fuzz/replay_*; do
 	[ -f "$t" ] && [ -x "$t" ] && run_replay "$t"
 done
+# The server target keeps one endpoint and one fake kubelet for a whole fuzz run: its corpus
+# replayed 10 times in one process must keep the first registration (issue 21: with a fake
+# kubelet holding no ListAndWatch stream, the 9th ListAndWatch input waited out the back-off).
+run_replay_server_repeat() {
+	local bin="$build/fuzz/replay_server" out="$logdir/replay_server-repeat.log" rc dirs=()
+	for _ in 1 2 3 4 5 6 7 8 9 10; do dirs+=("$src/fuzz/corpus/server"); done
+	timeout 120 "$bin" "${dirs[@]}" >"$out" 2>&1
+	rc=$?
+	record replay_server-repeat "$out" $rc $((rc == 0)) $((rc != 0)) excerpt_tail
+}
+[ -x "$build/fuzz/replay_server" ] && run_replay_server_repeat
 run_go grpc-conformance "$build/grpcpeer.test"
 # Scenarios mount (read-only CDI directory, full tmpfs) in a private mount namespace.
 run_go scenarios unshare -m --propagation private "$build/scenario.test"

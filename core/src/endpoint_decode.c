@@ -44,7 +44,8 @@ struct walk {
 	/* second pass */
 	struct dp_ep_request *req;
 	char **next[DP_EP_MAX_CONTAINERS][2]; /* where the next pointer of each list goes */
-	uint32_t *stamps;                      /* per device: the scope that named it last */
+	uint32_t *stamps; /* per device and list (one per device for request_dup): the scope that
+			   * named it last; one slot per list, as the lists' fields may interleave */
 	size_t unknown, dups;
 	dp_buf unknown_names, dup_names;
 };
@@ -194,11 +195,12 @@ static void resolve_id(struct walk *w, size_t c, uint32_t list, const uint8_t *i
 		name_id(&w->unknown_names, ++w->unknown, id, n);
 		return;
 	}
-	if (w->stamps[pos] == scope) {
+	uint32_t *stamp = &w->stamps[w->s->request_dup ? pos : pos * w->s->lists + list];
+	if (*stamp == scope) {
 		name_id(&w->dup_names, ++w->dups, id, n);
 		return;
 	}
-	w->stamps[pos] = scope;
+	*stamp = scope;
 	*w->next[c][list]++ = w->x->ids + w->x->sorted[pos];
 }
 
@@ -243,7 +245,7 @@ static int build(struct walk *w, const uint8_t *msg, size_t len)
 {
 	size_t size = sizeof(*w->req) + w->containers * sizeof(*w->req->c) + w->ids * sizeof(char *);
 	w->req = calloc(1, size);
-	w->stamps = calloc(w->x->n ? w->x->n : 1, sizeof(*w->stamps));
+	w->stamps = calloc(w->x->n ? w->x->n * w->s->lists : 1, sizeof(*w->stamps));
 	if (!w->req || !w->stamps)
 		return -ENOMEM;
 	w->req->n = w->containers;

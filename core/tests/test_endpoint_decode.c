@@ -220,6 +220,15 @@ static void duplicates(void **state)
 	c.n_must_include_deviceids = 2;
 	len = v1beta1__preferred_allocation_request__pack(&pr, buf);
 	expect_refused(DP_EP_PREFERRED, &ix, buf, len, "duplicate device IDs");
+
+	/* the lists' fields interleaved on the wire (fuzz_decode): must "0", available "0", must "0"
+	 * is still "0" twice in must-include (it was accepted, and dp_ep_prefer answered "0" twice) */
+	const uint8_t mixed[] = { 0x0a, 0x0b, 0x12, 0x01, '0', 0x0a, 0x01, '0', 0x12, 0x01, '0', 0x18, 0x02 };
+	expect_refused(DP_EP_PREFERRED, &ix, mixed, sizeof(mixed),
+		       "duplicate device IDs for example.com/thing: \"0\"");
+	const uint8_t mixed_avail[] = { 0x0a, 0x0b, 0x0a, 0x01, '1', 0x12, 0x01, '1', 0x0a, 0x01, '1', 0x18, 0x02 };
+	expect_refused(DP_EP_PREFERRED, &ix, mixed_avail, sizeof(mixed_avail),
+		       "duplicate device IDs for example.com/thing: \"1\"");
 	index_done(&ix);
 }
 

@@ -14,12 +14,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dp/helper.h"
@@ -77,7 +79,8 @@ struct fixture {
 
 static const char *const knob_names[] = {
 	"HVSHIM_DEVICE",       "HVSHIM_OPEN_ERRNO",   "HVSHIM_API_VERSION", "HVSHIM_CREATE_VM_ERRNO",
-	"HVSHIM_CREATE_ERRNO", "HVSHIM_HANG",	      "HVSHIM_STATE_FILE",  "LD_PRELOAD",
+	"HVSHIM_CREATE_ERRNO", "HVSHIM_HANG",	      "HVSHIM_STATE_FILE",  "HVSHIM_PID_FILE",
+	"LD_PRELOAD",
 };
 
 static void clear_child_env(void)
@@ -284,31 +287,76 @@ static void test_kvm_create_vm_enomem(void **state)
 	expect_fail(RUN(f, "probe-kvm", f->kvm), "KVM_CREATE_VM: EMFILE");
 }
 
-/* A probe stuck in the kernel: the deadline kills it; the next run starts only after the
- * stuck child was reaped, and then succeeds. */
+/* The pid the shim's child wrote to path (HVSHIM_PID_FILE). */
+static pid_t read_pid_file(const char *path)
+{
+	FILE *p = fopen(path, "re");
+	int pid = 0;
+
+	assert_non_null(p);
+	assert_int_equal(fscanf(p, "%d", &pid), 1);
+	fclose(p);
+	assert_true(pid > 0);
+	return (pid_t)pid;
+}
+
+/* How child pid ended, without reaping it (the helper's loop still does): it is dead once
+ * killed, so the poll ends at once; the bound only keeps a missing kill from hanging the test. */
+static siginfo_t peek_exit(pid_t pid)
+{
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	siginfo_t si;
+
+	do {
+		memset(&si, 0, sizeof(si));
+		assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT | WNOHANG), 0);
+	} while (si.si_pid == 0 && dp_now_usec() < end && usleep(1000) == 0);
+	if (si.si_pid != pid) {
+		kill(pid, SIGKILL); /* not left behind by a failed test */
+		fail_msg("helper child %d still alive after its deadline's verdict", (int)pid);
+	}
+	return si;
+}
+
+/* A probe stuck in the kernel: at the deadline the verdict is a timeout and the child is
+ * killed with SIGKILL (its exit status, seen before the helper reaps it); the next run starts
+ * only after the stuck child was reaped, and then succeeds. No time is asserted: the verdict
+ * and the kill are what the deadline produces. */
 static void test_kvm_hang_deadline(void **state)
 {
 	struct fixture *f = *state;
 	_cleanup_(dp_helper_freep) dp_helper *h = NULL;
 	char *argv[] = { "probe-kvm", f->kvm, NULL };
 	struct res first = {0}, second = {0};
-	uint64_t start;
+	char pid_file[160];
+	siginfo_t si;
+	pid_t pid;
 
+	snprintf(pid_file, sizeof(pid_file), "%s/pid", f->dir);
 	shim(f->kvm);
 	knob("HVSHIM_HANG", "1");
+	knob("HVSHIM_PID_FILE", pid_file);
 	assert_int_equal(dp_helper_new(f->loop, SELF, argv, SHORT_DEADLINE, GRACE, &h), 0);
-	start = dp_now_usec();
 	assert_int_equal(dp_helper_request(h, on_done, &first, NULL), 0);
 	run_loop_until(f->loop, &first.done);
 	expect_fail(first.r, "timeout after 300 ms");
-	/* generous bound: the deadline, not the 10 s loop bound, ended it */
-	assert_true(dp_now_usec() - start < SHORT_DEADLINE + 3 * DP_USEC_PER_SEC);
+	assert_int_equal(first.r.run, 1);
+	/* the hung child (it wrote its pid from inside the stuck ioctl) died of SIGKILL */
+	pid = read_pid_file(pid_file);
+	si = peek_exit(pid);
+	assert_int_equal(si.si_code, CLD_KILLED);
+	if (si.si_status != SIGKILL)
+		fail_msg("helper child ended by signal %d, not SIGKILL", si.si_status);
 
 	unsetenv("HVSHIM_HANG");
 	assert_int_equal(dp_helper_request(h, on_done, &second, NULL), 0);
 	run_loop_until(f->loop, &second.done);
 	expect_ok(second.r, "KVM API version 12, VM created");
+	assert_int_equal(second.r.run, 2);
 	assert_int_equal(dp_helper_runs(h), 2);
+	/* the killed child was reaped before the second run started */
+	assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT | WNOHANG), -1);
+	assert_int_equal(errno, ECHILD);
 }
 
 /* The knobs can change under a running parent through the state file. */

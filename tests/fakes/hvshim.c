@@ -11,6 +11,9 @@
  *   HVSHIM_CREATE_VM_ERRNO=ENOMEM KVM_CREATE_VM fails with this errno
  *   HVSHIM_CREATE_ERRNO=EINVAL    MSHV_CREATE_PARTITION fails with this errno
  *   HVSHIM_HANG=1                 every ioctl on a fake fd sleeps forever (nanosleep loop)
+ *   HVSHIM_PID_FILE=<path>        every ioctl on a fake fd first writes the process's pid (decimal
+ *                                 and a newline) to this file (created 0600 or truncated), so a
+ *                                 test can tell how the process ended (waitid with WNOWAIT)
  *   HVSHIM_DELAY_MS=300           KVM_CREATE_VM sleeps that long before it answers (a slow but
  *                                 successful probe; 0..60000, anything else: no delay)
  *   HVSHIM_CRASH=SIGSEGV          every ioctl on a fake fd kills the process with this signal
@@ -109,6 +112,7 @@ static struct knobs {
 	char garbage[VALUE_MAX];
 	char try_socket[VALUE_MAX];
 	char spawn_errno[VALUE_MAX];
+	char pid_file[PATH_MAX];
 } knobs;
 
 static const struct {
@@ -128,6 +132,7 @@ static const struct {
 	KNOB("HVSHIM_GARBAGE", garbage),
 	KNOB("HVSHIM_TRY_SOCKET", try_socket),
 	KNOB("HVSHIM_SPAWN_ERRNO", spawn_errno),
+	KNOB("HVSHIM_PID_FILE", pid_file),
 #undef KNOB
 };
 #define N_KNOBS (sizeof(knob_table) / sizeof(knob_table[0]))
@@ -408,6 +413,23 @@ static int fail(int e)
 	return -1;
 }
 
+/* HVSHIM_PID_FILE: our pid into that file (errors are the test's to notice: no file). */
+static void write_pid_file(void)
+{
+	int (*real_open)(const char *, int, ...) = REAL(open);
+	char line[32];
+	int fd, n;
+
+	if (!knobs.pid_file[0] || !real_open)
+		return;
+	fd = real_open(knobs.pid_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	n = snprintf(line, sizeof(line), "%d\n", (int)getpid());
+	(void)!write(fd, line, (size_t)n);
+	REAL(close)(fd);
+}
+
 static int create_child(const char *errno_knob)
 {
 	int e = knob_errno(errno_knob);
@@ -544,6 +566,7 @@ int ioctl(int fd, IOCTL_REQ req, ...)
 	if (kind == FAKE_NONE)
 		return REAL(ioctl)(fd, req, arg);
 	load_knobs();
+	write_pid_file();
 	if (knobs.hang[0] && strcmp(knobs.hang, "0") != 0)
 		for (;;)
 			(void)nanosleep(&(struct timespec){ .tv_sec = 3600 }, NULL);
