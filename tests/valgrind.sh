@@ -34,7 +34,10 @@ unit_skip=" test_cdi test_seccomp "
 # Every scenario family but TestSeccomp* (VALGRIND_SCENARIOS overrides it, a -test.run
 # pattern): under valgrind the filter must also allow execve (the exec fallback) and valgrind's
 # own calls, so "execve is refused" cannot hold there; those tests run natively and under ASan.
-: "${VALGRIND_SCENARIOS:=^(TestFault|TestHyperlight|TestKata|TestLabels|TestMock)}"
+# TestHyperlightFdLimitHeldConnections neither: it lowers the daemon's RLIMIT_NOFILE to 48 after
+# start, and valgrind keeps its own fds near the top of the limit it started with, so the
+# daemon cannot open any (it runs natively, under ASan and in the musl suite).
+: "${VALGRIND_SCENARIOS:=^(TestFault|TestHyperlight([^F]|F[^d])|TestKata|TestLabels|TestMock)}"
 passed=0
 failed=0
 failures=()
