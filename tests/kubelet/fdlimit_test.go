@@ -75,7 +75,12 @@ func TestHyperlightFdLimitHeldConnections(t *testing.T) {
 	// handshake deadline), as many as the daemon accepts.
 	sock := filepath.Join(s.node.KubeletDir, p.Endpoint)
 	grpcHeld := holdConns(t, "unix", sock, 64, "")
-	time.Sleep(300 * time.Millisecond) // let the daemon accept what it can
+	// the attack holds: the daemon accepted until every fd of its limit is taken
+	limit, _ := strconv.Atoi(fdLimit)
+	if !s.wait(eventBound, func() bool { return openFds(s.d.Pid()) >= limit }) {
+		s.fatalf("the daemon holds %d fds, never the limit %d: the attack did not exhaust them",
+			openFds(s.d.Pid()), limit)
+	}
 	fds := openFds(s.d.Pid())
 	t.Logf("fds under attack: %d of %s (%d gRPC and %d metrics connections dialled)", fds, fdLimit,
 		len(grpcHeld), len(metrics))
