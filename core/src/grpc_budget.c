@@ -38,8 +38,8 @@ static dp_grpc_server *servers;
 static dp_grpc_limit_fn limit_fn;
 static void *limit_ud;
 
-enum { LIM_INPUT, LIM_OUTPUT, LIM_STREAMS, LIM_CONNECTIONS, LIM_N };
-static const char *const lim_names[LIM_N] = { "input", "output", "streams", "connections" };
+enum { LIM_INPUT, LIM_OUTPUT, LIM_STREAMS, LIM_CONNECTIONS, LIM_FDS, LIM_N };
+static const char *const lim_names[LIM_N] = { "input", "output", "streams", "connections", "fds" };
 static uint64_t lim_last[LIM_N]; /* last hit, 0: never */
 
 int dp_grpc_set_budget(const dp_grpc_budget *b)

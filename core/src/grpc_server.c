@@ -169,7 +169,10 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 				continue;
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
 				/* Out of fds or memory: stop accepting for a moment instead of spinning. */
-				dp_debug("grpc: accept failed, backing off", "error=%s", dp_errname(errno));
+				grpc_limit_hit("fds", errno == EMFILE || errno == ENFILE ?
+							      "new connections wait: out of file descriptors" :
+							      "new connections wait: out of memory",
+					       s->n_conns, s->limits.max_connections);
 				dp_io_set_events(s->listen_io, 0);
 				dp_timer_set(s->backoff, ACCEPT_BACKOFF_USEC, 0);
 			}
@@ -187,8 +190,14 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 			close(cfd);
 			continue;
 		}
-		if (conn_new(s, cfd) < 0)
+		int r = conn_new(s, cfd);
+		if (r < 0) {
 			close(cfd);
+			grpc_limit_hit("fds", r == -EMFILE || r == -ENFILE ?
+						      "new connection closed: out of file descriptors" :
+						      "new connection closed: out of memory",
+				       s->n_conns, s->limits.max_connections);
+		}
 	}
 	return 0;
 }
