@@ -85,15 +85,15 @@ test-live-mshv: build
 # and kata; gcc -fanalyzer on core/src with the flags meson compiles each file with (read from
 # $(BUILD)/compile_commands.json by scripts/build-info.py: the list lives in meson.build only).
 # Two jobs at a time.
-LINT_SRC = $(wildcard core/src/*.c hyperlight/*.c hyperlight/label-node/*.c kata/*.c)
+LINT_SRC = $(wildcard core/src/*/*.c hyperlight/*.c hyperlight/label-node/*.c kata/*.c)
 lint: build
 	scripts/install-deps.sh lint
 	printf '%s\n' $(LINT_SRC) | xargs -P2 -n4 clang-tidy -p $(BUILD) --quiet
 	cppcheck --enable=warning,portability,performance --error-exitcode=1 --inline-suppr -j2 \
-		--quiet --std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Icore/include -Icore \
+		--quiet --std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Icore/include -Icore -Icore/src \
 		-I$(BUILD) -I$(BUILD)/proto -Ihyperlight -Ihyperlight/label-node -Ikata \
 		--include=/usr/include/protobuf-c/protobuf-c.h $(LINT_SRC)
-	printf '%s\n' $(wildcard core/src/*.c) | xargs -P2 -I{} sh -c \
+	printf '%s\n' $(wildcard core/src/*/*.c) | xargs -P2 -I{} sh -c \
 		'flags=$$(scripts/build-info.py cflags $(BUILD) {}) && gcc $$flags -fanalyzer -c {} -o /dev/null'
 
 # Benchmarks (bench/): kata (static and dynamic), hyperlight and the grpc-go reference plugin on

@@ -36,7 +36,7 @@ func writeMissed(d *doc, in missedInput) {
 			"wakes the client; the client's next request wakes the daemon), each an inter-processor interrupt and a "+
 			"VM exit.%s A third wake-up is gone: consuming a request frees the client socket's buffer space, which "+
 			"wakes Go's netpoller (it registers every socket for EPOLLOUT), so the daemon now consumes the request "+
-			"only after it has answered (core/src/h2.c, h2_read), when the answer has already woken the client "+
+			"only after it has answered (core/src/grpc/h2.c, h2_read), when the answer has already woken the client "+
 			"(A/B on this machine, the two builds alternating: 71–72 → 64–68 µs). Where the daemon's CPU goes "+
 			"(`perf record -g -p <pid>` on `build/sdp-bench -build build -profile kata-static -profile-wait 2 "+
 			"-allocs 30000`): 63%% kernel, 36%% user space spread over nghttp2 (HPACK, frames), malloc and protobuf-c "+

@@ -444,7 +444,7 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 	d.p("DEVICE_COUNT names it; the largest list that fits the 4 MiB gRPC message limit). Bytes: the protobuf size of the")
 	d.p("full response as the kubelet received it (all Healthy; the encoder's figure is the all-Unhealthy list a flip sends).")
 	d.p("Encode: the daemon's own encoder alone, `build/bench/encode/sdp-encode-bench` (bench/encode/encode_bench.c: hyperlight's device")
-	d.p("IDs and ceiling, core/src/endpoint_encode.c's dp_ep_encode_list timed with CLOCK_MONOTONIC around each call,")
+	d.p("IDs and ceiling, core/src/endpoint/endpoint_encode.c's dp_ep_encode_list timed with CLOCK_MONOTONIC around each call,")
 	d.p("buffer malloc and free included), median (min–max) of its repetitions. Flip → received, end to end:")
 	d.p("<root>/dev/kvm deleted to the all-Unhealthy response decoded at the kubelet, median (min–max) of %d.", *runs)
 	d.p("Go decode: golang/protobuf's Unmarshal of that response in the driver (what grpc-go does before the kubelet")
@@ -529,7 +529,7 @@ func writeIdle(d *doc, ks, kata, hl, ref *results, scan []scanPoint) {
 		{"threads", []string{fmt.Sprint(ks.idleThreads), fmt.Sprint(kata.idleThreads), fmt.Sprint(hl.idleThreads), fmt.Sprint(ref.idleThreads), "", ""}, "—", ""},
 	})
 	d.p("Every idle wake-up source (docs/architecture.md, \"Timers\"). The periodic ones are coarse timers on one 5 s grid of")
-	d.p("the monotonic clock (core/src/loop_timer.c, dp_timer_set_coarse), so all of them that are due wake the daemon once:")
+	d.p("the monotonic clock (core/src/loop/loop_timer.c, dp_timer_set_coarse), so all of them that are due wake the daemon once:")
 	d.p("")
 	d.p("| source | period | daemons |")
 	d.p("|---|---|---|")

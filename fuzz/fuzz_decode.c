@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz target: the request decoder (core/src/endpoint_decode.c, on core/src/pbwire.c), each
+ * fuzz target: the request decoder (core/src/requests/endpoint_decode.c, on core/src/requests/pbwire.c), each
  * input decoded as an AllocateRequest, a PreferredAllocationRequest and a PreStartContainerRequest
  * against a small device index, and compared with protobuf-c. When ours accepts: protobuf-c
  * unpacks the same bytes to the same containers, lists, IDs (byte for byte: none holds a NUL) and
@@ -17,9 +17,9 @@
 
 #include "api.pb-c.h"
 #include "dp/grpc.h"
-#include "endpoint_decode.h"
+#include "requests/endpoint_decode.h"
 #include "fuzz.h"
-#include "pbwire.h"
+#include "requests/pbwire.h"
 
 static char arena[] = "0\0" "1\0" "10\0" "2\0" "hyperlight-0";
 static const uint32_t sorted[] = { 0, 2, 4, 7, 9 }; /* strcmp order: 0 1 10 2 hyperlight-0 */

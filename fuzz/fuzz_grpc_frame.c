@@ -14,7 +14,7 @@
 
 #include "dp/grpc.h"
 #include "fuzz.h"
-#include "grpc_internal.h"
+#include "grpc/grpc_internal.h"
 
 struct sink {
 	size_t max;

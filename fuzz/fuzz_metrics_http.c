@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz target (m): the metrics listener's request parser (core/src/metrics_http.c), the
+ * fuzz target (m): the metrics listener's request parser (core/src/metrics/metrics_http.c), the
  * METRICS_ADDRESS parser and the exposition of label values taken from the input.
  * The input is a request head as received, parsed whole and at every prefix length a reader
  * could have at hand. Checks: a result is 0 or 1; 0 only below DP_METRICS_HTTP_HEAD_MAX bytes

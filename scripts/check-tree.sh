@@ -1,7 +1,7 @@
 #!/bin/bash
 # Checks of the source tree's shape (issue 15), one PASS/FAIL line per rule and the closing
 # "N passed, M failed" line (tests/result.sh); a FAIL line names every offending file and why.
-#   module-table      docs/architecture.md's module table names every core/src/*.c exactly once,
+#   module-table      docs/architecture.md's module table names every core/src/<module>/*.c exactly once,
 #                     and every .c it names exists
 #   file-length       no product .c/.h (core/, hyperlight/, kata/; not their tests/) over 600 lines
 #   main-length       every product main.c under 80 lines
@@ -76,14 +76,16 @@ check_module_table() {
 		    for tok in re.findall(r"`([^`]+)`", cols[2]):
 		        for name in ([tok[:-5] + ".c"] if tok.endswith(".[ch]") else [tok]):
 		            if name.endswith(".c"):
-		                named.append(name if "/" in name else "core/src/" + name)
+		                named.append(name if name.startswith("core/") else "core/src/" + name)
 		for path in sorted(set(named)):
 		    if named.count(path) > 1:
 		        print(f"docs/architecture.md names {path} {named.count(path)} times in the module table")
 		    if not os.path.isfile(os.path.join(root, path)):
 		        print(f"docs/architecture.md's module table names {path}: no such file")
-		for path in sorted(glob.glob(os.path.join(root, "core/src/*.c"))):
+		for path in sorted(glob.glob(os.path.join(root, "core/src/**/*.c"), recursive=True)):
 		    rel = os.path.relpath(path, root)
+		    if rel.count("/") != 3:
+		        print(f"{rel}: not in a module's folder (core/src/<module>/)")
 		    if rel not in named:
 		        print(f"{rel}: not in docs/architecture.md's module table")
 	EOF
@@ -174,17 +176,17 @@ self_test() {
 	local tmp good why="" rc name out
 	tmp=$(mktemp -d) || return 0
 	good="$tmp/good"
-	mkdir -p "$good"/{docs,core/src,core/include/dp,core/tests,hyperlight,kata}
+	mkdir -p "$good"/{docs,core/src/a,core/src/b,core/include/dp,core/tests,hyperlight,kata}
 	# shellcheck disable=SC2016 # backquotes are Markdown here
-	printf '# A\n\n## Modules\n\n| module | source | holds |\n|---|---|---|\n| a | `a.c` (`dp/a.h`) | a |\n| b | `b.[ch]` | b |\n\n## Next\n\n*Changed from the design* (libcurl): why.\n' >"$good/docs/architecture.md"
-	for f in core/src/a.c core/src/b.c core/src/b.h hyperlight/main.c; do
+	printf '# A\n\n## Modules\n\n| module | source | holds |\n|---|---|---|\n| a | `a/a.c` (`dp/a.h`) | a |\n| b | `b/b.[ch]` | b |\n\n## Next\n\n*Changed from the design* (libcurl): why.\n' >"$good/docs/architecture.md"
+	for f in core/src/a/a.c core/src/b/b.c core/src/b/b.h hyperlight/main.c; do
 		printf '/* SPDX-License-Identifier: Apache-2.0 */\n/* %s: what it is. */\nint x;\n' "$(basename "$f" .c)" >"$good/$f"
 	done
 	printf '/* SPDX-License-Identifier: Apache-2.0 */\n/*\n * dp/a.h: what it is,\n * at length.\n */\n' >"$good/core/include/dp/a.h"
 	cp "$good/hyperlight/main.c" "$good/kata/main.c"
 	seq 700 >"$good/core/tests/test_a.c" # tests are not product files
 	echo "project('x', 'c')" >"$good/meson.build"
-	printf '[{"name":"one","type":"executable","target_sources":[{"sources":["%s/core/src/a.c","%s/core/src/b.c"],"generated_sources":["/b/gen.c"]}]},{"name":"two","type":"executable","target_sources":[{"sources":["%s/core/src/b.h"],"generated_sources":[]}]},{"name":"gen","type":"custom","target_sources":[{"sources":["%s/core/src/a.c"],"generated_sources":[]}]}]\n' \
+	printf '[{"name":"one","type":"executable","target_sources":[{"sources":["%s/core/src/a/a.c","%s/core/src/b/b.c"],"generated_sources":["/b/gen.c"]}]},{"name":"two","type":"executable","target_sources":[{"sources":["%s/core/src/b/b.h"],"generated_sources":[]}]},{"name":"gen","type":"custom","target_sources":[{"sources":["%s/core/src/a/a.c"],"generated_sources":[]}]}]\n' \
 		"$good" "$good" "$good" "$good" >"$tmp/targets.json"
 	out=$("$0" --no-self-test --root "$good" --targets "$tmp/targets.json")
 	rc=$?
@@ -202,12 +204,13 @@ self_test() {
 			why="$why${why:+; }$name stays silent on: $*"
 		fi
 	}
-	mutate module-table "cp core/src/a.c core/src/c.c"
-	mutate module-table "sed -i 's/\`a.c\`/\`gone.c\`/' docs/architecture.md"
-	mutate module-table "sed -i 's/\`b.\[ch\]\`/\`b.c\`, \`a.c\`/' docs/architecture.md"
-	mutate file-length "seq 600 >>core/src/b.h"
+	mutate module-table "cp core/src/a/a.c core/src/a/c.c"
+	mutate module-table "cp core/src/a/a.c core/src/c.c && sed -i 's|\`a/a.c\`|\`a/a.c\`, \`c.c\`|' docs/architecture.md"
+	mutate module-table "sed -i 's|\`a/a.c\`|\`a/gone.c\`|' docs/architecture.md"
+	mutate module-table "sed -i 's|\`b/b.\[ch\]\`|\`b/b.c\`, \`a/a.c\`|' docs/architecture.md"
+	mutate file-length "seq 600 >>core/src/b/b.h"
 	mutate main-length "seq 77 >>kata/main.c"
-	mutate file-description "sed -i '2s/b: what/b what/' core/src/b.c"
+	mutate file-description "sed -i '2s/b: what/b what/' core/src/b/b.c"
 	mutate file-description "sed -i '3s/ \* dp\/a.h:/ * the header a/' core/include/dp/a.h"
 	mutate meson-targets "sed -i 's|\"generated_sources\":\[\]}\]},{\"name\":\"gen\"|\"generated_sources\":[\"/b/gen.c\"]}]},{\"name\":\"gen\"|' ../bad.json"
 	mutate no-libcurl "echo '# libcurl' >>meson.build"

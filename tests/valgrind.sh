@@ -9,9 +9,9 @@
 # What valgrind 3.19 (Debian 12) lacks, and how the suite still runs whole under it
 # (docs/reliability.md, "Memory"):
 # - pidfd_open (434) / pidfd_send_signal (424) fail with ENOSYS: libdp then polls its helper
-#   child with waitid every 10 ms and signals it with kill(2) (core/src/loop_child.c).
+#   child with waitid every 10 ms and signals it with kill(2) (core/src/loop/loop_child.c).
 # - execveat (322) fails with ENOSYS: the helper runner execs the same path with execve, which
-#   the seccomp filter allows only under valgrind (core/src/seccomp.c).
+#   the seccomp filter allows only under valgrind (core/src/seccomp/seccomp.c).
 # - the helper runner's clone(CLONE_VM | CLONE_VFORK) runs as a fork: valgrind issues
 #   clone(CLONE_VFORK | SIGCHLD), which the filter also allows only under valgrind.
 # valgrind warns about each of these unhandled calls; those warnings are expected.

@@ -2,7 +2,7 @@
 /*
  * sdp-encode-bench: the daemon's own ListAndWatch encode time, without the transport. For each
  * device count it builds hyperlight's device list exactly as the daemon does (hl_device_id(),
- * the arena the endpoint keeps) and times dp_ep_encode_list() (core/src/endpoint_encode.c), the
+ * the arena the endpoint keeps) and times dp_ep_encode_list() (core/src/endpoint/endpoint_encode.c), the
  * encoder a health flip runs before handing the bytes to gRPC, with every device Unhealthy.
  *
  *   sdp-encode-bench COUNT|ceiling...
@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "config.h"
-#include "endpoint_encode.h"
+#include "endpoint/endpoint_encode.h"
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -28,7 +28,7 @@
 
 #include <cmocka.h>
 
-#include "cdi_backoff.h"
+#include "cdi/cdi_backoff.h"
 #include "dp/cdi.h"
 #include "dp/log.h"
 #include "dp/loop.h"

@@ -22,8 +22,8 @@
 #include "api.pb-c.h"
 #include "dp/endpoint.h"
 #include "dp_test.h"
-#include "endpoint_encode.h"
-#include "endpoint_internal.h"
+#include "endpoint/endpoint_encode.h"
+#include "endpoint/endpoint_internal.h"
 
 static char dir[64];
 static int failures, accepted, stale_removed;

@@ -14,7 +14,7 @@
 
 #include "api.pb-c.h"
 #include "dp/grpc.h"
-#include "endpoint_decode.h"
+#include "requests/endpoint_decode.h"
 
 /* An index like the endpoint's: IDs "0".."n-1" (or given ones) in an arena, sorted offsets. */
 struct index {

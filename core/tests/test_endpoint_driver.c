@@ -18,9 +18,9 @@
 
 #include <cmocka.h>
 
-#include "../src/endpoint_decode.h"
-#include "../src/endpoint_encode.h"
-#include "../src/endpoint_internal.h"
+#include "requests/endpoint_decode.h"
+#include "endpoint/endpoint_encode.h"
+#include "endpoint/endpoint_internal.h"
 #include "dp/cdi.h"
 #include "dp/endpoint.h"
 #include "dp/grpc.h"

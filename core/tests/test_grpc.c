@@ -19,7 +19,7 @@
 
 #include "dp/grpc.h"
 #include "dp/loop.h"
-#include "grpc_internal.h"
+#include "grpc/grpc_internal.h"
 #include "health.pb-c.h"
 
 /* ---- grpc-timeout parsing ---- */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The metrics registry and its text exposition (core/src/metrics.c). */
+/* The metrics registry and its text exposition (core/src/metrics/metrics.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The metrics listener: its request parser, METRICS_ADDRESS, and the server on a real loop
- * with TCP clients (core/src/metrics_http.c). */
+ * with TCP clients (core/src/metrics/metrics_http.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

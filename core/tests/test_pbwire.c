@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "api.pb-c.h"
-#include "pbwire.h"
+#include "requests/pbwire.h"
 
 static int next(const uint8_t *data, size_t len, dp_pbfield *f)
 {

@@ -237,13 +237,13 @@ def daemon_messages():
     files = [os.path.join(src, "kata", n) for n in sorted(os.listdir(os.path.join(src, "kata")))
              if n.endswith(".c")]
     # the life-cycle lines both daemons opt into (dp_endpoint_log_events)
-    files.append(os.path.join(src, "core/src/endpoint_log.c"))
+    files.append(os.path.join(src, "core/src/endpoint/endpoint_log.c"))
     # and the confinement lines (dp_seccomp_confine_daemon)
-    files.append(os.path.join(src, "core/src/seccomp.c"))
+    files.append(os.path.join(src, "core/src/seccomp/seccomp.c"))
     # the signal lines (dp_signals_ignore), the CDI back-off episode (dp_cdi_log_fight) and
     # the gRPC limits (dp_grpc_log_limit): core functions both daemons opt into
     # the daemon shell's start-up and shutdown lines (dp_daemon_main) are kata's too
-    for n in ("daemon.c", "signals.c", "cdi.c", "grpc_budget.c"):
+    for n in ("daemon/daemon.c", "base/signals.c", "cdi/cdi.c", "grpc/grpc_budget.c"):
         files.append(os.path.join(src, "core/src", n))
     for path in files:
         with open(path) as f:

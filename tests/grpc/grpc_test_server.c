@@ -29,7 +29,7 @@
 #include "dp/grpc.h"
 #include "dp/log.h"
 #include "dp/loop.h"
-#include "grpc_internal.h"
+#include "grpc/grpc_internal.h"
 
 static dp_grpc_server *server;
 static unsigned live;

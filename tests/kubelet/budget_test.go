@@ -25,7 +25,7 @@ import (
 	api "sdp/v1beta1"
 )
 
-// The budget the daemon enforces (core/src/grpc_budget.c, docs/architecture.md): request bytes
+// The budget the daemon enforces (core/src/grpc/grpc_budget.c, docs/architecture.md): request bytes
 // held before handlers, response bytes queued; the rest of the bound is the daemon's own
 // working memory around them (encoding a ListAndWatch answer, nghttp2, the allocator's slack).
 const (

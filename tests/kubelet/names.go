@@ -72,7 +72,7 @@ func versionSupported(v string) bool {
 	return false
 }
 
-// The plugin sockets' names (core/src/endpoint_socket.c): "<tag>-<h>-<n>.sock", <h> the 30-bit
+// The plugin sockets' names (core/src/endpoint/endpoint_socket.c): "<tag>-<h>-<n>.sock", <h> the 30-bit
 // FNV-1a hash (xor-folded) of a key (the resource name, or a word several endpoints share) and
 // <n> a per-process counter, each 6 base32hex digits; at most SocketNameMax bytes, so a kubelet
 // directory of at most SocketDirMax bytes holds them (sun_path: 108 bytes with the NUL).

@@ -3,7 +3,7 @@ package kubelet
 // Scenarios: what the daemons make of the requests kubelet never sends: IDs with a NUL byte or
 // named twice, the optional methods they do not advertise, hostile Allocate requests that
 // protobuf-c unpacked into hundreds of MB, a health request with a NUL, and the largest legal
-// Allocate. Decoding: core/src/endpoint_decode.c; limits: docs/architecture.md, "Requests".
+// Allocate. Decoding: core/src/requests/endpoint_decode.c; limits: docs/architecture.md, "Requests".
 
 import (
 	"context"

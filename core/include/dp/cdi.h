@@ -112,7 +112,7 @@ int dp_cdi_file_set_content(dp_cdi_file *f, const void *data, size_t len);
  * -EBUSY "another writer keeps replacing P; repairs backed off (its content: ...)".
  * The watches are (re)armed as a side effect.
  *
- * Writers that disagree back off (core/src/cdi_backoff.h has the rule): a write of ours that
+ * Writers that disagree back off (core/src/cdi/cdi_backoff.h has the rule): a write of ours that
  * another writer replaces within 120 s extends a streak; the first 4 replacements in a row are
  * repaired at once (an operator's or a tool's edits); from the 5th on the file is fought over
  * (an episode, told once to the fight callback): the repair waits 1 s, then twice as long each

@@ -5,7 +5,7 @@
  * Services: "" (liveness: the loop answers) and "readiness" (decided by the owner's status
  * function); anything else is NOT_FOUND for Check and SERVICE_UNKNOWN for Watch. A service name
  * longer than 256 bytes or holding a NUL byte is INVALID_ARGUMENT. The request is read from the
- * wire without protobuf-c's unpack (core/src/pbwire.h): unknown fields cost nothing.
+ * wire without protobuf-c's unpack (core/src/requests/pbwire.h): unknown fields cost nothing.
  */
 #pragma once
 

@@ -13,7 +13,7 @@
 #include <sys/un.h>
 
 #include "dp/health.h"
-#include "endpoint_internal.h"
+#include "endpoint/endpoint_internal.h"
 #include "health.pb-c.h"
 
 #define MAX_PROBES 64

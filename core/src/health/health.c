@@ -12,7 +12,7 @@
 #include "dp/list.h"
 #include "dp/log.h"
 #include "health.pb-c.h"
-#include "pbwire.h"
+#include "requests/pbwire.h"
 
 /* Longest service name accepted: the known ones are "" and "readiness"; a Watch keeps its name. */
 #define SERVICE_MAX 256

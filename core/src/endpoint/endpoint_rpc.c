@@ -9,7 +9,7 @@
 #include "dp/cdi.h"
 #include "dp/log.h"
 #include "dp/metrics.h"
-#include "endpoint_decode.h"
+#include "requests/endpoint_decode.h"
 #include "endpoint_internal.h"
 
 /*

@@ -3,7 +3,7 @@
  * cdi_backoff: (internal to the cdi module) when to repair an owned file that keeps being
  * replaced by another writer (two releases on one node owning the same spec). A state machine
  * on times given by the caller (CLOCK_MONOTONIC microseconds): no clock, no loop, no log, so
- * it is tested with made-up times. core/src/cdi.c feeds it what dp_cdi_file_sync() finds, and
+ * it is tested with made-up times. core/src/cdi/cdi.c feeds it what dp_cdi_file_sync() finds, and
  * names the other writer's content with dp_cdi_backoff_describe().
  *
  * Our write is "overwritten" when a later sync finds other bytes (or no file). Each write of
