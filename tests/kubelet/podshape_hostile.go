@@ -13,10 +13,12 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 )
 
@@ -92,6 +94,30 @@ func DialRawH2(sock string, window uint32, read bool) (*RawH2, error) {
 
 // Close closes the connection.
 func (r *RawH2) Close() error { return r.Conn.Close() }
+
+// Unread is what the kernel still holds of the data written on the connection that the server
+// has not read (SIOCOUTQ: on a unix stream socket, the buffers queued on the server's side, in
+// bytes of memory, not of data; 0 once it has read everything, or closed the connection), or
+// -1 when it cannot be known.
+func (r *RawH2) Unread() int {
+	sc, ok := r.Conn.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n := -1
+	if cerr := raw.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ); err == nil {
+			n = v
+		}
+	}); cerr != nil {
+		return -1
+	}
+	return n
+}
 
 func (r *RawH2) write(f func() error) error {
 	r.wmu.Lock()
