@@ -29,11 +29,17 @@ type startup struct {
 	prefNA   bool
 }
 
+// reaction is one round's slice of a daemon's reaction figures (ms).
+type reaction struct {
+	restarts, cdiRepair, unhealthy []float64
+}
+
 // results of one daemon kind.
 type results struct {
-	runs        []startup
-	restarts    []float64 // ms
-	cdiRepair   []float64 // ms; nil = not repaired
+	runs        []startup  // one per round, in round order
+	rounds      []reaction // one per round (not kata-static: its reactions are the dynamic build's)
+	restarts    []float64  // ms, every round's
+	cdiRepair   []float64  // ms; nil = not repaired
 	cdiNote     string
 	unhealthy   []float64 // ms
 	healthNote  string

@@ -34,72 +34,84 @@ func allocOnlyMode(all []daemonKind) {
 	fatal("-alloc-only: unknown kind %q", *allocOnly)
 }
 
-// pinnedAllocs runs -alloc-only KIND under taskset -c 0: the per-run medians and daemon CPU
+// pinnedAllocs runs -alloc-only KIND under taskset -c 0 for one run: its median and daemon CPU
 // per call, or a note saying why not.
-func pinnedAllocs(kind string) (med, cpu stats, note string) {
+func pinnedAllocs(kind string) (med, cpu float64, note string) {
 	if _, err := exec.LookPath("taskset"); err != nil {
-		return stats{}, stats{}, "taskset (util-linux) is not installed"
+		return 0, 0, "taskset (util-linux) is not installed"
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return stats{}, stats{}, fmt.Sprintf("cannot find sdp-bench itself: %v", err)
+		return 0, 0, fmt.Sprintf("cannot find sdp-bench itself: %v", err)
 	}
-	args := []string{"-c", "0", self, "-build", *buildDir, "-alloc-only", kind,
-		"-runs", strconv.Itoa(*runs), "-allocs", strconv.Itoa(*allocs)}
+	args := []string{"-c", "0", self, "-build", *buildDir, "-alloc-only", kind, "-runs", "1", "-allocs", strconv.Itoa(*allocs)}
 	cmd := exec.Command("taskset", args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return stats{}, stats{}, fmt.Sprintf("sdp-bench -alloc-only %s under taskset failed: %v", kind, err)
+		return 0, 0, fmt.Sprintf("sdp-bench -alloc-only %s under taskset failed: %v", kind, err)
 	}
-	var ms, cs []float64
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		var m, c float64
 		if n, _ := fmt.Sscanf(strings.TrimSpace(sc.Text()), "alloc median_us=%f cpu_us=%f", &m, &c); n == 2 {
-			ms, cs = append(ms, m), append(cs, c)
+			return m, c, ""
 		}
 	}
-	if len(ms) == 0 {
-		return stats{}, stats{}, "no result from sdp-bench -alloc-only " + kind
-	}
-	return summarize(ms), summarize(cs), ""
+	return 0, 0, "no result from sdp-bench -alloc-only " + kind
 }
 
-// pinnedFig is one kind's pinned figures (or why there are none).
+// pinnedFig is one kind's pinned runs, one per round (or why there are none).
 type pinnedFig struct {
-	med, cpu stats
+	med, cpu []float64 // per round; -1: that round's run gave no figure
 	note     string
 }
 
-// pinned holds the pinned runs of kata static and the reference, filled by main.
-var pinned = map[string]pinnedFig{}
+// pinned holds the pinned runs of kata static and the reference, filled round by round.
+var pinned = map[string]*pinnedFig{"kata-static": {}, "reference": {}}
 
-func measurePinned() {
-	for _, k := range []string{"kata-static", "reference"} {
+// measurePinned runs one pinned run of each kind, in that order (a round's).
+func measurePinned(kinds ...string) {
+	for _, k := range kinds {
+		p := pinned[k]
 		m, c, note := pinnedAllocs(k)
-		pinned[k] = pinnedFig{med: m, cpu: c, note: note}
+		if note != "" {
+			m, c = -1, -1
+			if p.note == "" {
+				p.note = note
+			}
+		}
+		p.med, p.cpu = append(p.med, m), append(p.cpu, c)
 	}
+}
+
+// known is the summary of the figures measured.
+func known(v []float64) stats {
+	var k []float64
+	for _, x := range v {
+		if x >= 0 {
+			k = append(k, x)
+		}
+	}
+	return summarize(k)
 }
 
 // pinnedRows are the Allocate table's rows for the pinned runs.
 func pinnedRows() []row {
 	ks, ref := pinned["kata-static"], pinned["reference"]
-	cell := func(p pinnedFig, show func(stats) string) string {
-		if p.note != "" {
+	cell := func(p *pinnedFig, v []float64) string {
+		s := known(v)
+		if s.n == 0 {
 			return p.note
 		}
-		return show(p.med)
-	}
-	cpuCell := func(p pinnedFig) string {
 		if p.note != "" {
-			return "—"
+			return rng(s) + "; some runs: " + p.note
 		}
-		return rng(p.cpu)
+		return rng(s)
 	}
 	return []row{
 		{"Allocate median (µs), client and daemon pinned to one CPU (taskset -c 0): median (min–max) of the per-run medians",
-			[]string{cell(ks, rng), "—", "—", cell(ref, rng), ratio(ks.med.med, ref.med.med), ""}, "—", ""},
-		{"daemon CPU per Allocate (µs), pinned to one CPU", []string{cpuCell(ks), "—", "—", cpuCell(ref), ratio(ks.cpu.med, ref.cpu.med), ""}, "—", ""},
+			[]string{cell(ks, ks.med), "—", "—", cell(ref, ref.med), roundRatio(ks.med, ref.med), ""}, "—", ""},
+		{"daemon CPU per Allocate (µs), pinned to one CPU", []string{cell(ks, ks.cpu), "—", "—", cell(ref, ref.cpu), roundRatio(ks.cpu, ref.cpu), ""}, "—", ""},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,55 +146,80 @@ func main() {
 	}
 	res := map[string]*results{}
 	for _, kd := range kinds {
-		r := &results{size: fileSize(kd.bin)}
-		res[kd.name] = r
-		for i := 0; i < *runs; i++ {
-			// The reaction, idle and scale figures once per daemon (kata: the dynamic build,
-			// the same code as the static one).
-			s, nd := runStartup(kd, i == 0 && kd.name != "kata-static")
+		res[kd.name] = &results{size: fileSize(kd.bin)}
+	}
+	// Round by round: each round runs every kind once, in an order rotated each round so that
+	// no kind is always first, and the pinned runs; the reaction figures (kata: the dynamic
+	// build, the same code as the static one) are split into per-round slices. A burst of
+	// the neighbours' load then lands on ours and the reference alike, and each ratio to the
+	// reference is taken within its round.
+	for i := 0; i < *runs; i++ {
+		var order []string
+		for j := range kinds {
+			kd := kinds[(i+j)%len(kinds)]
+			order = append(order, kd.name)
+			r := res[kd.name]
+			s, nd := runStartup(kd, kd.name != "kata-static")
 			r.runs = append(r.runs, s)
 			if nd == nil {
 				continue
 			}
-			fmt.Fprintf(os.Stderr, "%s: start-up, allocate done; restarts...\n", kd.name)
-			r.restarts = measureRestarts(nd, *restarts)
-			switch kd.name {
-			case "kata":
-				r.healthNote = "the kata daemon does not flip health: a removed VFIO device changes the fixed device set and the daemon exits with status 3 (by design, docs/kata.md)"
-			default:
-				for j := 0; j < *runs*2; j++ {
-					r.unhealthy = append(r.unhealthy, ms(flipHealth(nd)))
+			var rc reaction
+			rc.restarts = measureRestarts(nd, share(*restarts, *runs, i))
+			if kd.name != "kata" { // see healthNote
+				for j := 0; j < 2; j++ {
+					rc.unhealthy = append(rc.unhealthy, ms(flipHealth(nd)))
 				}
 			}
 			cdi := map[string]string{"kata": k.KataSpecFile(k.KataGPU), "hyperlight": k.HyperlightCDIFile, "reference": "reference.json"}[kd.name]
-			// Four deletions per daemon: the daemon repairs the first 4 drifts in a row at once
-			// (DP_CDI_BACKOFF_FREE); more within 120 s are a fight it backs off from (docs/architecture.md),
-			// which is not what this figure measures.
-			r.cdiRepair, r.cdiNote = measureCDI(filepath.Join(nd.n.CDIDir, cdi), 4)
+			// Four deletions per daemon and round (a fresh daemon each round): the daemon repairs
+			// the first 4 drifts in a row at once (DP_CDI_BACKOFF_FREE); more within 120 s are a
+			// fight it backs off from (docs/architecture.md), which is not what this figure measures.
+			var note string
+			rc.cdiRepair, note = measureCDI(filepath.Join(nd.n.CDIDir, cdi), cdiPerRound)
+			if note != "" && r.cdiNote == "" {
+				r.cdiNote = note
+			}
 			nd.close()
+			r.rounds = append(r.rounds, rc)
+			r.restarts = append(r.restarts, rc.restarts...)
+			r.cdiRepair = append(r.cdiRepair, rc.cdiRepair...)
+			r.unhealthy = append(r.unhealthy, rc.unhealthy...)
 		}
-		fmt.Fprintf(os.Stderr, "%s: done (%v)\n", kd.name, time.Since(began).Round(time.Second))
+		if i%2 == 0 {
+			order = append(order, "pinned kata-static", "pinned reference")
+			measurePinned("kata-static", "reference")
+		} else {
+			order = append(order, "pinned reference", "pinned kata-static")
+			measurePinned("reference", "kata-static")
+		}
+		fmt.Fprintf(os.Stderr, "round %d of %d done (%v)\n", i+1, *runs, time.Since(began).Round(time.Second))
 	}
-	fmt.Fprintf(os.Stderr, "Allocates pinned to one CPU...\n")
-	measurePinned()
+	res["kata"].healthNote = "the kata daemon does not flip health: a removed VFIO device changes the fixed device set and the daemon exits with status 3 (by design, docs/kata.md)"
 	hlKind, refKind := kinds[2], kinds[3]
 	probe := summarize(probeAlone(hlKind, *probes))
 	ceil := ceiling(hlKind)
 	counts := []int{100, 2000, 20000, ceil}
 	enc := encodeBench(build, counts)
 	scale := map[string][]scalePoint{}
-	for _, kd := range []daemonKind{hlKind, refKind} {
+	// hyperlight and the reference one after the other at each DEVICE_COUNT, the first
+	// alternating.
+	pair := []daemonKind{hlKind, refKind}
+	for i := range pair {
 		var keep []string // its shim, not its DEVICE_COUNT: measureScale sets that
-		for _, e := range kd.env {
+		for _, e := range pair[i].env {
 			if !strings.HasPrefix(e, "DEVICE_COUNT=") {
 				keep = append(keep, e)
 			}
 		}
-		kd.env = keep
-		for _, c := range counts {
+		pair[i].env = keep
+	}
+	for ci, c := range counts {
+		for j := range pair {
+			kd := pair[(ci+j)%2]
 			scale[kd.name] = append(scale[kd.name], measureScale(kd, c, *runs))
 		}
-		fmt.Fprintf(os.Stderr, "%s: scale done (%v)\n", kd.name, time.Since(began).Round(time.Second))
+		fmt.Fprintf(os.Stderr, "scale %d done (%v)\n", c, time.Since(began).Round(time.Second))
 	}
 	fmt.Fprintf(os.Stderr, "idle %d s...\n", *idleSec)
 	measureIdle(kinds, res, *idleSec)
@@ -211,6 +237,18 @@ func main() {
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
 	}
+}
+
+// cdiPerRound: CDI file deletions per daemon and round.
+const cdiPerRound = 4
+
+// share is round i's part of n spread over rounds (the first n%rounds get one more).
+func share(n, rounds, i int) int {
+	v := n / rounds
+	if i < n%rounds {
+		v++
+	}
+	return v
 }
 
 // row is one line of a table: the figure, one cell per column, the target and whether it is met.
@@ -232,6 +270,103 @@ func (d *doc) table(cols []string, rows []row) {
 
 func medianOf(rs []startup, f func(startup) float64) float64 { return collect(rs, f).med }
 
+// perRun is f of each run of r, in round order.
+func perRun(r *results, f func(startup) float64) []float64 {
+	var v []float64
+	for _, s := range r.runs {
+		v = append(v, f(s))
+	}
+	return v
+}
+
+// perRound is f of each round's reactions of r, in round order.
+func perRound(r *results, f func(reaction) float64) []float64 {
+	var v []float64
+	for _, rc := range r.rounds {
+		v = append(v, f(rc))
+	}
+	return v
+}
+
+// roundRatios are a[i]/b[i] for the rounds where both are measured (a >= 0, b > 0).
+func roundRatios(a, b []float64) []float64 {
+	var v []float64
+	for i := range a {
+		if i < len(b) && a[i] >= 0 && b[i] > 0 {
+			v = append(v, a[i]/b[i])
+		}
+	}
+	return v
+}
+
+// roundRatio is the median of the per-round ratios with their range, "median (min–max)".
+func roundRatio(a, b []float64) string {
+	v := roundRatios(a, b)
+	if len(v) == 0 {
+		return "n/a"
+	}
+	s := summarize(v)
+	if s.n == 1 {
+		return fmt.Sprintf("%.2f", s.med)
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", s.med, s.min, s.max)
+}
+
+// medianRatio is the median of the per-round ratios, or +Inf when there is none.
+func medianRatio(a, b []float64) float64 {
+	v := roundRatios(a, b)
+	if len(v) == 0 {
+		return math.Inf(1)
+	}
+	return summarize(v).med
+}
+
+// writeRoundRatios is the table of the main ratios round by round.
+func writeRoundRatios(d *doc, res map[string]*results) {
+	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
+	reg := func(s startup) float64 { return s.reg }
+	runMed := func(s startup) float64 { return summarize(s.allocs).med }
+	cpu := func(s startup) float64 { return s.allocCPU }
+	rsMed := func(rc reaction) float64 {
+		if len(rc.restarts) == 0 {
+			return -1
+		}
+		return summarize(rc.restarts).med
+	}
+	cell := func(a, b []float64, i int) string {
+		if i >= len(a) || i >= len(b) || a[i] < 0 || b[i] <= 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f", a[i]/b[i])
+	}
+	cols := []struct{ a, b []float64 }{
+		{perRun(ks, reg), perRun(ref, reg)}, {perRun(hl, reg), perRun(ref, reg)},
+		{perRun(ks, runMed), perRun(ref, runMed)}, {perRun(hl, runMed), perRun(ref, runMed)},
+		{perRun(ks, cpu), perRun(ref, cpu)}, {perRun(hl, cpu), perRun(ref, cpu)},
+		{pinned["kata-static"].med, pinned["reference"].med},
+		{perRound(kata, rsMed), perRound(ref, rsMed)}, {perRound(hl, rsMed), perRound(ref, rsMed)},
+	}
+	d.p("## Rounds")
+	d.p("")
+	d.p("The daemons are measured in rounds: each round runs every daemon once (its start-up, memory and Allocate figures,")
+	d.p("and its slice of the kubelet restarts, CDI repairs and device-gone flips), in an order rotated each round, then the")
+	d.p("pinned runs; every ratio to the reference is taken within a round, where ours and the reference met the same")
+	d.p("neighbours, and the ratio columns below are the median of the per-round ratios (min–max over the rounds).")
+	d.p("")
+	d.p("The main ratios round by round (ours/reference in the same round; ks: kata static, hl: hyperlight, kata: kata dynamic):")
+	d.p("")
+	d.p("| round | start → registered ks/ref | hl/ref | Allocate run median ks/ref | hl/ref | daemon CPU per Allocate ks/ref | hl/ref | pinned Allocate ks/ref | restart median kata/ref | hl/ref |")
+	d.p("|---|---|---|---|---|---|---|---|---|---|")
+	for i := 0; i < len(ks.runs); i++ {
+		c := []string{fmt.Sprint(i + 1)}
+		for _, col := range cols {
+			c = append(c, cell(col.a, col.b, i))
+		}
+		d.p("| %s |", strings.Join(c, " | "))
+	}
+	d.p("")
+}
+
 func write(res map[string]*results, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, prefer []preferPoint,
 	staticSize int64, img map[string]int64, imgNote string, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
@@ -239,8 +374,11 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("# Benchmarks")
 	d.p("")
 	d.p("Generated by `%s` (bench/, driver `sdp-bench`); never edited by hand. Figures are \"median (min–max)\"", *command)
-	d.p("over the runs named; ratios are ours/reference (bench/reference-go: grpc-go + fsnotify from Debian, the same")
-	d.p("job written the way most plugins are). Every daemon runs on a simulated node (temporary root, SDP_TEST_ROOT)")
+	d.p("over the runs named. The daemons run in %d rounds, each round every daemon once in a rotated order (Rounds,", *runs)
+	d.p("below); ratios are ours/reference (bench/reference-go: grpc-go + fsnotify from Debian, the same job")
+	d.p("written the way most plugins are) taken within each round, and a ratio column shows the median of the per-round")
+	d.p("ratios (min–max over the rounds), not a ratio of medians; the parts measured once (scale, idle, sizes) show the")
+	d.p("ratio of that one measurement. Every daemon runs on a simulated node (temporary root, SDP_TEST_ROOT)")
 	d.p("against the in-process mock kubelet (tests/kubelet); <root>/var/run/cdi is a tmpfs, as /var/run is on every node")
 	d.p("(an fsync of a CDI spec on this machine's ext4 /tmp costs milliseconds no node pays); hyperlight runs with the")
 	d.p("hypervisor shim preloaded (tests/fakes/hvshim.c, built for musl) so its probe helper really runs; kata sees a fake VFIO host")
@@ -255,21 +393,25 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("**hyperlight** is the binary its image ships (scripts/build-static.sh: musl, every library but musl's libc.so")
 	d.p("linked in, Mbed TLS included, -Os, LTO, stripped; build-static/image-context-hyperlight/rootfs), in every section.")
 	d.p("")
-	d.p("Machine: %d CPUs (nproc), %s, Linux %s, %s. Whole run: %v. Runs per start-up figure: %d.", runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), took.Round(time.Second), *runs)
+	d.p("Machine: %d CPUs (nproc), %s, Linux %s, %s. Whole run: %v. Rounds (runs per start-up figure): %d.", runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), took.Round(time.Second), *runs)
 	d.p("")
+	writeRoundRatios(&d, res)
+
 	st := func(r *results, f func(startup) float64) stats { return collect(r.runs, f) }
 	four := []string{"kata static", "kata dynamic", "hyperlight", "reference", "kata static/ref", "hyperlight/ref"}
-	cells4 := func(a, b, c, e stats, show func(stats) string, ratioOf func(stats) float64) []string {
-		return []string{show(a), show(b), show(c), show(e), ratio(ratioOf(a), ratioOf(e)), ratio(ratioOf(c), ratioOf(e))}
+	// cells4: each daemon's figure shown from the runs' summary, and the per-round ratios of f.
+	cells4 := func(f func(startup) float64, show func(stats) string) []string {
+		return []string{show(st(ks, f)), show(st(kata, f)), show(st(hl, f)), show(st(ref, f)),
+			roundRatio(perRun(ks, f), perRun(ref, f)), roundRatio(perRun(hl, f), perRun(ref, f))}
 	}
-	med := func(s stats) float64 { return s.med }
 
 	// Start-up and memory.
 	d.p("## Start-up and memory")
 	d.p("")
 	d.p("Start → registered: from the daemon's fork/exec to the mock kubelet accepting Register (after its dial-back and")
 	d.p("GetDevicePluginOptions). Start → first ListAndWatch: to the first response arriving at the kubelet. RSS: VmRSS and")
-	d.p("VmHWM from /proc/<pid>/status after the first ListAndWatch response, and after %d sequential Allocate calls. %d runs each.", *allocs, *runs)
+	d.p("VmHWM from /proc/<pid>/status after the first ListAndWatch response, and after %d sequential Allocate calls. %d runs each,", *allocs, *runs)
+	d.p("one per round.")
 	d.p("")
 	reg := func(s startup) float64 { return s.reg }
 	law := func(s startup) float64 { return s.law }
@@ -277,23 +419,18 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	hwmF := func(s startup) float64 { return float64(s.memReg.hwm) }
 	rssA := func(s startup) float64 { return float64(s.memAlloc.rss) }
 	grow := func(s startup) float64 { return float64(s.memAlloc.rss - s.memReg.rss) }
-	all4 := func(f func(startup) float64) (stats, stats, stats, stats) {
-		return st(ks, f), st(kata, f), st(hl, f), st(ref, f)
-	}
-	regS, regK, regH, regR := all4(reg)
-	lawS, lawK, lawH, lawR := all4(law)
-	rS, rK, rH, rR := all4(rssF)
-	hS, hK, hH, hR := all4(hwmF)
-	aS, aK, aH, aR := all4(rssA)
-	gS, gK, gH, gR := all4(grow)
+	regS, regH := st(ks, reg), st(hl, reg)
+	rS, rH := st(ks, rssF), st(hl, rssF)
+	rsRatioS, rsRatioH := medianRatio(perRun(ks, rssF), perRun(ref, rssF)), medianRatio(perRun(hl, rssF), perRun(ref, rssF))
+	gS, gK, gH := st(ks, grow), st(kata, grow), st(hl, grow)
 	d.table(four, []row{
-		{"start → registered (ms)", cells4(regS, regK, regH, regR, rng, med), "≤ 5 ms median", markEach(regS.med <= 5, regH.med <= 5)},
-		{"start → first ListAndWatch (ms)", cells4(lawS, lawK, lawH, lawR, rng, med), "—", ""},
-		{"VmRSS when registered (KiB)", cells4(rS, rK, rH, rR, rng, med), "kata ≤ 1536, hyperlight ≤ 3072; ratio ≤ 0.15",
-			markEach(rS.med <= 1536 && rS.med/rR.med <= 0.15, rH.med <= 3072 && rH.med/rR.med <= 0.15)},
-		{"VmHWM when registered (KiB)", cells4(hS, hK, hH, hR, rng, med), "—", ""},
-		{fmt.Sprintf("VmRSS after %d Allocates (KiB)", *allocs), cells4(aS, aK, aH, aR, rng, med), "—", ""},
-		{"RSS growth over the Allocates (KiB)", cells4(gS, gK, gH, gR, rng, med), "≤ 64 KiB", markEach(gS.max <= 64 && gK.max <= 64, gH.max <= 64)},
+		{"start → registered (ms)", cells4(reg, rng), "≤ 5 ms median", markEach(regS.med <= 5, regH.med <= 5)},
+		{"start → first ListAndWatch (ms)", cells4(law, rng), "—", ""},
+		{"VmRSS when registered (KiB)", cells4(rssF, rng), "kata ≤ 1536, hyperlight ≤ 3072; ratio ≤ 0.15",
+			markEach(rS.med <= 1536 && rsRatioS <= 0.15, rH.med <= 3072 && rsRatioH <= 0.15)},
+		{"VmHWM when registered (KiB)", cells4(hwmF, rng), "—", ""},
+		{fmt.Sprintf("VmRSS after %d Allocates (KiB)", *allocs), cells4(rssA, rng), "—", ""},
+		{"RSS growth over the Allocates (KiB)", cells4(grow, rng), "≤ 64 KiB", markEach(gS.max <= 64 && gK.max <= 64, gH.max <= 64)},
 	})
 	part := func(r *results, f func(rssParts) int64) string {
 		return f1(medianOf(r.runs, func(s startup) float64 { return float64(f(s.smaps)) }))
@@ -326,29 +463,39 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("Round trips measured at the kubelet side (grpc-go client on kubelet's connection), %d sequential Allocate calls", *allocs)
 	d.p("of one device per run. The target figure is the median of the %d per-run medians, with their range: on this", *runs)
 	d.p("shared 2-CPU virtual machine the same binary's round trip moves by a factor of 3 or more between minutes (its")
-	d.p("neighbours' load), so one slow run must not decide it; the pooled median of all samples follows. %d", *allocs/10)
+	d.p("neighbours' load), so one slow run must not decide it, and its ratio is the median of the per-round ratios of the")
+	d.p("run medians; the pooled median of all samples follows (within a round it is the run's median: no ratio of its own). %d", *allocs/10)
 	d.p("GetPreferredAllocation calls per run (2,000 available, size 1; kata: 4 available).")
 	d.p("Daemon CPU: the daemon's time on CPU (/proc/<pid>/task/*/schedstat, ns) over the calls, divided by their number; it")
 	d.p("holds its system calls and scheduling, not the client's. hyperlight's Allocate waits for its probe helper (a")
 	d.p("fork+exec of the daemon with `--dp-helper probe`, under the shim); the helper alone is")
 	d.p("`hyperlight-device-plugin --dp-helper probe kvm <root>/dev/kvm` run %d times from Go's os/exec (fork+exec+wait", *probes)
-	d.p("measured from the driver; it includes Go's own spawn cost).")
+	d.p("measured from the driver; it includes Go's own spawn cost; after the rounds).")
 	d.p("Pinned: the same runs again for kata static and the reference with the driver (the grpc-go client) and the daemon")
-	d.p("on one CPU (the driver re-run under `taskset -c 0 sdp-bench -alloc-only KIND`): no round trip then waits for a")
-	d.p("wake-up on the other virtual CPU (an inter-processor interrupt, a VM exit on this machine); each side still runs")
-	d.p("its own code, and the two alternate on the one CPU.")
+	d.p("on one CPU (the driver re-run under `taskset -c 0 sdp-bench -alloc-only KIND -runs 1`, one run of each per round):")
+	d.p("no round trip then waits for a wake-up on the other virtual CPU (an inter-processor interrupt, a VM exit on this")
+	d.p("machine); each side still runs its own code, and the two alternate on the one CPU.")
 	d.p("")
 	pooled := func(r *results, f func(startup) []float64) stats { return all(r.runs, f) }
 	al := func(s startup) []float64 { return s.allocs }
 	pr := func(s startup) []float64 { return s.prefs }
-	perRun := func(r *results) stats {
-		return st(r, func(s startup) float64 { return summarize(s.allocs).med })
+	runMed := func(s startup) float64 { return summarize(s.allocs).med }
+	runP99 := func(s startup) float64 { return summarize(s.allocs).p99 }
+	cpuF := func(s startup) float64 { return s.allocCPU }
+	prefMed := func(s startup) float64 {
+		if len(s.prefs) == 0 {
+			return -1
+		}
+		return summarize(s.prefs).med
 	}
-	cpuRun := func(r *results) stats { return st(r, func(s startup) float64 { return s.allocCPU }) }
-	apS, apK, apH, apR := pooled(ks, al), pooled(kata, al), pooled(hl, al), pooled(ref, al)
-	prS, prK, prH, prR := perRun(ks), perRun(kata), perRun(hl), perRun(ref)
-	cS, cK, cH, cR := cpuRun(ks), cpuRun(kata), cpuRun(hl), cpuRun(ref)
-	gpS, gpK, gpH, gpR := pooled(ks, pr), pooled(kata, pr), pooled(hl, pr), pooled(ref, pr)
+	prefP99 := func(s startup) float64 {
+		if len(s.prefs) == 0 {
+			return -1
+		}
+		return summarize(s.prefs).p99
+	}
+	prS, prH, prR := st(ks, runMed), st(hl, runMed), st(ref, runMed)
+	cS := st(ks, cpuF)
 	one := func(s stats) string { return f1(s.med) }
 	p99 := func(s stats) string { return f1(s.p99) }
 	mm := func(s stats) string { return f1(s.min) + "–" + f1(s.max) }
@@ -360,59 +507,85 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 			return show(s)
 		}
 	}
-	p99v := func(s stats) float64 { return s.p99 }
-	// Not offered (no samples): no ratio.
-	offered := func(v func(stats) float64) func(stats) float64 {
-		return func(s stats) float64 {
-			if s.n == 0 {
-				return -1
-			}
-			return v(s)
+	// pooled4: the samples of every run pooled, and the per-round ratios of f.
+	pooled4 := func(samples func(startup) []float64, show func(stats) string, f func(startup) float64) []string {
+		c := []string{show(pooled(ks, samples)), show(pooled(kata, samples)), show(pooled(hl, samples)), show(pooled(ref, samples)), "—", "—"}
+		if f != nil {
+			c[4], c[5] = roundRatio(perRun(ks, f), perRun(ref, f)), roundRatio(perRun(hl, f), perRun(ref, f))
 		}
+		return c
 	}
+	minmax := pooled4(al, mm, nil)
+	minmax[4], minmax[5] = "", ""
 	d.table(four, []row{
-		{"Allocate median (µs): median (min–max) of the per-run medians", cells4(prS, prK, prH, prR, rng, med),
+		{"Allocate median (µs): median (min–max) of the per-run medians", cells4(runMed, rng),
 			fmt.Sprintf("kata ≤ 60; hyperlight ≤ 1.3 × helper alone (%s µs)", f1(1.3*probe.med)), markEach(prS.med <= 60, prH.med <= 1.3*probe.med)},
-		{fmt.Sprintf("Allocate median (µs), all runs pooled (%d samples)", *runs**allocs), cells4(apS, apK, apH, apR, one, med), "—", ""},
-		{"Allocate p99 (µs)", cells4(apS, apK, apH, apR, p99, p99v), "—", ""},
-		{"Allocate min–max (µs)", append(cells4(apS, apK, apH, apR, mm, med)[:4], "", ""), "—", ""},
-		{"daemon CPU per Allocate (µs), median (min–max) of the runs", cells4(cS, cK, cH, cR, rng, med), "—", ""},
+		{fmt.Sprintf("Allocate median (µs), all runs pooled (%d samples)", *runs**allocs), pooled4(al, one, nil), "—", ""},
+		{"Allocate p99 (µs), all runs pooled; ratio: of the runs' p99s", pooled4(al, p99, runP99), "—", ""},
+		{"Allocate min–max (µs)", minmax, "—", ""},
+		{"daemon CPU per Allocate (µs), median (min–max) of the runs", cells4(cpuF, rng), "—", ""},
 		pinnedRows()[0], pinnedRows()[1],
 		{"probe helper alone median / p99 (µs)", []string{"—", "—", f1(probe.med) + " / " + f1(probe.p99), "—", "", ""}, "—", ""},
-		{"GetPreferredAllocation median (µs)", cells4(gpS, gpK, gpH, gpR, na(one), offered(med)), "—", ""},
-		{"GetPreferredAllocation p99 (µs)", cells4(gpS, gpK, gpH, gpR, na(p99), offered(p99v)), "—", ""},
+		{"GetPreferredAllocation median (µs)", pooled4(pr, na(one), prefMed), "—", ""},
+		{"GetPreferredAllocation p99 (µs)", pooled4(pr, na(p99), prefP99), "—", ""},
 	})
 
 	writePrefer(&d, prefer)
 
 	// Reaction.
 	three := []string{"kata dynamic", "hyperlight", "reference", "kata/ref", "hyperlight/ref"}
-	cells3 := func(a, b, c stats, show func(stats) string, ratioOf func(stats) float64) []string {
-		return []string{show(a), show(b), show(c), ratio(ratioOf(a), ratioOf(c)), ratio(ratioOf(b), ratioOf(c))}
+	// cells3: the daemons' figures over every round, and the per-round ratios of f (nil: none).
+	cells3 := func(a, b, c string, f func(reaction) float64) []string {
+		if f == nil {
+			return []string{a, b, c, "", ""}
+		}
+		return []string{a, b, c, roundRatio(perRound(kata, f), perRound(ref, f)), roundRatio(perRound(hl, f), perRound(ref, f))}
 	}
 	d.p("## Reaction times")
 	d.p("")
 	d.p("Kubelet restart: the mock kubelet stops, closes every plugin connection, deletes every socket in the directory and")
-	d.p("serves kubelet.sock again; from the deletion to the next accepted Register (%d restarts). CDI repair: the spec", *restarts)
-	d.p("file deleted, polled every 50 µs until it is back on disk (%d times). Device gone: <root>/dev/kvm deleted, to the first", *runs*4)
-	d.p("ListAndWatch response with every device Unhealthy arriving at the kubelet (%d times; the node is recreated between).", *runs*2)
+	d.p("serves kubelet.sock again; from the deletion to the next accepted Register (%d restarts per daemon, %d per round).", *restarts, share(*restarts, *runs, 0))
+	d.p("CDI repair: the spec file deleted, polled every 50 µs until it is back on disk (%d times per daemon, %d per round,", *runs*cdiPerRound, cdiPerRound)
+	d.p("each round a fresh daemon). Device gone: <root>/dev/kvm deleted, to the first ListAndWatch response with every")
+	d.p("device Unhealthy arriving at the kubelet (%d times, 2 per round). Each round's slice runs on the node of that", *runs*2)
+	d.p("round's start-up run, after its Allocates; the cells are over every round, the ratios within each round (a")
+	d.p("round's median or p99 over the reference's in the same round).")
 	d.p("")
 	rsK, rsH, rsR := summarize(kata.restarts), summarize(hl.restarts), summarize(ref.restarts)
-	cdK, cdH, cdR := summarize(kata.cdiRepair), summarize(hl.cdiRepair), summarize(ref.cdiRepair)
+	cdK, cdH := summarize(kata.cdiRepair), summarize(hl.cdiRepair)
 	uH, uR := summarize(hl.unhealthy), summarize(ref.unhealthy)
-	cdiCell := func(s stats, r *results) string {
+	cdiCell := func(r *results) string {
 		if r.cdiNote != "" {
 			return r.cdiNote
 		}
-		return rng(s)
+		return rng(summarize(r.cdiRepair))
 	}
+	medOf := func(f func(reaction) []float64) func(reaction) float64 {
+		return func(rc reaction) float64 {
+			if len(f(rc)) == 0 {
+				return -1
+			}
+			return summarize(f(rc)).med
+		}
+	}
+	rsF := func(rc reaction) []float64 { return rc.restarts }
+	rsP99 := func(rc reaction) float64 {
+		if len(rc.restarts) == 0 {
+			return -1
+		}
+		return summarize(rc.restarts).p99
+	}
+	cdF := func(rc reaction) []float64 { return rc.cdiRepair }
+	uF := func(rc reaction) []float64 { return rc.unhealthy }
+	uRow := cells3("n/a¹", rng(uH), rng(uR), medOf(uF))
+	uRow[3] = ""
 	d.table(three, []row{
-		{"restart → re-registered median (ms)", cells3(rsK, rsH, rsR, one, med), "≤ 5 ms", mark(rsK.med <= 5 && rsH.med <= 5)},
-		{"restart → re-registered p99 (ms)", cells3(rsK, rsH, rsR, p99, p99v), "≤ 20 ms", mark(rsK.p99 <= 20 && rsH.p99 <= 20)},
-		{"restart → re-registered min–max (ms)", []string{mm(rsK), mm(rsH), mm(rsR), "", ""}, "—", ""},
-		{"CDI file deleted → repaired (ms)", []string{cdiCell(cdK, kata), cdiCell(cdH, hl), cdiCell(cdR, ref), ratio(cdK.med, cdR.med), ratio(cdH.med, cdR.med)},
-			"≤ 10 ms", mark(cdK.n > 0 && cdH.n > 0 && cdK.max <= 10 && cdH.max <= 10)},
-		{"device node deleted → Unhealthy at the kubelet (ms)", []string{"n/a¹", rng(uH), rng(uR), "", ratio(uH.med, uR.med)}, "≤ 50 ms", mark(uH.n > 0 && uH.max <= 50)},
+		{"restart → re-registered median (ms)", cells3(one(rsK), one(rsH), one(rsR), medOf(rsF)), "—", ""},
+		{"restart → re-registered p99 (ms); ratio: of the rounds' p99s", cells3(p99(rsK), p99(rsH), p99(rsR), rsP99), "p99 ≤ 5 ms", mark(rsK.p99 <= 5 && rsH.p99 <= 5)},
+		{"restart → re-registered min–max (ms)", cells3(mm(rsK), mm(rsH), mm(rsR), nil), "max ≤ 20 ms", mark(rsK.n > 0 && rsH.n > 0 && rsK.max <= 20 && rsH.max <= 20)},
+		{"CDI file deleted → repaired (ms)", cells3(cdiCell(kata), cdiCell(hl), cdiCell(ref), medOf(cdF)),
+			"≤ 10 ms", mark(cdK.n > 0 && cdH.n > 0 && kata.cdiNote == "" && hl.cdiNote == "" && cdK.max <= 10 && cdH.max <= 10)},
+		{"device node deleted → Unhealthy at the kubelet (ms)", uRow, "≤ 50 ms", mark(uH.n > 0 && uH.max <= 50)},
 	})
 	d.p("¹ %s.", kata.healthNote)
 	d.p("")
@@ -424,12 +597,12 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 		return int64(medianOf(hl.runs, func(s startup) float64 { return float64(f(s.smaps)) }))
 	}
 	writeMissed(&d, missedInput{
-		kataAlloc: prS, kataAllocCPU: cS, refAlloc: prR, hlRSS: rH, refRSS: rR,
+		kataAlloc: prS, kataAllocCPU: cS, refAlloc: prR, hlRSS: rH, refRSS: st(ref, rssF), hlRSSRatio: rsRatioH,
 		hlParts: rssParts{exe: hp(func(p rssParts) int64 { return p.exe }), libs: hp(func(p rssParts) int64 { return p.libs }),
 			heap: hp(func(p rssParts) int64 { return p.heap }), stack: hp(func(p rssParts) int64 { return p.stack }),
 			anon: hp(func(p rssParts) int64 { return p.anon })},
 		kataStaticRSS: rS.med, hlStartReg: regH, hlImage: img["hyperlight-device-plugin"], build: *buildDir,
-		kataIdle: ks, kataDynIdle: kata, hlIdle: hl,
+		kataIdle: ks, kataDynIdle: kata, hlIdle: hl, kataRestarts: kata, hlRestarts: hl, refRestarts: ref,
 	})
 	if err := os.WriteFile(*outPath, d.b.Bytes(), 0o644); err != nil {
 		fatal("%v", err)
@@ -449,10 +622,11 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 	d.p("<root>/dev/kvm deleted to the all-Unhealthy response decoded at the kubelet, median (min–max) of %d.", *runs)
 	d.p("Go decode: golang/protobuf's Unmarshal of that response in the driver (what grpc-go does before the kubelet")
 	d.p("sees it), median of %d. RSS: VmRSS after the first response; per-device memory is the slope of RSS between", *runs)
-	d.p("100 devices and the ceiling.")
+	d.p("100 devices and the ceiling. At each DEVICE_COUNT hyperlight and the reference run one after the other (which")
+	d.p("first alternates), so the ratios of a line met the same neighbours.")
 	d.p("")
 	d.p("| DEVICE_COUNT | bytes | encode (ms) | hyperlight start → first LAW (ms) | hyperlight flip → received (ms) | Go decode (ms) | hyperlight VmRSS / VmHWM (KiB) | reference flip → received (ms) | reference VmRSS / VmHWM (KiB) | flip ratio | RSS ratio |")
-	d.p("|---|---|---|---|---|---|---|---|---|---|---|")
+	d.p("|---|---|---|---|---|---|---|---|---|---|")
 	sh, sr := scale["hyperlight"], scale["reference"]
 	for i := range sh {
 		a, b := sh[i], sr[i]
