@@ -6,20 +6,103 @@ package main
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 )
 
 // missedInput holds the figures the explanations quote.
 type missedInput struct {
 	kataAlloc, kataAllocCPU, refAlloc     stats
+	kataAllocRuns                         []float64 // kata static's run medians, per round
 	hlRSS, refRSS                         stats
 	hlRSSRatio                            float64  // median of the per-round ratios
 	hlParts                               rssParts // medians
 	kataStaticRSS                         float64
 	hlStartReg                            stats
+	hlStartRegRuns                        []float64 // per round
 	hlImage                               int64
 	kataIdle, kataDynIdle, hlIdle         *results
 	kataRestarts, hlRestarts, refRestarts *results // kata: the dynamic build
+	host                                  *hostLog
 	build                                 string
+}
+
+// roundsOver are the rounds (0-based) whose figure is over limit.
+func roundsOver(v []float64, limit float64) []int {
+	var out []int
+	for i, x := range v {
+		if x > limit {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// noiseNote says whether the rounds (0-based) a missed figure came from were noisy.
+func noiseNote(h *hostLog, rounds []int) string {
+	if h == nil || len(rounds) == 0 {
+		return ""
+	}
+	var names, noisy []string
+	for _, i := range rounds {
+		if i >= len(h.rounds) {
+			continue
+		}
+		r := h.rounds[i]
+		names = append(names, r.name)
+		if r.noisy() {
+			noisy = append(noisy, fmt.Sprintf("%s (%s)", r.name, r.why()))
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	if len(noisy) == 0 {
+		return fmt.Sprintf(" Missed in round(s) %s, none of them marked noisy (Host during the run).", strings.Join(names, ", "))
+	}
+	return fmt.Sprintf(" Missed in round(s) %s, marked noisy among them: %s (Host during the run); the reference ran in the "+
+		"same rounds, so the per-round ratios above hold what the neighbours did to both.", strings.Join(names, ", "), strings.Join(noisy, "; "))
+}
+
+// partNote says whether the part measured once was noisy.
+func partNote(h *hostLog, name string) string {
+	if h == nil {
+		return ""
+	}
+	for _, p := range h.parts {
+		if p.name == name {
+			if p.noisy() {
+				return fmt.Sprintf(" The %s part was noisy: %s (Host during the run).", name, p.why())
+			}
+			return fmt.Sprintf(" The %s part was not marked noisy (Host during the run).", name)
+		}
+	}
+	return ""
+}
+
+// restartRounds are the rounds (0-based) holding a restart of r over limit ms.
+func restartRounds(r *results, limit float64) []int {
+	var out []int
+	for i, rc := range r.rounds {
+		if summarize(rc.restarts).max > limit {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// union of round lists, sorted.
+func union(a, b []int) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, x := range append(append([]int(nil), a...), b...) {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 func writeMissed(d *doc, in missedInput) {
@@ -46,7 +129,7 @@ func writeMissed(d *doc, in missedInput) {
 			"interrupts off) and 1.6%% the write-space wake-up after it (16%% together before the reorder). What is "+
 			"left is not ours to remove without changing the client or busy-polling.",
 			f1(in.kataAlloc.med), f1(in.kataAlloc.min), f1(in.kataAlloc.max), f1(in.refAlloc.med),
-			f1(in.kataAllocCPU.med), pin))
+			f1(in.kataAllocCPU.med), pin)+noiseNote(in.host, roundsOver(in.kataAllocRuns, 60)))
 	}
 	if r := in.hlRSSRatio; r > 0.15 || in.hlRSS.med > 3072 {
 		m = append(m, fmt.Sprintf("**hyperlight RSS ≤ 3 MiB and ratio ≤ 0.15** (%s KiB, ratio %.2f): %d KiB of it are the "+
@@ -57,7 +140,8 @@ func writeMissed(d *doc, in missedInput) {
 	}
 	if in.hlStartReg.med > 5 {
 		m = append(m, fmt.Sprintf("**hyperlight start → registered ≤ 5 ms** (%s ms): run `build/sdp-startup` "+
-			"(tests/kubelet/cmd/startup) for the phase-by-phase split.", f1(in.hlStartReg.med)))
+			"(tests/kubelet/cmd/startup) for the phase-by-phase split.", f1(in.hlStartReg.med))+
+			noiseNote(in.host, roundsOver(in.hlStartRegRuns, 5)))
 	}
 	if k, h := summarize(in.kataRestarts.restarts), summarize(in.hlRestarts.restarts); k.p99 > 5 || h.p99 > 5 || k.max > 20 || h.max > 20 {
 		over := func(r *results) int {
@@ -74,7 +158,8 @@ func writeMissed(d *doc, in missedInput) {
 			"p99 %s, max %s ms; the reference p99 %s, max %s ms): %d of kata's %d restarts and %d of hyperlight's %d took over 5 ms. "+
 			"`build/sdp-bench -build build -restarts-only KIND -restarts %d -restarts-log FILE` prints every restart over 5 ms "+
 			"with its index and keeps the daemon's debug log, to see what it waited for.",
-			f1(k.p99), f1(k.max), f1(h.p99), f1(h.max), f1(rf.p99), f1(rf.max), over(in.kataRestarts), k.n, over(in.hlRestarts), h.n, *restarts))
+			f1(k.p99), f1(k.max), f1(h.p99), f1(h.max), f1(rf.p99), f1(rf.max), over(in.kataRestarts), k.n, over(in.hlRestarts), h.n, *restarts)+
+			noiseNote(in.host, union(restartRounds(in.kataRestarts, 5), restartRounds(in.hlRestarts, 5))))
 	}
 	perMin := func(r *results) (ms, wakes float64) {
 		return float64(r.idleNanos) / 1e6 * 60 / float64(*idleSec), float64(r.idleCtx) * 60 / float64(*idleSec)
@@ -92,7 +177,7 @@ func writeMissed(d *doc, in missedInput) {
 				"(clone with CLONE_VM|CLONE_VFORK, no page-table copy), then wakes for its exit and output. What is left "+
 				"moves with the neighbours on this shared machine: `sdp-bench -idle-only kata-static -idle-trace -idle 300` "+
 				"prints the cost of every tick, which differs between runs minutes apart for the same binary.",
-				km, kw, dm, hm, hw))
+				km, kw, dm, hm, hw)+partNote(in.host, "idle"))
 		}
 	}
 	if in.hlImage > 8<<20 {

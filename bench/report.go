@@ -97,6 +97,7 @@ func main() {
 		src = wd
 	}
 	began := time.Now()
+	host := newHostLog() // before anything of the run: the load it starts in
 	bin := func(n string) string {
 		p, err := k.Executable(build, n)
 		if err != nil {
@@ -144,6 +145,7 @@ func main() {
 	if staticSize < 0 {
 		fatal("static kata: %s", staticNote)
 	}
+	host.skip() // the static build is the bench's own work
 	res := map[string]*results{}
 	for _, kd := range kinds {
 		res[kd.name] = &results{size: fileSize(kd.bin)}
@@ -193,14 +195,17 @@ func main() {
 			order = append(order, "pinned reference", "pinned kata-static")
 			measurePinned("reference", "kata-static")
 		}
+		host.round(i, order)
 		fmt.Fprintf(os.Stderr, "round %d of %d done (%v)\n", i+1, *runs, time.Since(began).Round(time.Second))
 	}
 	res["kata"].healthNote = "the kata daemon does not flip health: a removed VFIO device changes the fixed device set and the daemon exits with status 3 (by design, docs/kata.md)"
 	hlKind, refKind := kinds[2], kinds[3]
 	probe := summarize(probeAlone(hlKind, *probes))
+	host.part("probe helper alone", "the probe helper alone figure, and with it hyperlight's Allocate target (1.3 × it)")
 	ceil := ceiling(hlKind)
 	counts := []int{100, 2000, 20000, ceil}
 	enc := encodeBench(build, counts)
+	host.part("encode", "the encode column of the scale section (sdp-encode-bench)")
 	scale := map[string][]scalePoint{}
 	// hyperlight and the reference one after the other at each DEVICE_COUNT, the first
 	// alternating.
@@ -221,10 +226,13 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "scale %d done (%v)\n", c, time.Since(began).Round(time.Second))
 	}
+	host.part("scale", "the ListAndWatch at scale figures")
 	fmt.Fprintf(os.Stderr, "idle %d s...\n", *idleSec)
 	measureIdle(kinds, res, *idleSec)
+	host.part("idle", "the idle figures (the four daemons side by side, so their ratios share it)")
 	scan := []scanPoint{scanBench(build, 2001, 0), scanBench(build, 21, 1000)}
 	prefer := preferBench(build)
+	host.part("scan, prefer", "kata's rescan and GetPreferredAllocation alone (the Idle and GetPreferredAllocation (kata) sections)")
 	imgNote := buildImages(src, build)
 	img := map[string]int64{}
 	for _, n := range []string{"kata-device-plugin", "hyperlight-device-plugin"} {
@@ -233,7 +241,7 @@ func main() {
 			img[n] = imageSize(src, build, n)
 		}
 	}
-	write(res, probe, ceil, scale, enc, scan, prefer, staticSize, img, imgNote, time.Since(began))
+	write(res, host, probe, ceil, scale, enc, scan, prefer, staticSize, img, imgNote, time.Since(began))
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
 	}
@@ -321,8 +329,8 @@ func medianRatio(a, b []float64) float64 {
 	return summarize(v).med
 }
 
-// writeRoundRatios is the table of the main ratios round by round.
-func writeRoundRatios(d *doc, res map[string]*results) {
+// writeRoundRatios is the table of the main ratios round by round, beside the host's state.
+func writeRoundRatios(d *doc, res map[string]*results, host *hostLog) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	reg := func(s startup) float64 { return s.reg }
 	runMed := func(s startup) float64 { return summarize(s.allocs).med }
@@ -346,19 +354,16 @@ func writeRoundRatios(d *doc, res map[string]*results) {
 		{pinned["kata-static"].med, pinned["reference"].med},
 		{perRound(kata, rsMed), perRound(ref, rsMed)}, {perRound(hl, rsMed), perRound(ref, rsMed)},
 	}
-	d.p("## Rounds")
-	d.p("")
-	d.p("The daemons are measured in rounds: each round runs every daemon once (its start-up, memory and Allocate figures,")
-	d.p("and its slice of the kubelet restarts, CDI repairs and device-gone flips), in an order rotated each round, then the")
-	d.p("pinned runs; every ratio to the reference is taken within a round, where ours and the reference met the same")
-	d.p("neighbours, and the ratio columns below are the median of the per-round ratios (min–max over the rounds).")
-	d.p("")
 	d.p("The main ratios round by round (ours/reference in the same round; ks: kata static, hl: hyperlight, kata: kata dynamic):")
 	d.p("")
-	d.p("| round | start → registered ks/ref | hl/ref | Allocate run median ks/ref | hl/ref | daemon CPU per Allocate ks/ref | hl/ref | pinned Allocate ks/ref | restart median kata/ref | hl/ref |")
-	d.p("|---|---|---|---|---|---|---|---|---|---|")
+	d.p("| round | marked | start → registered ks/ref | hl/ref | Allocate run median ks/ref | hl/ref | daemon CPU per Allocate ks/ref | hl/ref | pinned Allocate ks/ref | restart median kata/ref | hl/ref |")
+	d.p("|---|---|---|---|---|---|---|---|---|---|---|")
 	for i := 0; i < len(ks.runs); i++ {
-		c := []string{fmt.Sprint(i + 1)}
+		name, flag := fmt.Sprint(i+1), "—"
+		if i < len(host.rounds) {
+			flag = host.rounds[i].flag()
+		}
+		c := []string{name, flag}
 		for _, col := range cols {
 			c = append(c, cell(col.a, col.b, i))
 		}
@@ -367,15 +372,15 @@ func writeRoundRatios(d *doc, res map[string]*results) {
 	d.p("")
 }
 
-func write(res map[string]*results, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, prefer []preferPoint,
+func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, prefer []preferPoint,
 	staticSize int64, img map[string]int64, imgNote string, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	var d doc
 	d.p("# Benchmarks")
 	d.p("")
 	d.p("Generated by `%s` (bench/, driver `sdp-bench`); never edited by hand. Figures are \"median (min–max)\"", *command)
-	d.p("over the runs named. The daemons run in %d rounds, each round every daemon once in a rotated order (Rounds,", *runs)
-	d.p("below); ratios are ours/reference (bench/reference-go: grpc-go + fsnotify from Debian, the same job")
+	d.p("over the runs named. The daemons run in %d rounds, each round every daemon once in a rotated order (Host during", *runs)
+	d.p("the run, below); ratios are ours/reference (bench/reference-go: grpc-go + fsnotify from Debian, the same job")
 	d.p("written the way most plugins are) taken within each round, and a ratio column shows the median of the per-round")
 	d.p("ratios (min–max over the rounds), not a ratio of medians; the parts measured once (scale, idle, sizes) show the")
 	d.p("ratio of that one measurement. Every daemon runs on a simulated node (temporary root, SDP_TEST_ROOT)")
@@ -395,7 +400,8 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 	d.p("")
 	d.p("Machine: %d CPUs (nproc), %s, Linux %s, %s. Whole run: %v. Rounds (runs per start-up figure): %d.", runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), took.Round(time.Second), *runs)
 	d.p("")
-	writeRoundRatios(&d, res)
+	writeHost(&d, host)
+	writeRoundRatios(&d, res, host)
 
 	st := func(r *results, f func(startup) float64) stats { return collect(r.runs, f) }
 	four := []string{"kata static", "kata dynamic", "hyperlight", "reference", "kata static/ref", "hyperlight/ref"}
@@ -597,12 +603,12 @@ func write(res map[string]*results, probe stats, ceil int, scale map[string][]sc
 		return int64(medianOf(hl.runs, func(s startup) float64 { return float64(f(s.smaps)) }))
 	}
 	writeMissed(&d, missedInput{
-		kataAlloc: prS, kataAllocCPU: cS, refAlloc: prR, hlRSS: rH, refRSS: st(ref, rssF), hlRSSRatio: rsRatioH,
+		kataAlloc: prS, kataAllocCPU: cS, refAlloc: prR, kataAllocRuns: perRun(ks, runMed), hlRSS: rH, refRSS: st(ref, rssF), hlRSSRatio: rsRatioH,
 		hlParts: rssParts{exe: hp(func(p rssParts) int64 { return p.exe }), libs: hp(func(p rssParts) int64 { return p.libs }),
 			heap: hp(func(p rssParts) int64 { return p.heap }), stack: hp(func(p rssParts) int64 { return p.stack }),
 			anon: hp(func(p rssParts) int64 { return p.anon })},
-		kataStaticRSS: rS.med, hlStartReg: regH, hlImage: img["hyperlight-device-plugin"], build: *buildDir,
-		kataIdle: ks, kataDynIdle: kata, hlIdle: hl, kataRestarts: kata, hlRestarts: hl, refRestarts: ref,
+		kataStaticRSS: rS.med, hlStartReg: regH, hlStartRegRuns: perRun(hl, reg), hlImage: img["hyperlight-device-plugin"], build: *buildDir,
+		kataIdle: ks, kataDynIdle: kata, hlIdle: hl, kataRestarts: kata, hlRestarts: hl, refRestarts: ref, host: host,
 	})
 	if err := os.WriteFile(*outPath, d.b.Bytes(), 0o644); err != nil {
 		fatal("%v", err)
@@ -626,7 +632,7 @@ func writeScale(d *doc, probe stats, ceil int, scale map[string][]scalePoint, en
 	d.p("first alternates), so the ratios of a line met the same neighbours.")
 	d.p("")
 	d.p("| DEVICE_COUNT | bytes | encode (ms) | hyperlight start → first LAW (ms) | hyperlight flip → received (ms) | Go decode (ms) | hyperlight VmRSS / VmHWM (KiB) | reference flip → received (ms) | reference VmRSS / VmHWM (KiB) | flip ratio | RSS ratio |")
-	d.p("|---|---|---|---|---|---|---|---|---|---|")
+	d.p("|---|---|---|---|---|---|---|---|---|---|---|")
 	sh, sr := scale["hyperlight"], scale["reference"]
 	for i := range sh {
 		a, b := sh[i], sr[i]
