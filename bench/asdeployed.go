@@ -301,35 +301,43 @@ type asDeployed struct {
 	stall     map[string]stallResult
 	fight     fightResult
 	took      time.Duration
+	host      *hostLog // what else used the machine, step by step
 }
 
 func measureAsDeployed(src, build string) *asDeployed {
 	began := time.Now()
-	a := &asDeployed{restarts: map[string]restartResult{}, hostile: map[string][]hostileResult{}, stall: map[string]stallResult{}}
+	a := &asDeployed{restarts: map[string]restartResult{}, hostile: map[string][]hostileResult{}, stall: map[string]stallResult{},
+		host: newHostLog()}
 	a.daemons, a.buildNote = asDeployedDaemons(src, build)
 	hl := a.daemons[0]
 	a.ceiling = adCeiling(hl)
+	a.host.skip() // the static build, if any, is the bench's own work
 	step := func(what string) {
 		fmt.Fprintf(os.Stderr, "as deployed: %s (%v)\n", what, time.Since(began).Round(time.Second))
 	}
 	step("host device gone -> Unhealthy")
 	a.unhealthy = adUnhealthy(hl)
+	a.host.part("device gone", "host device gone → Unhealthy")
 	for _, d := range a.daemons {
 		step(d.name + ": kill -9 -> registered")
 		a.restarts[d.name] = adRestarts(d)
+		a.host.part("kill -9 ("+d.name+")", "kill -9 → registered again, "+d.name)
 	}
 	for _, d := range a.daemons {
 		for _, in := range hostileInputs {
 			step(fmt.Sprintf("%s: %s, %d client(s)", d.name, in.name, in.clients))
 			a.hostile[d.name] = append(a.hostile[d.name], runHostile(d, in))
 		}
+		a.host.part("hostile inputs ("+d.name+")", "the hostile-input figures of "+d.name+" (the liveness checks' times; the memory peaks hardly)")
 	}
 	for _, d := range a.daemons {
 		step(d.name + ": the largest legal requests")
 		a.stall[d.name] = adStall(d, a.ceiling)
 	}
+	a.host.part("largest requests", "the loop's longest stall, both daemons")
 	step("two fighting writers")
 	a.fight = adFight(hl)
+	a.host.part("fighting writers", "the spec writes per second of the two fighting writers")
 	a.took = time.Since(began)
 	step("done")
 	return a

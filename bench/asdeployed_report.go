@@ -143,6 +143,7 @@ func writeAsDeployed(a *asDeployed) {
 			f.events, f.writes[0], f.writes[1], f.unknown, f.restarts[0], f.restarts[1], f.notRunning)
 	}
 	d.p("")
+	writeADHost(&d, a.host)
 	d.p("%s", adEnd)
 	replaceSection(*reliabilityPath, d.b.String())
 }
@@ -281,4 +282,37 @@ func replaceSection(path, section string) {
 		fatal("%v", err)
 	}
 	fmt.Fprintf(os.Stderr, "wrote the as-deployed figures in %s\n", path)
+}
+
+// writeADHost is what else used the machine during each step of this part.
+func writeADHost(d *doc, l *hostLog) {
+	if l == nil {
+		return
+	}
+	d.p("The host during this part (load average before it: %s), step by step. Each step runs its daemons one after", loadLine(l.before))
+	d.p("the other, and its figures are judged against targets, not against another daemon, so a noisy step is marked,")
+	d.p("not repeated.")
+	d.p("")
+	hostColumns(d)
+	d.p("")
+	d.p("| step | duration (s) | steal (%%) | others (%%) | bench (%%) | load avg, 1 min | marked |")
+	d.p("|---|---|---|---|---|---|---|")
+	var notes []string
+	for _, h := range l.parts {
+		d.p("%s", h.row(""))
+		if h.noisy() {
+			notes = append(notes, fmt.Sprintf("%s (%s): %s", h.name, h.why(), h.figures))
+		}
+	}
+	d.p("")
+	if len(notes) == 0 {
+		d.p("No step of this part is above either limit.")
+	} else {
+		d.p("Noisy steps, and the figures they touched (kept, not refused):")
+		d.p("")
+		for _, n := range notes {
+			d.p("- %s.", n)
+		}
+	}
+	d.p("")
 }
