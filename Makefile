@@ -97,7 +97,9 @@ lint: build
 		'flags=$$(scripts/build-info.py cflags $(BUILD) {}) && gcc $$flags -fanalyzer -c {} -o /dev/null'
 
 # Benchmarks (bench/): kata (static and dynamic), hyperlight and the grpc-go reference plugin on
-# simulated nodes, the ListAndWatch encoder alone, both images (podman); regenerates
+# simulated nodes, in rounds (each once per round, the order rotated; ratios taken within a round,
+# the host's steal and load recorded per round), the ListAndWatch encoder alone, both images
+# (podman); regenerates
 # docs/benchmarks.md, and the "As deployed" figures of docs/reliability.md (both daemons in their
 # pod shape; alone: $(BUILD)/sdp-bench -build $(BUILD) -asdeployed-only). BENCH_IDLE sets the
 # idle period in seconds (default 60). Profiling one

@@ -1,7 +1,8 @@
 // Command sdp-bench is the benchmark driver behind `make bench`: it runs the kata and hyperlight
 // daemons and the reference grpc-go plugin (bench/reference-go) on simulated nodes against the
-// in-process mock kubelet (package sdp/kubelet) and writes docs/benchmarks.md. Timings are
-// reported, never asserted.
+// in-process mock kubelet (package sdp/kubelet) and writes docs/benchmarks.md. The daemons run
+// in rounds, each once per round, and every ratio to the reference is taken within a round; the
+// host's steal and load are recorded around each (host.go). Timings are reported, never asserted.
 package main
 
 import (
@@ -24,9 +25,9 @@ import (
 var (
 	buildDir = flag.String("build", "build", "meson build directory holding the daemons")
 	outPath  = flag.String("out", "docs/benchmarks.md", "markdown file to write")
-	runs     = flag.Int("runs", 5, "runs per start-up measurement")
-	allocs   = flag.Int("allocs", 10000, "sequential Allocate calls per daemon")
-	restarts = flag.Int("restarts", 500, "kubelet restarts per daemon")
+	runs     = flag.Int("runs", 5, "rounds: each runs every daemon once (runs per start-up measurement)")
+	allocs   = flag.Int("allocs", 10000, "sequential Allocate calls per daemon and run")
+	restarts = flag.Int("restarts", 500, "kubelet restarts per daemon, split over the rounds")
 	idleSec  = flag.Int("idle", 60, "idle period in seconds")
 	probes   = flag.Int("probes", 200, "runs of the probe helper alone")
 	command  = flag.String("command", "make bench", "command line recorded in the document")
