@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -63,7 +64,7 @@ func pinnedAllocs(kind string) (med, cpu float64, note string) {
 
 // pinnedFig is one kind's pinned runs, one per round (or why there are none).
 type pinnedFig struct {
-	med, cpu []float64 // per round; -1: that round's run gave no figure
+	med, cpu []float64 // per round; unmeasured: that round's run gave no figure
 	note     string
 }
 
@@ -76,7 +77,7 @@ func measurePinned(kinds ...string) {
 		p := pinned[k]
 		m, c, note := pinnedAllocs(k)
 		if note != "" {
-			m, c = -1, -1
+			m, c = unmeasured, unmeasured
 			if p.note == "" {
 				p.note = note
 			}
@@ -89,7 +90,7 @@ func measurePinned(kinds ...string) {
 func known(v []float64) stats {
 	var k []float64
 	for _, x := range v {
-		if x >= 0 {
+		if !math.IsNaN(x) {
 			k = append(k, x)
 		}
 	}

@@ -296,11 +296,15 @@ func perRound(r *results, f func(reaction) float64) []float64 {
 	return v
 }
 
-// roundRatios are a[i]/b[i] for the rounds where both are measured (a >= 0, b > 0).
+// unmeasured marks a round's figure that was not measured (a negative one can be real: an RSS
+// that shrank).
+var unmeasured = math.NaN()
+
+// roundRatios are a[i]/b[i] for the rounds where both are measured (b > 0).
 func roundRatios(a, b []float64) []float64 {
 	var v []float64
 	for i := range a {
-		if i < len(b) && a[i] >= 0 && b[i] > 0 {
+		if i < len(b) && !math.IsNaN(a[i]) && !math.IsNaN(b[i]) && b[i] > 0 {
 			v = append(v, a[i]/b[i])
 		}
 	}
@@ -337,12 +341,12 @@ func writeRoundRatios(d *doc, res map[string]*results, host *hostLog) {
 	cpu := func(s startup) float64 { return s.allocCPU }
 	rsMed := func(rc reaction) float64 {
 		if len(rc.restarts) == 0 {
-			return -1
+			return unmeasured
 		}
 		return summarize(rc.restarts).med
 	}
 	cell := func(a, b []float64, i int) string {
-		if i >= len(a) || i >= len(b) || a[i] < 0 || b[i] <= 0 {
+		if i >= len(a) || i >= len(b) || math.IsNaN(a[i]) || math.IsNaN(b[i]) || b[i] <= 0 {
 			return "n/a"
 		}
 		return fmt.Sprintf("%.2f", a[i]/b[i])
@@ -490,13 +494,13 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 	cpuF := func(s startup) float64 { return s.allocCPU }
 	prefMed := func(s startup) float64 {
 		if len(s.prefs) == 0 {
-			return -1
+			return unmeasured
 		}
 		return summarize(s.prefs).med
 	}
 	prefP99 := func(s startup) float64 {
 		if len(s.prefs) == 0 {
-			return -1
+			return unmeasured
 		}
 		return summarize(s.prefs).p99
 	}
@@ -569,7 +573,7 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 	medOf := func(f func(reaction) []float64) func(reaction) float64 {
 		return func(rc reaction) float64 {
 			if len(f(rc)) == 0 {
-				return -1
+				return unmeasured
 			}
 			return summarize(f(rc)).med
 		}
@@ -577,7 +581,7 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 	rsF := func(rc reaction) []float64 { return rc.restarts }
 	rsP99 := func(rc reaction) float64 {
 		if len(rc.restarts) == 0 {
-			return -1
+			return unmeasured
 		}
 		return summarize(rc.restarts).p99
 	}
