@@ -319,9 +319,17 @@ func roundRatio(a, b []float64) string {
 	}
 	s := summarize(v)
 	if s.n == 1 {
-		return fmt.Sprintf("%.2f", s.med)
+		return r2(s.med)
 	}
-	return fmt.Sprintf("%.2f (%.2f–%.2f)", s.med, s.min, s.max)
+	return fmt.Sprintf("%s (%s–%s)", r2(s.med), r2(s.min), r2(s.max))
+}
+
+// r2 is a ratio to two decimals, never "-0.00".
+func r2(v float64) string {
+	if v > -0.005 && v < 0.005 {
+		v = 0
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // medianRatio is the median of the per-round ratios, or +Inf when there is none.
@@ -349,7 +357,7 @@ func writeRoundRatios(d *doc, res map[string]*results, host *hostLog) {
 		if i >= len(a) || i >= len(b) || math.IsNaN(a[i]) || math.IsNaN(b[i]) || b[i] <= 0 {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.2f", a[i]/b[i])
+		return r2(a[i] / b[i])
 	}
 	cols := []struct{ a, b []float64 }{
 		{perRun(ks, reg), perRun(ref, reg)}, {perRun(hl, reg), perRun(ref, reg)},
