@@ -1573,6 +1573,39 @@ static void test_loop_unread_connection_kept(void **state)
 		close(fds[i]);
 }
 
+/* Clients that connect in a loop and never write: each new connection replaces the one that
+ * has been silent longest, never the exec probe's, accepted before its write (newest first, the
+ * probe was the one closed by the next accept: issue 21, tests/kubelet/probe_flood_test.go). */
+static void test_loop_silent_connect_flood(void **state)
+{
+	struct rawc probe;
+	int fds[7];
+
+	F.limits.max_connections = 4;
+	serve();
+	for (int i = 0; i < 3; i++)
+		fds[i] = raw_connect();
+	run_until_conns(3);
+	rawc_open(&probe, "/t.T/Echo", 2, 7); /* connected, nothing written yet */
+	run_until_conns(4);
+	for (int i = 3; i < 6; i++) {
+		fds[i] = raw_connect();
+		run_idle();
+		assert_int_equal(dp_grpc_server_connections(F.server), 4);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_true(peer_gone(fds[i])); /* silent longest: closed first */
+	rawc_send_all(&probe);
+	fds[6] = raw_connect(); /* the probe is now the oldest not read: read, not closed */
+	for (int i = 0; i < 1000 && probe.status < 0 && !probe.closed; i++)
+		rawc_pump(&probe, true);
+	assert_int_equal(probe.status, DP_GRPC_OK);
+	assert_int_equal(F.n_handler, 1);
+	rawc_free(&probe);
+	for (int i = 0; i < 7; i++)
+		close(fds[i]);
+}
+
 /* A protected connection (kubelet's) is never the one closed to make room for a stream. */
 static void test_loop_stream_connections_protected(void **state)
 {
@@ -1650,6 +1683,7 @@ int main(void)
 		LOOP_TEST(test_loop_stream_connections),
 		LOOP_TEST(test_loop_stream_connections_protected),
 		LOOP_TEST(test_loop_unread_connection_kept),
+		LOOP_TEST(test_loop_silent_connect_flood),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@
 #include "h2.h"
 
 #define CONNECT_RETRY_USEC (5 * DP_USEC_PER_MSEC)
+#define REFUSED_RETRIES 3 /* new connections for a request the server refused unprocessed */
 #define CLIENT_MAX_OUTBUF ((size_t)8 << 20) /* 8 MiB */
 #define CLIENT_MAX_TIMEOUT_USEC (99999999ULL * 3600 * DP_USEC_PER_SEC)
 
@@ -59,6 +60,8 @@ struct dp_grpc_client_call {
 	int status;
 	char *message;
 	bool cancelled, reporting;
+	bool retrying;     /* the connection closes for another attempt, not for the result */
+	unsigned refusals; /* attempts the server refused unprocessed */
 };
 
 static nghttp2_session_callbacks *client_cbs(void);
@@ -104,11 +107,25 @@ static void client_report(dp_grpc_client_call *c)
 	client_free(c);
 }
 
+/* A new connection for the same request: nothing of the last attempt carries over. */
+static void client_reset_attempt(dp_grpc_client_call *c)
+{
+	c->retrying = false;
+	c->stream_id = 0;
+	c->req_off = 0;
+	c->have_http_status = c->ct_ok = c->headers_checked = c->have_grpc_status = false;
+	dp_timer_set_asap(c->retry);
+}
+
 static void client_closed(dp_h2 *h, int error, void *userdata)
 {
 	dp_grpc_client_call *c = userdata;
 
 	c->h2 = NULL;
+	if (c->retrying && !c->result_set && !c->cancelled) {
+		client_reset_attempt(c);
+		return;
+	}
 	if (error == -EPROTO)
 		client_result(c, DP_GRPC_UNAVAILABLE, "HTTP/2 protocol error on the connection");
 	else if (error == -EPIPE || error == -ECONNRESET)
@@ -270,6 +287,19 @@ static int client_on_stream_close(nghttp2_session *session, int32_t stream_id, u
 
 	if (stream_id != c->stream_id)
 		return 0;
+	/* Refused unprocessed (RST_STREAM REFUSED_STREAM, or a GOAWAY below our stream: a server
+	 * making room for a new connection closes ours before reading it): nothing of the request
+	 * was acted on, so it is sent again on a new connection (RFC 9113 8.7; grpc-go's
+	 * transparent retry), a few times within the deadline. */
+	if (error_code == NGHTTP2_REFUSED_STREAM && !c->have_http_status &&
+	    c->refusals < REFUSED_RETRIES && !c->result_set) {
+		c->refusals++;
+		c->retrying = true;
+		dp_debug("grpc: request refused unprocessed, sending it again", "path=%s attempt=%u",
+			 c->path, c->refusals + 1);
+		dp_h2_close(c->h2, false, 0);
+		return 0;
+	}
 	if (error_code != NGHTTP2_NO_ERROR)
 		client_result(c, dp_grpc_status_from_rst(error_code),
 			      "stream reset by the server before the status (%s)",

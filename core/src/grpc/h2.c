@@ -342,6 +342,12 @@ static void h2_read(dp_h2 *h)
 	}
 }
 
+void dp_h2_read(dp_h2 *h)
+{
+	if (!h->closing)
+		h2_read(h);
+}
+
 static int h2_io(dp_source *s, int fd, uint32_t revents, void *userdata)
 {
 	dp_h2 *h = userdata;
