@@ -3,9 +3,10 @@
  * metrics: the process's Prometheus metrics (opt-in: METRICS_ADDRESS) and their HTTP listener.
  *
  * Registry (metrics.c): a fixed table of at most DP_METRICS_MAX_SERIES series, filled by the
- * hooks in the endpoint, the CDI writer and hyperlight's probe whether or not a listener runs
- * (an update is a lookup in a small table, no allocation). Label values are bounded: resources
- * and spec names are the daemon's own (fixed at start); a free-text reason becomes its class
+ * hooks in the endpoint, the gRPC server, the CDI writer and hyperlight's probe whether or not
+ * a listener runs (an update is a lookup in a small table, no allocation). Label values are
+ * bounded: resources and spec names are the daemon's own (fixed at start), the gRPC limits a
+ * fixed set, and no method name is a label; a free-text reason becomes its class
  * (dp_metrics_reason_class) and each family holds at most DP_METRICS_MAX_REASONS classes, any
  * further one counted as "other". A series that does not fit the table is dropped and counted
  * in sdp_metrics_series_dropped_total. Names and meanings: docs/operations.md, "Metrics".
@@ -49,6 +50,12 @@ void dp_metrics_probe(bool ok, const char *reason, uint64_t usec);
 /* sdp_cdi_spec_repairs_total{spec} / sdp_cdi_spec_write_failures_total{spec}. */
 void dp_metrics_cdi_repair(const char *spec);
 void dp_metrics_cdi_write_failure(const char *spec);
+/* sdp_grpc_unimplemented_total: a call of a method no server of the process routes (no label:
+ * the method name is the caller's choice). */
+void dp_metrics_grpc_unimplemented(void);
+/* sdp_grpc_limit_hits_total{what}: what is the gRPC layer's limit name ("input", "output",
+ * "streams", "connections", "fds": dp_grpc_limit_fn), counted at every hit. */
+void dp_metrics_grpc_limit(const char *what);
 /* sdp_metrics_http_refused_total{reason}: the listener's own refusals (limits, bad requests). */
 void dp_metrics_http_refused(const char *reason);
 

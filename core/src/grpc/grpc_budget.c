@@ -22,6 +22,7 @@
 
 #include "dp/grpc.h"
 #include "dp/log.h"
+#include "dp/metrics.h"
 #include "grpc_server.h"
 
 #define EPISODE_USEC (60 * DP_USEC_PER_SEC) /* a limit quiet this long ends its episode */
@@ -87,6 +88,7 @@ void grpc_limit_hit(const char *what, const char *action, size_t held, size_t ma
 	while (i < LIM_N - 1 && strcmp(lim_names[i], what) != 0)
 		i++;
 	dp_debug("grpc: limit reached", "what=%s held=%zu max=%zu", what, held, max);
+	dp_metrics_grpc_limit(lim_names[i]); /* every hit; the hook once per episode */
 	if (lim_last[i] == 0 || now - lim_last[i] >= EPISODE_USEC) {
 		if (limit_fn)
 			limit_fn(what, action, held, max, limit_ud);

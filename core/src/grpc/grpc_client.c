@@ -60,8 +60,8 @@ struct dp_grpc_client_call {
 	int status;
 	char *message;
 	bool cancelled, reporting;
-	bool retrying;     /* the connection closes for another attempt, not for the result */
-	unsigned refusals; /* attempts the server refused unprocessed */
+	bool retrying;     /* closing for another attempt (refusals: attempts refused unprocessed) */
+	unsigned refusals;
 };
 
 static nghttp2_session_callbacks *client_cbs(void);
@@ -287,16 +287,14 @@ static int client_on_stream_close(nghttp2_session *session, int32_t stream_id, u
 
 	if (stream_id != c->stream_id)
 		return 0;
-	/* Refused unprocessed (RST_STREAM REFUSED_STREAM, or a GOAWAY below our stream: a server
-	 * making room for a new connection closes ours before reading it): nothing of the request
-	 * was acted on, so it is sent again on a new connection (RFC 9113 8.7; grpc-go's
+	/* Refused unprocessed (RST_STREAM REFUSED_STREAM, or a GOAWAY below our stream): nothing
+	 * was acted on, so it is sent again on a new connection (RFC 9113 8.7, grpc-go's
 	 * transparent retry), a few times within the deadline. */
 	if (error_code == NGHTTP2_REFUSED_STREAM && !c->have_http_status &&
 	    c->refusals < REFUSED_RETRIES && !c->result_set) {
 		c->refusals++;
 		c->retrying = true;
-		dp_debug("grpc: request refused unprocessed, sending it again", "path=%s attempt=%u",
-			 c->path, c->refusals + 1);
+		dp_debug("grpc: refused unprocessed, again", "path=%s attempt=%u", c->path, c->refusals + 1);
 		dp_h2_close(c->h2, false, 0);
 		return 0;
 	}
@@ -538,13 +536,16 @@ static int client_new(dp_loop *loop, const char *socket_path, const char *author
 }
 
 /* First connect attempt; on failure (no socket, no memory: h2 not created) free the call. */
-static int client_go(dp_grpc_client_call *c)
+static int client_go(dp_grpc_client_call *c, dp_grpc_client_call **ret)
 {
 	int r = client_try_connect(c, true);
 
-	if (r < 0)
+	if (r < 0) {
 		client_free(c);
-	return r;
+		return r;
+	}
+	*ret = c;
+	return 0;
 }
 
 int dp_grpc_client_call_new(dp_loop *loop, const char *socket_path, const char *authority,
@@ -561,11 +562,7 @@ int dp_grpc_client_call_new(dp_loop *loop, const char *socket_path, const char *
 		return r;
 	if (req_len > 0)
 		memcpy(c->req + 5, req, req_len);
-	r = client_go(c);
-	if (r < 0)
-		return r;
-	*ret = c;
-	return 0;
+	return client_go(c, ret);
 }
 
 int dp_grpc_client_call_pb(dp_loop *loop, const char *socket_path, const char *authority,
@@ -583,11 +580,7 @@ int dp_grpc_client_call_pb(dp_loop *loop, const char *socket_path, const char *a
 	if (r < 0)
 		return r;
 	protobuf_c_message_pack(req, c->req + 5);
-	r = client_go(c);
-	if (r < 0)
-		return r;
-	*ret = c;
-	return 0;
+	return client_go(c, ret);
 }
 
 dp_grpc_client_call *dp_grpc_client_call_cancel(dp_grpc_client_call *c)

@@ -25,6 +25,8 @@ enum fam {
 	F_PROBE_FAILURES,
 	F_CDI_REPAIRS,
 	F_CDI_WRITE_FAILURES,
+	F_GRPC_UNIMPLEMENTED,
+	F_GRPC_LIMITS,
 	F_HTTP_REFUSED,
 	F_DROPPED,
 	F_N
@@ -60,6 +62,11 @@ static const struct family fams[F_N] = {
 		"Owned CDI spec rewritten after it was found changed or missing."),
 	COUNTER(F_CDI_WRITE_FAILURES, "sdp_cdi_spec_write_failures_total",
 		"Owned CDI spec writes that failed (or were refused: symlink, non-regular file)."),
+	COUNTER(F_GRPC_UNIMPLEMENTED, "sdp_grpc_unimplemented_total",
+		"gRPC calls of a method the daemon does not serve (answered UNIMPLEMENTED)."),
+	COUNTER(F_GRPC_LIMITS, "sdp_grpc_limit_hits_total",
+		"Times a gRPC server limit acted (a request refused, a connection closed, accepting "
+		"paused), by limit."),
 	COUNTER(F_HTTP_REFUSED, "sdp_metrics_http_refused_total",
 		"Metrics connections closed without a 200 answer, by reason."),
 	COUNTER(F_DROPPED, "sdp_metrics_series_dropped_total",
@@ -263,6 +270,16 @@ void dp_metrics_cdi_repair(const char *spec)
 void dp_metrics_cdi_write_failure(const char *spec)
 {
 	one_label(F_CDI_WRITE_FAILURES, "spec", spec, true, 1);
+}
+
+void dp_metrics_grpc_unimplemented(void)
+{
+	add(F_GRPC_UNIMPLEMENTED, "", 1);
+}
+
+void dp_metrics_grpc_limit(const char *what)
+{
+	one_label(F_GRPC_LIMITS, "what", what, true, 1);
 }
 
 void dp_metrics_http_refused(const char *reason)
