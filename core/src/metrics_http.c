@@ -2,7 +2,7 @@
 /*
  * metrics_http: the metrics listener (dp/metrics.h). A minimal HTTP/1.x responder on the
  * daemon's loop, one request per connection: the request head is read into a fixed buffer
- * (DP_METRICS_HTTP_HEAD_MAX), parsed by dp_metrics_http_parse (pure; fuzzed), answered with one
+ * (DP_METRICS_HTTP_HEAD_MAX), parsed by dp_metrics_http_parse (metrics_parse.c), answered with one
  * response rendered whole (the exposition is bounded by the registry's fixed table) and
  * "Connection: close"; then our side is shut down and the peer's rest read and dropped until it
  * closes. Every connection is closed DP_METRICS_HTTP_DEADLINE_USEC after its accept, finished
@@ -20,186 +20,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dp/env.h"
 #include "dp/log.h"
 #include "dp/metrics.h"
 #include "dp_version.h"
 
 #define EPISODE_USEC (60 * DP_USEC_PER_SEC)
 #define ACCEPT_PAUSE_USEC (DP_USEC_PER_SEC) /* after accept failed (EMFILE, ...): no busy loop */
-
-/* ---- the request head ---- */
-
-static bool is_tchar(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
-static bool is_ctl(char c)
-{
-	return (unsigned char)c < 0x20 || c == 0x7f;
-}
-
-/* Where the head ends (the byte after its empty line), 0 when not yet. */
-static size_t head_end(const char *buf, size_t len)
-{
-	size_t start = 0;
-	for (size_t i = 0; i < len; i++) {
-		if (buf[i] != '\n')
-			continue;
-		size_t l = i - start;
-		if (l > 0 && buf[i - 1] == '\r')
-			l--;
-		if (l == 0 && start > 0)
-			return i + 1;
-		start = i + 1;
-	}
-	return 0;
-}
-
-/* Length of the line at p (up to end), without its CR LF / LF; *next the next line. */
-static size_t line(const char *p, const char *end, const char **next)
-{
-	const char *nl = memchr(p, '\n', (size_t)(end - p));
-	size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-	*next = nl ? nl + 1 : end;
-	if (n > 0 && p[n - 1] == '\r')
-		n--;
-	return n;
-}
-
-/* "METHOD SP target SP HTTP/1.x": the status it deserves (0 when it is well-formed). */
-static int request_line(const char *p, size_t n, bool *ret_get, bool *ret_head, bool *ret_metrics)
-{
-	size_t m = 0;
-	while (m < n && is_tchar(p[m]))
-		m++;
-	if (m == 0 || m >= n || p[m] != ' ')
-		return 400;
-	const char *t = p + m + 1;
-	const char *sp = memchr(t, ' ', n - m - 1);
-	if (!sp || sp == t || *t != '/')
-		return 400;
-	size_t tlen = (size_t)(sp - t);
-	for (size_t i = 0; i < tlen; i++)
-		if (is_ctl(t[i]) || (unsigned char)t[i] >= 0x80)
-			return 400;
-	const char *v = sp + 1;
-	size_t vlen = n - (size_t)(v - p);
-	if (vlen != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' || v[5] > '9' ||
-	    v[7] < '0' || v[7] > '9')
-		return 400;
-	if (v[5] != '1')
-		return 505;
-	size_t path = 0; /* the target up to its query (the buffer is not NUL-terminated) */
-	while (path < tlen && t[path] != '?')
-		path++;
-	*ret_metrics = path == 8 && memcmp(t, "/metrics", 8) == 0;
-	*ret_get = m == 3 && memcmp(p, "GET", 3) == 0;
-	*ret_head = m == 4 && memcmp(p, "HEAD", 4) == 0;
-	return 0;
-}
-
-/* "name: value": 0 when well-formed (no folding, a token name, no control byte but HTAB). */
-static int header_line(const char *p, size_t n)
-{
-	size_t m = 0;
-	while (m < n && is_tchar(p[m]))
-		m++;
-	if (m == 0 || m >= n || p[m] != ':')
-		return 400;
-	for (size_t i = m + 1; i < n; i++)
-		if (is_ctl(p[i]) && p[i] != '\t')
-			return 400;
-	return 0;
-}
-
-int dp_metrics_http_parse(const char *buf, size_t len, dp_metrics_request *ret)
-{
-	size_t end = head_end(buf, len);
-	bool get = false, head = false, metrics = false;
-	const char *p = buf, *next;
-
-	if (end == 0 && len < DP_METRICS_HTTP_HEAD_MAX)
-		return 0;
-	if (end == 0 || end > DP_METRICS_HTTP_HEAD_MAX) {
-		*ret = (dp_metrics_request){ .status = 431 };
-		return 1;
-	}
-	int status = request_line(p, line(p, buf + end, &next), &get, &head, &metrics);
-	for (p = next; status == 0 && p < buf + end;) {
-		size_t n = line(p, buf + end, &next);
-		if (n > 0)
-			status = header_line(p, n);
-		p = next;
-	}
-	if (status == 0)
-		status = !metrics ? 404 : get || head ? 200 : 405;
-	*ret = (dp_metrics_request){ .status = status, .head = head };
-	return 1;
-}
-
-/* ---- METRICS_ADDRESS ---- */
-
-static int parse_port(const char *s, uint16_t *ret, char *err, size_t errlen)
-{
-	uint64_t v;
-	if (dp_parse_u64(s, 0, 65535, &v) < 0) {
-		snprintf(err, errlen, "port \"%s\" is not a decimal number from 0 to 65535", s);
-		return -EINVAL;
-	}
-	*ret = (uint16_t)v;
-	return 0;
-}
-
-int dp_metrics_parse_address(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, char *err,
-			     size_t errlen)
-{
-	char host[64];
-	const char *colon = strrchr(s, ':');
-	struct sockaddr_storage ss = { 0 };
-	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
-	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-	uint16_t port;
-
-	if (!colon || (size_t)(colon - s) >= sizeof(host)) {
-		snprintf(err, errlen, "expected HOST:PORT, :PORT or [IPv6]:PORT");
-		return -EINVAL;
-	}
-	memcpy(host, s, (size_t)(colon - s));
-	host[colon - s] = '\0';
-	if (parse_port(colon + 1, &port, err, errlen) < 0)
-		return -EINVAL;
-	size_t hl = strlen(host);
-	if (hl == 0) {
-		in6->sin6_family = AF_INET6; /* every address, both families (else 0.0.0.0) */
-		in6->sin6_addr = in6addr_any;
-	} else if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-		host[hl - 1] = '\0';
-		in6->sin6_family = AF_INET6;
-		if (inet_pton(AF_INET6, host + 1, &in6->sin6_addr) != 1) {
-			snprintf(err, errlen, "\"%s\" is not an IPv6 address", host + 1);
-			return -EINVAL;
-		}
-	} else {
-		in4->sin_family = AF_INET;
-		if (strcmp(host, "localhost") == 0)
-			snprintf(host, sizeof(host), "127.0.0.1");
-		if (inet_pton(AF_INET, host, &in4->sin_addr) != 1) {
-			snprintf(err, errlen, "\"%s\" is not an IPv4 address (IPv6: [ADDRESS]:PORT; no host names)",
-				 host);
-			return -EINVAL;
-		}
-	}
-	if (ss.ss_family == AF_INET6)
-		in6->sin6_port = htons(port);
-	else
-		in4->sin_port = htons(port);
-	*ret = ss;
-	*ret_len = ss.ss_family == AF_INET6 ? sizeof(*in6) : sizeof(*in4);
-	return 0;
-}
 
 /* ---- the listener ---- */
 

@@ -41,33 +41,62 @@ static void test_parse_routes(void **state)
 	assert_status("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 200, false);
 	assert_status("HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 200, true);
 	assert_status("GET /metrics HTTP/1.0\r\n\r\n", 200, false);
-	assert_status("GET /metrics?x=1 HTTP/1.1\r\n\r\n", 200, false);
-	assert_status("GET /metrics HTTP/1.1\n\n", 200, false); /* bare LF */
-	assert_status("GET / HTTP/1.1\r\n\r\n", 404, false);
-	assert_status("GET /metricsx HTTP/1.1\r\n\r\n", 404, false);
-	assert_status("HEAD /x HTTP/1.1\r\n\r\n", 404, true);
-	assert_status("POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405, false);
-	assert_status("DELETE /metrics HTTP/1.1\r\n\r\n", 405, false);
-	assert_status("get /metrics HTTP/1.1\r\n\r\n", 405, false); /* methods are case-sensitive */
+	assert_status("GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n", 200, false);
+	assert_status("GET /metrics HTTP/1.1\nHost: x\n\n", 200, false); /* bare LF */
+	assert_status("GET / HTTP/1.1\r\nHost: x\r\n\r\n", 404, false);
+	assert_status("GET /metricsx HTTP/1.1\r\nHost: x\r\n\r\n", 404, false);
+	assert_status("HEAD /x HTTP/1.0\r\n\r\n", 404, true);
+	assert_status("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405, false);
+	assert_status("DELETE /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 405, false);
+	assert_status("get /metrics HTTP/1.0\r\n\r\n", 405, false); /* methods are case-sensitive */
 	assert_status("GET /metrics HTTP/2.0\r\n\r\n", 505, false);
 }
 
 static void test_parse_malformed(void **state)
 {
-	assert_status("GET  /metrics HTTP/1.1\r\n\r\n", 400, false);
-	assert_status("GET /metrics HTTP/1.1 \r\n\r\n", 400, false);
-	assert_status("GET metrics HTTP/1.1\r\n\r\n", 400, false);
-	assert_status("GET /metrics FTP/1.1\r\n\r\n", 400, false);
-	assert_status("GET /metrics HTTP/1.11\r\n\r\n", 400, false);
-	assert_status("GET /met\x01rics HTTP/1.1\r\n\r\n", 400, false);
-	assert_status("GET /metrics\r\n\r\n", 400, false);
-	assert_status("\r\n\r\n", 400, false);
+	assert_status("GET  /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1 \r\nHost: x\r\n\r\n", 400, false);
+	assert_status("GET metrics HTTP/1.1\r\nHost: x\r\n\r\n", 400, false);
+	assert_status("GET /metrics FTP/1.1\r\nHost: x\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.11\r\nHost: x\r\n\r\n", 400, false);
+	assert_status("GET /met\x01rics HTTP/1.1\r\nHost: x\r\n\r\n", 400, false);
+	assert_status("GET /metrics\r\nHost: x\r\n\r\n", 400, false);
 	assert_status("GET /metrics HTTP/1.1\r\nHost x\r\n\r\n", 400, false);
-	assert_status("GET /metrics HTTP/1.1\r\n: x\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\nHost: x\r\n: x\r\n\r\n", 400, false);
 	assert_status("GET /metrics HTTP/1.1\r\nHost : x\r\n\r\n", 400, false);
-	assert_status("GET /metrics HTTP/1.1\r\nA: b\r\n folded\r\n\r\n", 400, false);
-	assert_status("GET /metrics HTTP/1.1\r\nA: b\x7f\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\nHost: x\r\nA: b\r\n folded\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.1\r\nHost: x\r\nA: b\x7f\r\n\r\n", 400, false);
 	assert_status("\x16\x03\x01\x02\xfc\x03\x03\n\n", 400, false); /* TLS hello */
+}
+
+/* RFC 9112 section 3.2: HTTP/1.1 without Host, or any request with two, is 400. */
+static void test_parse_host(void **state)
+{
+	assert_status("GET /metrics HTTP/1.1\r\n\r\n", 400, false);
+	assert_status("GET /nope HTTP/1.1\r\n\r\n", 400, false); /* before routing */
+	assert_status("HEAD /metrics HTTP/1.1\r\nX-Host: x\r\n\r\n", 400, true);
+	assert_status("GET /metrics HTTP/1.1\r\nhOsT: x\r\n\r\n", 200, false);
+	assert_status("GET /metrics HTTP/1.1\r\nHost:\r\n\r\n", 200, false); /* empty is valid */
+	assert_status("GET /metrics HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n", 400, false);
+	assert_status("GET /metrics HTTP/1.9\r\n\r\n", 400, false);
+}
+
+/* RFC 9112 section 2.2: empty lines before the request line are ignored. */
+static void test_parse_leading_empty_lines(void **state)
+{
+	dp_metrics_request r;
+	assert_status("\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 200, false);
+	assert_status("\r\n\n\r\nHEAD /metrics HTTP/1.0\r\n\r\n", 200, true);
+	assert_status("\nGET /x HTTP/1.0\n\n", 404, false);
+	assert_int_equal(parse("\r\n", &r), 0);
+	assert_int_equal(parse("\r\n\r\n\r\n", &r), 0); /* no request line yet */
+	assert_int_equal(parse("\r\nGET /metrics HTTP/1.0\r\n", &r), 0);
+	static char crlf[DP_METRICS_HTTP_HEAD_MAX];
+	for (size_t i = 0; i + 1 < sizeof(crlf); i += 2)
+		memcpy(crlf + i, "\r\n", 2);
+	assert_int_equal(dp_metrics_http_parse(crlf, sizeof(crlf), &r), 1); /* bounded by the head size */
+	assert_int_equal(r.status, 431);
 }
 
 static void test_parse_incomplete_and_bounds(void **state)
@@ -80,7 +109,7 @@ static void test_parse_incomplete_and_bounds(void **state)
 
 	/* a head of exactly the maximum is served; one byte more is 431 */
 	static char big[DP_METRICS_HTTP_HEAD_MAX + 64];
-	const char *start = "GET /metrics HTTP/1.1\r\nX: ";
+	const char *start = "GET /metrics HTTP/1.1\r\nHost: x\r\nX: ";
 	size_t n = strlen(start);
 	memcpy(big, start, n);
 	memset(big + n, 'a', DP_METRICS_HTTP_HEAD_MAX - n - 4);
@@ -103,7 +132,8 @@ static void assert_address(const char *s, int family, const char *ip, unsigned p
 	struct sockaddr_storage ss;
 	socklen_t len;
 	char err[200], buf[INET6_ADDRSTRLEN];
-	assert_int_equal(dp_metrics_parse_address(s, &ss, &len, err, sizeof(err)), 0);
+	if (dp_metrics_parse_address(s, &ss, &len, err, sizeof(err)) != 0)
+		fail_msg("%s: %s", s, err);
 	assert_int_equal(ss.ss_family, family);
 	const struct sockaddr_in *in4 = (const struct sockaddr_in *)&ss;
 	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
@@ -114,32 +144,62 @@ static void assert_address(const char *s, int family, const char *ip, unsigned p
 	assert_int_equal(len, family == AF_INET ? sizeof(*in4) : sizeof(*in6));
 }
 
-static void assert_bad_address(const char *s, const char *msg)
-{
-	struct sockaddr_storage ss;
-	socklen_t len;
-	char err[200] = "";
-	assert_int_equal(dp_metrics_parse_address(s, &ss, &len, err, sizeof(err)), -EINVAL);
-	if (!strstr(err, msg)) {
-		print_error("%s: message %s, want %s\n", s, err, msg);
-		fail();
-	}
-}
-
 static void test_address(void **state)
 {
 	assert_address("127.0.0.1:9400", AF_INET, "127.0.0.1", 9400);
+	assert_address("0.0.0.0:9400", AF_INET, "0.0.0.0", 9400);
 	assert_address("localhost:0", AF_INET, "127.0.0.1", 0);
 	assert_address(":9400", AF_INET6, "::", 9400);
+	assert_address(":00080", AF_INET6, "::", 80);
 	assert_address("[::1]:65535", AF_INET6, "::1", 65535);
-	assert_bad_address("9400", "expected HOST:PORT");
-	assert_bad_address("127.0.0.1:", "port \"\"");
-	assert_bad_address("127.0.0.1:65536", "from 0 to 65535");
-	assert_bad_address(":-1", "from 0 to 65535");
-	assert_bad_address("example.com:9400", "not an IPv4 address");
-	assert_bad_address("::1:9400", "not an IPv4 address");
-	assert_bad_address("[::g]:9400", "not an IPv6 address");
-	assert_bad_address("[]:9400", "not an IPv4 address");
+	assert_address("[::ffff:10.0.0.1]:1", AF_INET6, "::ffff:10.0.0.1", 1);
+}
+
+/* Every malformed address: -EINVAL and a message naming what is wrong (and nothing else: each
+ * row's message is checked against the other rows' distinct parts). */
+static void test_address_errors(void **state)
+{
+	static const struct {
+		const char *in, *msg;
+	} rows[] = {
+		{ "9400", "missing port (expected HOST:PORT, :PORT or [IPv6]:PORT)" },
+		{ "localhost", "missing port (expected HOST:PORT" },
+		{ "127.0.0.1:", "missing port after the last ':'" },
+		{ ":", "missing port after the last ':'" },
+		{ "[::1]", "missing port after ']' (expected [IPv6]:PORT)" },
+		{ "[::1]:", "missing port after the last ':'" },
+		{ "[::1]9400", "expected ':' and the port after ']'" },
+		{ "[::1:9400", "missing ']' after the IPv6 address" },
+		{ "[]:9100", "empty IPv6 address in \"[]\"" },
+		{ "[[::1]]:9100", "unbalanced brackets" },
+		{ "::1]:9100", "unbalanced brackets" },
+		{ "127.0.0.1]:9100", "unbalanced brackets" },
+		{ "::1:9400", "an IPv6 address needs brackets: [IPv6]:PORT" },
+		{ "127.0.0.1:65536", "port 65536 is out of range (0 to 65535)" },
+		{ "127.0.0.1:99999999999999999999", "is out of range (0 to 65535)" },
+		{ ":-1", "port \"-1\" is not a decimal number" },
+		{ ":+80", "port \"+80\" is not a decimal number" },
+		{ ":80 ", "port \"80 \" is not a decimal number" },
+		{ "127.0.0.1:http", "port \"http\" is not a decimal number" },
+		{ "example.com:9400",
+		  "host \"example.com\" is not a numeric IPv4 address (host names are not resolved" },
+		{ "256.0.0.1:9400", "host \"256.0.0.1\" is not a numeric IPv4 address" },
+		{ " :9400", "host \" \" is not a numeric IPv4 address" },
+		{ "[::g]:9400", "\"::g\" is not a numeric IPv6 address" },
+		{ "[fe80::1%eth0]:9400", "\"fe80::1%eth0\" is not a numeric IPv6 address" },
+		{ "[10.0.0.1]:9400", "\"10.0.0.1\" in brackets is an IPv4 address (write it without brackets)" },
+		{ "0000000000000000000000000000000000000000000000000000000000000000.1:1", "the host is too long" },
+		{ "[0000:0000:0000:0000:0000:0000:0000:0000:0000:0000:0000:0000:0000]:1",
+		  "the address in brackets is too long" },
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct sockaddr_storage ss;
+		socklen_t len;
+		char err[200] = "";
+		int r = dp_metrics_parse_address(rows[i].in, &ss, &len, err, sizeof(err));
+		if (r != -EINVAL || !strstr(err, rows[i].msg))
+			fail_msg("%s: %d \"%s\", want -EINVAL and \"%s\"", rows[i].in, r, err, rows[i].msg);
+	}
 }
 
 /* ---- the server on a loop ---- */
@@ -238,13 +298,13 @@ static void test_server_scrape(void **state)
 	assert_non_null(strstr(buf, want));
 	assert_non_null(strstr(body, "sdp_allocate_total{resource=\"r\",result=\"OK\"} 1\n"));
 
-	exchange(f, "HEAD /metrics HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	exchange(f, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
 	assert_int_equal(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), 0);
 	assert_string_equal(strstr(buf, "\r\n\r\n"), "\r\n\r\n"); /* no body */
 
-	exchange(f, "GET /nope HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	exchange(f, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
 	assert_int_equal(strncmp(buf, "HTTP/1.1 404 Not Found\r\n", 24), 0);
-	exchange(f, "PUT /metrics HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	exchange(f, "PUT /metrics HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
 	assert_int_equal(strncmp(buf, "HTTP/1.1 405 Method Not Allowed\r\n", 33), 0);
 	assert_non_null(strstr(buf, "\r\nAllow: GET, HEAD\r\n"));
 	exchange(f, "garbage\r\n\r\n", buf, sizeof(buf));
@@ -253,14 +313,20 @@ static void test_server_scrape(void **state)
 	assert_string_equal(f->last_limit, "request");
 	exchange(f, "also garbage\r\n\r\n", buf, sizeof(buf));
 	assert_int_equal(f->limits, 1); /* once per episode */
+	/* a leading empty line is skipped (RFC 9112 section 2.2) */
+	exchange(f, "\r\nGET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), 0);
+	/* HTTP/1.1 without Host: 400 (RFC 9112 section 3.2) */
+	exchange(f, "GET /metrics HTTP/1.1\r\n\r\n", buf, sizeof(buf));
+	assert_int_equal(strncmp(buf, "HTTP/1.1 400 Bad Request\r\n", 26), 0);
 	/* each connection is gone once its client closed (the server reads until then) */
 	for (int i = 0; i < 100 && dp_metrics_server_connections(f->srv) > 0; i++)
 		(void)dp_loop_run_once(f->loop, 10);
 	assert_int_equal(dp_metrics_server_connections(f->srv), 0);
 
 	/* the refusals are counted */
-	exchange(f, "GET /metrics HTTP/1.1\r\n\r\n", buf, sizeof(buf));
-	assert_non_null(strstr(buf, "sdp_metrics_http_refused_total{reason=\"bad_request\"} 2\n"));
+	exchange(f, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
+	assert_non_null(strstr(buf, "sdp_metrics_http_refused_total{reason=\"bad_request\"} 3\n"));
 	assert_non_null(strstr(buf, "sdp_metrics_http_refused_total{reason=\"not_found\"} 1\n"));
 }
 
@@ -312,7 +378,7 @@ static void test_server_connection_limit(void **state)
 	close(extra);
 	assert_string_equal(f->last_limit, "connections");
 	for (size_t i = 0; i < DP_METRICS_HTTP_MAX_CONNS; i++) {
-		assert_int_equal(write(fds[i], "GET /metrics HTTP/1.1\r\n\r\n", 25), 25);
+		assert_int_equal(write(fds[i], "GET /metrics HTTP/1.0\r\n\r\n", 25), 25);
 		answer(f, fds[i], buf, sizeof(buf));
 		assert_int_equal(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), 0);
 		close(fds[i]);
@@ -375,8 +441,11 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_routes),
 		cmocka_unit_test(test_parse_malformed),
+		cmocka_unit_test(test_parse_host),
+		cmocka_unit_test(test_parse_leading_empty_lines),
 		cmocka_unit_test(test_parse_incomplete_and_bounds),
 		cmocka_unit_test(test_address),
+		cmocka_unit_test(test_address_errors),
 		cmocka_unit_test_setup_teardown(test_server_scrape, server_setup, server_teardown),
 		cmocka_unit_test_setup_teardown(test_server_head_too_large, server_setup, server_teardown),
 		cmocka_unit_test_setup_teardown(test_server_deadline, server_setup, server_teardown),

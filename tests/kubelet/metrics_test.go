@@ -356,17 +356,27 @@ func TestKataMetrics(t *testing.T) {
 	promtoolCheck(t, text)
 }
 
-// Invalid METRICS_ADDRESS: a clear error and exit status 2, as other invalid settings.
+// Invalid METRICS_ADDRESS: a clear error naming what is wrong and exit status 2, as other
+// invalid settings.
 func checkInvalidMetricsAddress(t *testing.T, bin string, env func(root string, extra ...string) []string) {
-	for _, v := range []string{"9400", "example.com:9400", "127.0.0.1:70000", "[::1:9400"} {
+	for v, want := range map[string]string{
+		"9400":             "missing port",
+		"example.com:9400": "not a numeric IPv4 address",
+		"127.0.0.1:70000":  "out of range",
+		"[::1:9400":        "missing ']'",
+		"[::1]":            "missing port after ']'",
+		"[]:9100":          "empty IPv6 address",
+		"::1:9400":         "needs brackets",
+	} {
 		node := newNode(t, true)
 		r, err := RunCommand(exitBound, bin, env(node.Root, "METRICS_ADDRESS="+v))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Code != 2 || !strings.Contains(r.Stderr, `msg="invalid METRICS_ADDRESS"`) {
-			t.Errorf("%s with METRICS_ADDRESS=%s: exit %d, want 2 and \"invalid METRICS_ADDRESS\"; log:\n%s",
-				filepath.Base(bin), v, r.Code, r.Stderr)
+		if r.Code != 2 || !strings.Contains(r.Stderr, `msg="invalid METRICS_ADDRESS"`) ||
+			!strings.Contains(r.Stderr, want) {
+			t.Errorf("%s with METRICS_ADDRESS=%s: exit %d, want 2 and \"invalid METRICS_ADDRESS\" saying %q; log:\n%s",
+				filepath.Base(bin), v, r.Code, want, r.Stderr)
 		}
 	}
 }
@@ -461,13 +471,18 @@ func TestHyperlightMetricsHostilePeers(t *testing.T) {
 	if got, ok := readAll(big, eventBound); !ok || !strings.HasPrefix(got, "HTTP/1.1 431 ") {
 		t.Errorf("oversized head: closed %v, got %q; want 431", ok, got)
 	}
-	// Garbage: 400; a TLS hello: 400; another path: 404; another method: 405.
+	// Garbage: 400; a TLS hello: 400; another path: 404; another method: 405; HTTP/1.1
+	// without Host or with two: 400 (RFC 9112 section 3.2); an empty line before the request
+	// line is ignored (section 2.2).
 	for req, want := range map[string]string{
-		"\x00\x01garbage\r\n\r\n":               "HTTP/1.1 400 ",
-		"\x16\x03\x01\x00\xa5\x01\x00\x00\n\n":  "HTTP/1.1 400 ",
-		"GET /admin HTTP/1.1\r\n\r\n":           "HTTP/1.1 404 ",
-		"DELETE /metrics HTTP/1.1\r\n\r\n":      "HTTP/1.1 405 ",
-		"GET /metrics HTTP/1.1\r\n\r\ntrailing": "HTTP/1.1 200 ",
+		"\x00\x01garbage\r\n\r\n":                             "HTTP/1.1 400 ",
+		"\x16\x03\x01\x00\xa5\x01\x00\x00\n\n":                "HTTP/1.1 400 ",
+		"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n":              "HTTP/1.1 404 ",
+		"DELETE /metrics HTTP/1.1\r\nHost: x\r\n\r\n":         "HTTP/1.1 405 ",
+		"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\ntrailing":    "HTTP/1.1 200 ",
+		"GET /metrics HTTP/1.1\r\n\r\n":                       "HTTP/1.1 400 ",
+		"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n": "HTTP/1.1 400 ",
+		"\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n":        "HTTP/1.1 200 ",
 	} {
 		c := dial()
 		_, _ = c.Write([]byte(req))
@@ -484,7 +499,7 @@ func TestHyperlightMetricsHostilePeers(t *testing.T) {
 	text := mustScrape(t, addr)
 	promtoolCheck(t, text)
 	for reason, min := range map[string]float64{"connections": 1, "deadline": 4, "head_too_large": 1,
-		"bad_request": 2, "not_found": 1, "method_not_allowed": 1} {
+		"bad_request": 4, "not_found": 1, "method_not_allowed": 1} {
 		if v, _ := metric(text, "sdp_metrics_http_refused_total", "reason", reason); v < min {
 			t.Errorf("sdp_metrics_http_refused_total{reason=%q} = %v, want >= %v", reason, v, min)
 		}

@@ -63,7 +63,7 @@ int dp_metrics_render(char *buf, size_t size, size_t *ret_len);
 /* Forget every series (tests). */
 void dp_metrics_reset(void);
 
-/* ---- HTTP request head (pure, fuzzed: fuzz/fuzz_metrics_http.c) ---- */
+/* ---- HTTP request head and METRICS_ADDRESS (metrics_parse.c: pure, fuzzed: fuzz/fuzz_metrics_http.c) ---- */
 
 #define DP_METRICS_HTTP_HEAD_MAX 8192
 #define DP_METRICS_HTTP_MAX_CONNS 4
@@ -75,12 +75,16 @@ typedef struct dp_metrics_request {
 } dp_metrics_request;
 
 /* Parse what arrived so far. 0: the head is incomplete (read more); 1: *ret filled (the head
- * ended, or it is malformed or too long: ret->status says how to answer). The head ends at an
- * empty line (CRLF CRLF, or LF LF). Bytes after it are ignored. */
+ * ended, or it is malformed or too long: ret->status says how to answer). Empty lines before the
+ * request line are skipped (RFC 9112 section 2.2); the head ends at the empty line after it (CRLF
+ * CRLF, or LF LF). HTTP/1.1 without a Host header, or any request with two, is 400 (section
+ * 3.2). Bytes after the head are ignored. */
 int dp_metrics_http_parse(const char *buf, size_t len, dp_metrics_request *ret);
 
 /* "HOST:PORT" (numeric IPv4 or "localhost"), ":PORT" (every address: [::] dual-stack, else
- * 0.0.0.0), "[IPv6]:PORT"; port 0..65535. -EINVAL with a message in err. */
+ * 0.0.0.0), "[IPv6]:PORT"; port 0..65535. -EINVAL with a message in err naming what is wrong
+ * (missing port, empty or unbalanced brackets, port not a number or out of range, a host that
+ * is not a numeric address, ...). */
 int dp_metrics_parse_address(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, char *err,
 			     size_t errlen);
 
