@@ -2,17 +2,24 @@
 /*
  * metrics_http: the metrics listener (dp/metrics.h). A minimal HTTP/1.x responder on the
  * daemon's loop, one request per connection: the request head is read into a fixed buffer
- * (DP_METRICS_HTTP_HEAD_MAX), parsed by dp_metrics_http_parse (metrics_parse.c), answered with one
- * response rendered whole (the exposition is bounded by the registry's fixed table) and
- * "Connection: close"; then our side is shut down and the peer's rest read and dropped until it
- * closes. Every connection is closed DP_METRICS_HTTP_DEADLINE_USEC after its accept, finished
- * or not (slow senders and slow readers alike), and at most DP_METRICS_HTTP_MAX_CONNS are open:
- * a further one is closed at accept. Why not libmicrohttpd: Debian's links GnuTLS, whose
- * p11-kit dependency has no static library, and the shipped daemons are static (musl).
+ * (DP_METRICS_HTTP_HEAD_MAX) within DP_METRICS_HTTP_HEAD_DEADLINE_USEC of the accept, parsed by
+ * dp_metrics_http_parse (metrics_parse.c), answered with one response rendered whole (the
+ * exposition is bounded by the registry's fixed table) and "Connection: close"; then our side
+ * is shut down: after a 400 or 431 the connection is closed at once, after another answer the
+ * peer's rest (at most DRAIN_MAX bytes) is read and dropped until it closes. Every connection is
+ * closed DP_METRICS_HTTP_DEADLINE_USEC after its accept, finished or not (a slow reader). At most
+ * DP_METRICS_HTTP_MAX_CONNS are open: a newcomer takes the slot of the one that has held its slot
+ * longest without a complete request (else of an answered one its peer has not closed); only
+ * when every slot is writing an answer is the newcomer closed at accept. Costs in fds: the
+ * socket, one timer for every deadline and wake-up, a spare (/dev/null, given up for an accept
+ * when the process is out of fds), and one per connection. Why not libmicrohttpd: Debian's links GnuTLS, whose p11-kit dependency has no
+ * static library, and the shipped daemons are static (musl).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,37 +29,50 @@
 
 #include "dp/log.h"
 #include "dp/metrics.h"
-#include "dp_version.h"
 
 #define EPISODE_USEC (60 * DP_USEC_PER_SEC)
 #define ACCEPT_PAUSE_USEC (DP_USEC_PER_SEC) /* after accept failed (EMFILE, ...): no busy loop */
+#define DRAIN_MAX DP_METRICS_HTTP_HEAD_MAX /* read after an answer while the peer's close is awaited */
+/* The kernel hands a connection to accept once its first bytes arrived (or after about this many
+ * seconds): a scrape is accepted with its request, so a newcomer evicting the connection held
+ * longest without one never takes it for an idle peer's (the request was not there yet). */
+#define DEFER_ACCEPT_S 1
 
 /* ---- the listener ---- */
 
-enum { LIM_CONNECTIONS, LIM_HEAD, LIM_DEADLINE, LIM_REQUEST, LIM_N };
-static const char *const lim_names[LIM_N] = { "connections", "head", "deadline", "request" };
+enum { LIM_CONNECTIONS, LIM_EVICTED, LIM_HEAD, LIM_HEAD_TIMEOUT, LIM_SLOW_READER, LIM_REQUEST, LIM_N };
+static const char *const lim_names[LIM_N] = { "connections",  "evicted",     "head",
+					      "head_timeout", "slow_reader", "request" };
+
+/* Reading the request head; writing the answer; answered (our side shut down), reading what the
+ * peer still sends (at most DRAIN_MAX bytes) until it closes. */
+enum cstate { C_HEAD, C_WRITING, C_DRAINING };
 
 struct mconn {
 	dp_metrics_server *srv;
 	int fd;
-	dp_source *io, *timer;
-	size_t in_len;
+	dp_source *io;
+	uint32_t events;
+	enum cstate state;
+	bool close_when_sent; /* 400, 431: what the peer sends is not HTTP; never read again */
+	uint64_t seq, accepted, expires; /* seq: accept order; expires: the head's or the whole deadline */
+	size_t in_len, drained;
 	char *out;
 	size_t out_len, out_off;
-	bool answered, draining;
 	char in[DP_METRICS_HTTP_HEAD_MAX];
 };
 
 struct dp_metrics_server {
 	dp_loop *loop;
-	int fd;
-	dp_source *io, *pause;
+	int fd, spare; /* spare: /dev/null, given up for an accept when the process is out of fds */
+	dp_source *io, *timer; /* one timer for every deadline and the accept pause */
+	uint64_t wake, armed, accepts; /* wake: an accept pause's end */
 	struct mconn *conns[DP_METRICS_HTTP_MAX_CONNS];
 	unsigned n;
 	dp_metrics_limit_fn limit_fn;
 	void *limit_ud;
 	uint64_t lim_last[LIM_N];
-	uint64_t deadline_usec;
+	uint64_t head_usec, deadline_usec;
 };
 
 static char render_buf[DP_METRICS_RENDER_MAX];
@@ -66,10 +86,30 @@ static void limit_hit(dp_metrics_server *s, unsigned what, const char *detail)
 	s->lim_last[what] = now ? now : 1;
 }
 
+/* Arm the timer for the earliest deadline or wake-up (unchanged: no system call). */
+static void arm(dp_metrics_server *s)
+{
+	uint64_t due = s->wake, now;
+	for (unsigned i = 0; i < s->n; i++)
+		if (due == 0 || s->conns[i]->expires < due)
+			due = s->conns[i]->expires;
+	if (due == s->armed)
+		return;
+	now = dp_now_usec();
+	s->armed = due;
+	(void)dp_timer_set(s->timer, due == 0 ? 0 : due > now ? due - now : 1, 0);
+}
+
+/* Hold the spare fd again (after a close: the fd just freed, before any other accept). */
+static void spare_take(dp_metrics_server *s)
+{
+	if (s->spare < 0)
+		s->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void conn_release(struct mconn *c)
 {
 	dp_source_free(c->io);
-	dp_source_free(c->timer);
 	close(c->fd);
 	free(c->out);
 	free(c);
@@ -84,6 +124,15 @@ static void conn_free(struct mconn *c)
 			break;
 		}
 	conn_release(c);
+	spare_take(s);
+}
+
+static int conn_events(struct mconn *c, uint32_t events)
+{
+	if (c->events == events)
+		return 0;
+	c->events = events;
+	return dp_io_set_events(c->io, events);
 }
 
 static const char *reason_phrase(int status)
@@ -99,7 +148,13 @@ static const char *reason_phrase(int status)
 	}
 }
 
-/* The whole response in c->out. */
+/* gcc 12 -fanalyzer loses a connection reached through a run-time index (s->conns[i], make_room)
+ * and reports its answer leaked: it is the connection's, freed with it (conn_release). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
+#endif
+/* The whole response in c->out; the connection is writing it, within the whole deadline. */
 static int respond(struct mconn *c, const dp_metrics_request *req)
 {
 	int status = req->status;
@@ -124,18 +179,20 @@ static int respond(struct mconn *c, const dp_metrics_request *req)
 	if (hn < 0 || (size_t)hn >= sizeof(head))
 		return -EINVAL;
 	size_t total = (size_t)hn + (req->head ? 0 : blen + (status == 200 ? 0 : 1));
-	c->out = malloc(total);
-	if (!c->out)
+	char *out = malloc(total);
+	if (!out)
 		return -ENOMEM;
-	memcpy(c->out, head, (size_t)hn);
+	memcpy(out, head, (size_t)hn);
 	if (!req->head) {
-		memcpy(c->out + hn, body, blen);
+		memcpy(out + hn, body, blen);
 		if (status != 200)
-			c->out[total - 1] = '\n';
+			out[total - 1] = '\n';
 	}
+	c->state = C_WRITING;
+	c->expires = c->accepted + c->srv->deadline_usec;
 	c->out_len = total;
-	c->answered = true;
-	return dp_io_set_events(c->io, EPOLLOUT);
+	c->out = out;
+	return 0;
 }
 
 static void refused(struct mconn *c, int status)
@@ -154,62 +211,146 @@ static void refused(struct mconn *c, int status)
 	}
 }
 
-static int conn_read(struct mconn *c)
+/* Write what the answer still has. Once sent our side is shut down; after a 400 or 431 the
+ * connection is closed then (-ECONNABORTED: nothing more is read), else the peer's close is
+ * awaited (closing with its input unread would reset the connection and could cut the answer). */
+static int conn_write(struct mconn *c)
 {
-	char sink[512];
-	char *p = c->draining ? sink : c->in + c->in_len;
-	size_t room = c->draining ? sizeof(sink) : sizeof(c->in) - c->in_len;
-	ssize_t n = read(c->fd, p, room);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return 0;
-	if (n <= 0 || c->draining)
-		return n <= 0 ? -ECONNRESET : 0;
+	ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? conn_events(c, EPOLLOUT) : -errno;
+	c->out_off += (size_t)n;
+	if (c->out_off < c->out_len)
+		return conn_events(c, EPOLLOUT);
+	(void)shutdown(c->fd, SHUT_WR);
+	if (c->close_when_sent)
+		return -ECONNABORTED;
+	c->state = C_DRAINING;
+	return conn_events(c, EPOLLIN);
+}
+
+/* Read more of the head; once it is complete (or refused), answer at once. */
+static int conn_read_head(struct mconn *c)
+{
+	ssize_t n = read(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (n == 0)
+		return -ECONNRESET;
 	c->in_len += (size_t)n;
 	dp_metrics_request req;
 	if (dp_metrics_http_parse(c->in, c->in_len, &req) == 0)
 		return 0;
 	if (req.status != 200)
 		refused(c, req.status);
-	return respond(c, &req);
+	c->close_when_sent = req.status == 400 || req.status == 431;
+	int r = respond(c, &req);
+	return r < 0 ? r : conn_write(c);
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
-static int conn_write(struct mconn *c)
+/* Answered: read and drop until the peer closes, at most DRAIN_MAX bytes. */
+static int conn_drain(struct mconn *c)
 {
-	ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+	char sink[1024];
+	ssize_t n = read(c->fd, sink, sizeof(sink));
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-	c->out_off += (size_t)n;
-	if (c->out_off < c->out_len)
-		return 0;
-	/* Sent: our side is done; read until the peer closes (closing with unread input would
-	 * reset the connection and could cut our answer short), bounded by the deadline. */
-	(void)shutdown(c->fd, SHUT_WR);
-	c->draining = true;
-	return dp_io_set_events(c->io, EPOLLIN);
+	if (n == 0)
+		return -ECONNRESET;
+	c->drained += (size_t)n;
+	return c->drained > DRAIN_MAX ? -EMSGSIZE : 0;
 }
 
 static int on_conn(dp_source *src, int fd, uint32_t revents, void *userdata)
 {
 	struct mconn *c = userdata;
-	int r = 0;
-	if (c->answered && !c->draining && (revents & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
-		r = conn_write(c);
-	else if (revents & (EPOLLIN | EPOLLERR | EPOLLHUP))
-		r = conn_read(c);
+	int r = c->state == C_HEAD ? conn_read_head(c) : c->state == C_WRITING ? conn_write(c) : conn_drain(c);
 	if (r < 0)
 		conn_free(c);
 	return 0;
 }
 
-static int on_deadline(dp_source *src, void *userdata)
+/* Its deadline passed: without a complete head (the head deadline), or its answer not taken. */
+static void conn_expire(struct mconn *c)
 {
-	struct mconn *c = userdata;
-	if (!c->draining) {
-		dp_metrics_http_refused("deadline");
-		limit_hit(c->srv, LIM_DEADLINE, "connection closed 5 s after accept");
+	if (c->state == C_HEAD) {
+		dp_metrics_http_refused("head_timeout");
+		limit_hit(c->srv, LIM_HEAD_TIMEOUT, "no complete request head in time, closed without an answer");
+	} else {
+		dp_metrics_http_refused("slow_reader");
+		limit_hit(c->srv, LIM_SLOW_READER, "the peer did not take its answer and close in time, closed");
 	}
 	conn_free(c);
-	return 0;
+}
+
+static struct mconn *oldest(const dp_metrics_server *s, enum cstate state)
+{
+	struct mconn *o = NULL;
+	for (unsigned i = 0; i < s->n; i++)
+		if (s->conns[i]->state == state && (!o || s->conns[i]->seq < o->seq))
+			o = s->conns[i];
+	return o;
+}
+
+static void evict(struct mconn *c)
+{
+	dp_metrics_http_refused("evicted");
+	limit_hit(c->srv, LIM_EVICTED,
+		  c->state == C_HEAD ? "the connection longest without a complete request closed for a new one"
+				     : "an answered connection its peer had not closed, closed for a new one");
+	conn_free(c);
+}
+
+/* Free a slot for a newcomer: the connection that has held its slot longest without a complete
+ * request (read first: a request that has just arrived is answered instead), else the oldest
+ * answered one whose peer has not closed. false when every slot is writing an answer. */
+static bool make_room(dp_metrics_server *s)
+{
+	struct mconn *c;
+	while ((c = oldest(s, C_HEAD))) {
+		int r = conn_read_head(c);
+		if (r < 0) {
+			conn_free(c);
+			return true;
+		}
+		if (c->state == C_HEAD) {
+			evict(c);
+			return true;
+		}
+	}
+	c = oldest(s, C_DRAINING);
+	if (c)
+		evict(c);
+	return c != NULL;
+}
+
+/* One accepted fd, -EAGAIN when none waits. Out of fds (EMFILE, ENFILE; the kernel says so
+ * whether or not a connection waits) the spare is given up for it, then, when one is known to
+ * wait (the first accept of a wake-up), a slot (make_room): clients of other sockets holding
+ * every fd cannot keep a scrape out. */
+static int accept_fd(dp_metrics_server *s, bool waiting)
+{
+	for (;;) {
+		int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0)
+			return fd;
+		int r = -errno;
+		if (r == -EINTR || r == -ECONNABORTED)
+			continue;
+		if (r != -EMFILE && r != -ENFILE)
+			return r;
+		if (s->spare >= 0) {
+			close(s->spare);
+			s->spare = -1;
+		} else if (!waiting) {
+			return -EAGAIN; /* maybe none waits: a waiting one wakes the loop again */
+		} else if (!make_room(s)) {
+			return r;
+		}
+	}
 }
 
 static int conn_new(dp_metrics_server *s, int fd)
@@ -217,57 +358,87 @@ static int conn_new(dp_metrics_server *s, int fd)
 	struct mconn *c = calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);
+		spare_take(s);
 		return -ENOMEM;
 	}
 	c->srv = s;
 	c->fd = fd;
+	c->seq = s->accepts++;
+	c->accepted = dp_now_usec();
+	c->expires = c->accepted + s->head_usec;
+	c->events = EPOLLIN;
 	s->conns[s->n++] = c;
 	int r = dp_io_add(s->loop, fd, EPOLLIN, on_conn, c, &c->io);
-	if (r >= 0)
-		r = dp_timer_add(s->loop, s->deadline_usec, 0, on_deadline, c, &c->timer);
-	if (r < 0)
+	if (r < 0) {
 		conn_free(c);
-	return r;
+		return r;
+	}
+	arm(s);
+	return 0;
 }
 
-static int on_pause_over(dp_source *src, void *userdata)
+/* Every slot is writing an answer: the newcomer is closed at once. */
+static void refuse(dp_metrics_server *s, int fd)
 {
-	dp_metrics_server *s = userdata;
-	return dp_io_set_events(s->io, EPOLLIN);
+	close(fd);
+	spare_take(s);
+	dp_metrics_http_refused("connections");
+	limit_hit(s, LIM_CONNECTIONS, "every connection was being answered, the new one closed at accept");
+}
+
+/* accept failed otherwise (ENOBUFS, ...), or out of fds with nothing to give up: no busy loop. */
+static int pause_accepting(dp_metrics_server *s, int error)
+{
+	dp_debug("metrics: accept failed", "error=%s", dp_errname(error));
+	(void)dp_io_set_events(s->io, 0);
+	s->wake = dp_now_usec() + ACCEPT_PAUSE_USEC;
+	arm(s);
+	return 0;
 }
 
 static int on_accept(dp_source *src, int lfd, uint32_t revents, void *userdata)
 {
 	dp_metrics_server *s = userdata;
-	for (int i = 0; i < 16; i++) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
-				return 0;
-			dp_debug("metrics: accept failed", "error=%s", strerror(errno));
-			(void)dp_io_set_events(s->io, 0);
-			return dp_timer_set(s->pause, ACCEPT_PAUSE_USEC, 0);
-		}
-		if (s->n == DP_METRICS_HTTP_MAX_CONNS) {
-			close(fd);
-			dp_metrics_http_refused("connections");
-			limit_hit(s, LIM_CONNECTIONS, "further connections closed at accept");
-			continue;
-		}
-		(void)conn_new(s, fd);
+	int fd = 0;
+	for (int i = 0; i < 16 && fd >= 0; i++) {
+		fd = accept_fd(s, i == 0);
+		if (fd < 0)
+			break;
+		if (s->n == DP_METRICS_HTTP_MAX_CONNS && !make_room(s))
+			refuse(s, fd);
+		else
+			(void)conn_new(s, fd);
 	}
+	spare_take(s); /* given up for nothing (none waited): the fd is still free */
+	return fd < 0 && fd != -EAGAIN ? pause_accepting(s, fd) : 0;
+}
+
+static int on_timer(dp_source *src, void *userdata)
+{
+	dp_metrics_server *s = userdata;
+	uint64_t now = dp_now_usec();
+	s->armed = 0; /* a one-shot that fired */
+	for (unsigned i = s->n; i-- > 0;) /* conn_free moves the last one (seen) to i */
+		if (s->conns[i]->expires <= now)
+			conn_expire(s->conns[i]);
+	if (s->wake && s->wake <= now) {
+		s->wake = 0;
+		(void)dp_io_set_events(s->io, EPOLLIN); /* the accept pause is over */
+	}
+	arm(s);
 	return 0;
 }
 
 static int listen_on(const struct sockaddr *addr, socklen_t len)
 {
-	int one = 1, zero = 0;
+	int one = 1, zero = 0, defer = DEFER_ACCEPT_S;
 	_cleanup_close_ int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (addr->sa_family == AF_INET6)
 		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
 	if (bind(fd, addr, len) < 0 || listen(fd, 16) < 0)
 		return -errno;
 	return TAKE_FD(fd);
@@ -291,12 +462,15 @@ int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t 
 		close(fd);
 		return -ENOMEM;
 	}
-	s->loop = loop;
 	s->fd = fd;
+	s->spare = -1;
+	s->loop = loop;
+	s->head_usec = DP_METRICS_HTTP_HEAD_DEADLINE_USEC;
 	s->deadline_usec = DP_METRICS_HTTP_DEADLINE_USEC;
 	int r = dp_io_add(loop, fd, EPOLLIN, on_accept, s, &s->io);
-	if (r < 0 || (r = dp_timer_add_disarmed(loop, on_pause_over, s, &s->pause)) < 0)
+	if (r < 0 || (r = dp_timer_add_disarmed(loop, on_timer, s, &s->timer)) < 0)
 		return r;
+	spare_take(s);
 	*ret = TAKE_PTR(s);
 	return 0;
 }
@@ -307,8 +481,9 @@ void dp_metrics_server_set_limit_fn(dp_metrics_server *s, dp_metrics_limit_fn fn
 	s->limit_ud = userdata;
 }
 
-void dp_metrics_server_set_deadline(dp_metrics_server *s, uint64_t usec)
+void dp_metrics_server_set_deadlines(dp_metrics_server *s, uint64_t head_usec, uint64_t usec)
 {
+	s->head_usec = head_usec < usec ? head_usec : usec;
 	s->deadline_usec = usec;
 }
 
@@ -347,54 +522,11 @@ dp_metrics_server *dp_metrics_server_free(dp_metrics_server *s)
 		conn_release(s->conns[i]);
 	s->n = 0;
 	dp_source_free(s->io);
-	dp_source_free(s->pause);
-	close(s->fd);
+	dp_source_free(s->timer);
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->spare >= 0)
+		close(s->spare);
 	free(s);
 	return NULL;
-}
-
-/* ---- the daemons' opt-in (logs above debug, as dp_endpoint_log_events does) ---- */
-
-static dp_metrics_server *started;
-
-static void log_limit(const char *what, const char *detail, void *userdata)
-{
-	char q[200];
-	dp_warn("metrics limit reached", "what=%s action=%s max_connections=%d head_max=%d deadline_s=%llu", what,
-		dp_logq(q, sizeof(q), detail), DP_METRICS_HTTP_MAX_CONNS, DP_METRICS_HTTP_HEAD_MAX,
-		(unsigned long long)(DP_METRICS_HTTP_DEADLINE_USEC / DP_USEC_PER_SEC));
-}
-
-int dp_metrics_start(dp_loop *loop, const char *daemon)
-{
-	const char *v = getenv("METRICS_ADDRESS");
-	struct sockaddr_storage ss;
-	socklen_t len;
-	char err[200], q[300], q2[300], addr[80];
-
-	if (!v || !*v)
-		return 0;
-	int r = dp_metrics_parse_address(v, &ss, &len, err, sizeof(err));
-	if (r < 0) {
-		dp_error("invalid METRICS_ADDRESS", "value=%s error=%s", dp_logq(q, sizeof(q), v),
-			 dp_logq(q2, sizeof(q2), err));
-		return r;
-	}
-	dp_metrics_build_info(daemon, DP_VERSION);
-	dp_metrics_stop();
-	r = dp_metrics_server_new(loop, (const struct sockaddr *)&ss, len, &started);
-	if (r < 0) {
-		dp_error("cannot listen for metrics", "address=%s error=%s", dp_logq(q, sizeof(q), v), strerror(-r));
-		return r == -EINVAL ? -EADDRNOTAVAIL : r;
-	}
-	dp_metrics_server_set_limit_fn(started, log_limit, NULL);
-	if (dp_metrics_server_address(started, addr, sizeof(addr)) < 0)
-		snprintf(addr, sizeof(addr), "%s", v);
-	dp_info("metrics listening", "address=%s path=/metrics", addr);
-	return 0;
-}
-
-void dp_metrics_stop(void)
-{
-	started = dp_metrics_server_free(started);
 }

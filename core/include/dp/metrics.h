@@ -10,10 +10,12 @@
  * further one counted as "other". A series that does not fit the table is dropped and counted
  * in sdp_metrics_series_dropped_total. Names and meanings: docs/operations.md, "Metrics".
  *
- * Listener (metrics_http.c): one TCP socket on the daemon's loop, HTTP/1.x, one request per
- * connection: GET or HEAD /metrics. Limits: DP_METRICS_HTTP_MAX_CONNS connections at once
- * (further ones closed at accept), a request head of DP_METRICS_HTTP_HEAD_MAX bytes (431), the
- * whole exchange within DP_METRICS_HTTP_DEADLINE_USEC of the accept (then closed).
+ * Listener (metrics_http.c; its parsers in metrics_parse.c; the daemons' opt-in dp_metrics_start
+ * in metrics.c): one TCP socket on the daemon's loop, HTTP/1.x, one request per
+ * connection: GET or HEAD /metrics. Limits: DP_METRICS_HTTP_MAX_CONNS connections at once (a
+ * newcomer takes the slot of the oldest connection without a complete request), a request head
+ * of DP_METRICS_HTTP_HEAD_MAX bytes (431) within DP_METRICS_HTTP_HEAD_DEADLINE_USEC of the
+ * accept, the whole exchange within DP_METRICS_HTTP_DEADLINE_USEC (then closed).
  */
 #pragma once
 
@@ -67,6 +69,11 @@ void dp_metrics_reset(void);
 
 #define DP_METRICS_HTTP_HEAD_MAX 8192
 #define DP_METRICS_HTTP_MAX_CONNS 4
+/* From the accept to the end of the request head: a scraper sends its few hundred bytes in one
+ * write right after connecting, so they arrive within a round trip; 1 s is hundreds of round
+ * trips on a pod network, and a peer holding a slot without a request loses it within 1 s. */
+#define DP_METRICS_HTTP_HEAD_DEADLINE_USEC (1 * DP_USEC_PER_SEC)
+/* From the accept to the close, whatever the connection is doing (a slow reader). */
 #define DP_METRICS_HTTP_DEADLINE_USEC (5 * DP_USEC_PER_SEC)
 
 typedef struct dp_metrics_request {
@@ -92,14 +99,18 @@ int dp_metrics_parse_address(const char *s, struct sockaddr_storage *ret, sockle
 
 typedef struct dp_metrics_server dp_metrics_server;
 /* Called once per episode of a limit (an episode ends after a minute without it): what is
- * "connections", "head" (too large), "deadline" or "request" (malformed). */
+ * "connections" (every slot busy answering: a newcomer closed at accept), "evicted" (a
+ * connection without a complete request, or answered but not closed by its peer, closed for a
+ * newcomer), "head" (too large), "head_timeout" (no complete head within the head deadline),
+ * "slow_reader" (the answer not taken and the connection not closed by the deadline) or
+ * "request" (malformed). */
 typedef void (*dp_metrics_limit_fn)(const char *what, const char *detail, void *userdata);
-
-/* Bind and listen (non-blocking, close-on-exec) on addr and serve on loop. -errno. */
+/* Bind and listen (non-blocking, close-on-exec) on addr and serve on loop; the listener holds a
+ * spare fd (/dev/null) for an accept when the process is out of fds. -errno. */
 int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_server **ret);
 void dp_metrics_server_set_limit_fn(dp_metrics_server *s, dp_metrics_limit_fn fn, void *userdata);
-/* Tests: another deadline for the connections accepted from now on. */
-void dp_metrics_server_set_deadline(dp_metrics_server *s, uint64_t usec);
+/* Tests: other deadlines (head, whole connection) for the connections accepted from now on. */
+void dp_metrics_server_set_deadlines(dp_metrics_server *s, uint64_t head_usec, uint64_t usec);
 /* The bound address as "HOST:PORT" / "[IPv6]:PORT" (port 0 resolved). */
 int dp_metrics_server_address(const dp_metrics_server *s, char *buf, size_t size);
 unsigned dp_metrics_server_connections(const dp_metrics_server *s);
