@@ -364,12 +364,30 @@ static void log_limit(const char *what, const char *detail, void *userdata)
 		(unsigned long long)(DP_METRICS_HTTP_DEADLINE_USEC / DP_USEC_PER_SEC));
 }
 
+/* Listening (info), or a bind that failed for a new reason (error; retried meanwhile). */
+static void log_listen(dp_metrics_server *s, int error, uint64_t retry_usec, void *userdata)
+{
+	char addr[80], q[120];
+	if (dp_metrics_server_address(s, addr, sizeof(addr)) < 0)
+		snprintf(addr, sizeof(addr), "unknown");
+	if (error == 0) {
+		dp_info("metrics listening", "address=%s path=/metrics", addr);
+		return;
+	}
+	dp_error("cannot listen for metrics",
+		 "address=%s error=%s errno=%s retry_in_s=%llu max_retry_s=%llu action=\"devices are served "
+		 "meanwhile; retried with back-off\"",
+		 addr, dp_logq(q, sizeof(q), strerror(-error)), dp_errname(error),
+		 (unsigned long long)(retry_usec / DP_USEC_PER_SEC),
+		 (unsigned long long)(DP_METRICS_HTTP_RETRY_MAX_USEC / DP_USEC_PER_SEC));
+}
+
 int dp_metrics_start(dp_loop *loop, const char *daemon)
 {
 	const char *v = getenv("METRICS_ADDRESS");
 	struct sockaddr_storage ss;
 	socklen_t len;
-	char err[200], q[300], q2[300], addr[80];
+	char err[200], q[300], q2[300];
 
 	if (!v || !*v)
 		return 0;
@@ -381,15 +399,14 @@ int dp_metrics_start(dp_loop *loop, const char *daemon)
 	}
 	dp_metrics_build_info(daemon, DP_VERSION);
 	dp_metrics_stop();
-	r = dp_metrics_server_new(loop, (const struct sockaddr *)&ss, len, &started);
-	if (r < 0) {
-		dp_error("cannot listen for metrics", "address=%s error=%s", dp_logq(q, sizeof(q), v), strerror(-r));
-		return r == -EINVAL ? -EADDRNOTAVAIL : r;
+	r = dp_metrics_server_new(loop, (const struct sockaddr *)&ss, len, log_listen, NULL, &started);
+	if (r < 0) { /* no socket (no IPv6 for [IPv6]:PORT, no fds): off; never the daemon's end */
+		dp_error("cannot listen for metrics",
+			 "address=%s error=%s errno=%s action=\"metrics off, devices served\"",
+			 dp_logq(q, sizeof(q), v), dp_logq(q2, sizeof(q2), strerror(-r)), dp_errname(r));
+		return 0;
 	}
 	dp_metrics_server_set_limit_fn(started, log_limit, NULL);
-	if (dp_metrics_server_address(started, addr, sizeof(addr)) < 0)
-		snprintf(addr, sizeof(addr), "%s", v);
-	dp_info("metrics listening", "address=%s path=/metrics", addr);
 	return 0;
 }
 

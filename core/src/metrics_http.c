@@ -12,7 +12,9 @@
  * longest without a complete request (else of an answered one its peer has not closed); only
  * when every slot is writing an answer is the newcomer closed at accept. Costs in fds: the
  * socket, one timer for every deadline and wake-up, a spare (/dev/null, given up for an accept
- * when the process is out of fds), and one per connection. Why not libmicrohttpd: Debian's links GnuTLS, whose p11-kit dependency has no
+ * when the process is out of fds), and one per connection. The socket is made once; a failed
+ * bind or listen is retried on it with back-off (the daemons' seccomp filter refuses new TCP
+ * sockets). Why not libmicrohttpd: Debian's links GnuTLS, whose p11-kit dependency has no
  * static library, and the shipped daemons are static (musl).
  */
 #include <arpa/inet.h>
@@ -65,8 +67,14 @@ struct mconn {
 struct dp_metrics_server {
 	dp_loop *loop;
 	int fd, spare; /* spare: /dev/null, given up for an accept when the process is out of fds */
-	dp_source *io, *timer; /* one timer for every deadline and the accept pause */
-	uint64_t wake, armed, accepts; /* wake: an accept pause's end */
+	dp_source *io, *timer; /* io once listening; one timer for every deadline and wake-up */
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	bool bound, listening;
+	int listen_err;
+	uint64_t retry_usec, wake, armed, accepts; /* wake: an accept pause's end or the next bind */
+	dp_metrics_listen_fn listen_fn;
+	void *listen_ud;
 	struct mconn *conns[DP_METRICS_HTTP_MAX_CONNS];
 	unsigned n;
 	dp_metrics_limit_fn limit_fn;
@@ -413,6 +421,40 @@ static int on_accept(dp_source *src, int lfd, uint32_t revents, void *userdata)
 	return fd < 0 && fd != -EAGAIN ? pause_accepting(s, fd) : 0;
 }
 
+/* Bind (once: a bound socket cannot be bound again) and listen. */
+static int listen_now(dp_metrics_server *s)
+{
+	if (!s->bound && bind(s->fd, (const struct sockaddr *)&s->addr, s->addr_len) < 0)
+		return -errno;
+	s->bound = true;
+	if (listen(s->fd, 16) < 0)
+		return -errno;
+	return dp_io_add(s->loop, s->fd, EPOLLIN, on_accept, s, &s->io);
+}
+
+/* A failure is retried after the back-off (1 s doubling to 60 s) and reported when its reason
+ * is new. The socket is watched only once it listens (an unbound one polls as hung up). */
+static void try_listen(dp_metrics_server *s)
+{
+	int r = listen_now(s);
+	if (r == 0) {
+		s->listening = true;
+		s->listen_err = 0;
+		if (s->listen_fn)
+			s->listen_fn(s, 0, 0, s->listen_ud);
+		return;
+	}
+	dp_debug("metrics: cannot listen", "error=%s retry_in_ms=%llu", dp_errname(r),
+		 (unsigned long long)(s->retry_usec / DP_USEC_PER_MSEC));
+	if (r != s->listen_err && s->listen_fn)
+		s->listen_fn(s, r, s->retry_usec, s->listen_ud);
+	s->listen_err = r;
+	s->wake = dp_now_usec() + s->retry_usec;
+	s->retry_usec = s->retry_usec * 2 < DP_METRICS_HTTP_RETRY_MAX_USEC ? s->retry_usec * 2
+									 : DP_METRICS_HTTP_RETRY_MAX_USEC;
+	arm(s);
+}
+
 static int on_timer(dp_source *src, void *userdata)
 {
 	dp_metrics_server *s = userdata;
@@ -423,38 +465,48 @@ static int on_timer(dp_source *src, void *userdata)
 			conn_expire(s->conns[i]);
 	if (s->wake && s->wake <= now) {
 		s->wake = 0;
-		(void)dp_io_set_events(s->io, EPOLLIN); /* the accept pause is over */
+		if (s->listening)
+			(void)dp_io_set_events(s->io, EPOLLIN); /* the accept pause is over */
+		else
+			try_listen(s);
 	}
 	arm(s);
 	return 0;
 }
 
-static int listen_on(const struct sockaddr *addr, socklen_t len)
-{
-	int one = 1, zero = 0, defer = DEFER_ACCEPT_S;
-	_cleanup_close_ int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (addr->sa_family == AF_INET6)
-		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
-	if (bind(fd, addr, len) < 0 || listen(fd, 16) < 0)
-		return -errno;
-	return TAKE_FD(fd);
-}
-
-int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_server **ret)
+/* The socket for addr (into *ss); ":PORT" on a node without IPv6: every IPv4 address. */
+static int open_socket(const struct sockaddr *addr, socklen_t len, struct sockaddr_storage *ss, socklen_t *ss_len)
 {
 	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)addr;
-	int fd = listen_on(addr, len);
-	/* ":PORT" on a node without IPv6: every IPv4 address */
-	if (fd == -EAFNOSUPPORT && addr->sa_family == AF_INET6 &&
+	int one = 1, zero = 0, defer = DEFER_ACCEPT_S;
+	if (len > sizeof(*ss))
+		return -EINVAL;
+	memcpy(ss, addr, len);
+	*ss_len = len;
+	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 && errno == EAFNOSUPPORT && addr->sa_family == AF_INET6 &&
 	    memcmp(&in6->sin6_addr, &in6addr_any, sizeof(in6addr_any)) == 0) {
 		struct sockaddr_in in4 = { .sin_family = AF_INET, .sin_port = in6->sin6_port };
 		in4.sin_addr.s_addr = htonl(INADDR_ANY);
-		fd = listen_on((const struct sockaddr *)&in4, sizeof(in4));
+		memcpy(ss, &in4, sizeof(in4));
+		*ss_len = sizeof(in4);
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	}
+	if (fd < 0)
+		return -errno;
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss->ss_family == AF_INET6)
+		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
+	return fd;
+}
+
+int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_listen_fn listen_fn,
+			  void *userdata, dp_metrics_server **ret)
+{
+	struct sockaddr_storage ss;
+	socklen_t ss_len;
+	int fd = open_socket(addr, len, &ss, &ss_len);
 	if (fd < 0)
 		return fd;
 	_cleanup_(dp_metrics_server_freep) dp_metrics_server *s = calloc(1, sizeof(*s));
@@ -464,13 +516,19 @@ int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t 
 	}
 	s->fd = fd;
 	s->spare = -1;
+	s->addr = ss;
+	s->addr_len = ss_len;
+	int r = dp_timer_add_disarmed(loop, on_timer, s, &s->timer);
+	if (r < 0)
+		return r;
+	spare_take(s);
 	s->loop = loop;
 	s->head_usec = DP_METRICS_HTTP_HEAD_DEADLINE_USEC;
 	s->deadline_usec = DP_METRICS_HTTP_DEADLINE_USEC;
-	int r = dp_io_add(loop, fd, EPOLLIN, on_accept, s, &s->io);
-	if (r < 0 || (r = dp_timer_add_disarmed(loop, on_timer, s, &s->timer)) < 0)
-		return r;
-	spare_take(s);
+	s->retry_usec = DP_METRICS_HTTP_RETRY_FIRST_USEC;
+	s->listen_fn = listen_fn;
+	s->listen_ud = userdata;
+	try_listen(s);
 	*ret = TAKE_PTR(s);
 	return 0;
 }
@@ -487,14 +545,19 @@ void dp_metrics_server_set_deadlines(dp_metrics_server *s, uint64_t head_usec, u
 	s->deadline_usec = usec;
 }
 
+bool dp_metrics_server_listening(const dp_metrics_server *s)
+{
+	return s->listening;
+}
+
 int dp_metrics_server_address(const dp_metrics_server *s, char *buf, size_t size)
 {
-	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_storage ss = s->addr;
 	struct sockaddr_in in4 = { 0 };
 	struct sockaddr_in6 in6 = { 0 };
 	socklen_t len = sizeof(ss);
 	char ip[INET6_ADDRSTRLEN];
-	if (getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
+	if (s->bound && getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
 		return -errno;
 	bool v6 = ss.ss_family == AF_INET6;
 	if (v6)

@@ -247,7 +247,8 @@ static int server_setup(void **state)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	dp_metrics_reset();
 	assert_int_equal(dp_loop_new(&f->loop), 0);
-	assert_int_equal(dp_metrics_server_new(f->loop, (struct sockaddr *)&a, sizeof(a), &f->srv), 0);
+	assert_int_equal(dp_metrics_server_new(f->loop, (struct sockaddr *)&a, sizeof(a), NULL, NULL, &f->srv), 0);
+	assert_true(dp_metrics_server_listening(f->srv));
 	dp_metrics_server_set_limit_fn(f->srv, on_limit, f);
 	char buf[64];
 	assert_int_equal(dp_metrics_server_address(f->srv, buf, sizeof(buf)), 0);
@@ -678,7 +679,7 @@ static void test_server_fd_cost(void **state)
 	int fds[DP_METRICS_HTTP_MAX_CONNS + 1];
 	dp_metrics_server *srv = NULL;
 	int before = open_fds();
-	assert_int_equal(dp_metrics_server_new(f->loop, (struct sockaddr *)&a, sizeof(a), &srv), 0);
+	assert_int_equal(dp_metrics_server_new(f->loop, (struct sockaddr *)&a, sizeof(a), NULL, NULL, &srv), 0);
 	assert_int_equal(open_fds() - before, 3);
 	dp_metrics_server_free(f->srv); /* the fixture's server serves f->addr: this one instead */
 	f->srv = srv;
@@ -738,6 +739,65 @@ static void test_server_out_of_fds(void **state)
 		fail_msg("a scrape with every fd taken: %.40s", buf);
 }
 
+struct listen_calls {
+	unsigned n;
+	int last;
+};
+
+static void on_listen(dp_metrics_server *s, int error, uint64_t retry_usec, void *userdata)
+{
+	struct listen_calls *l = userdata;
+	l->n++;
+	l->last = error;
+	assert_true(error == 0 ? retry_usec == 0 : retry_usec == DP_METRICS_HTTP_RETRY_FIRST_USEC);
+}
+
+/* The port in use at start: the server exists, reports it once, and listens once the port is
+ * free (the retry after 1 s). */
+static void test_server_port_in_use(void **state)
+{
+	struct fixture *f = *state;
+	struct listen_calls l = { 0 };
+	dp_metrics_server *srv = NULL;
+	static char buf[8192];
+	int occupant = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(occupant, (struct sockaddr *)&f->addr, sizeof(f->addr)), -1); /* the fixture's */
+	dp_metrics_server_free(f->srv);
+	f->srv = NULL;
+	assert_int_equal(bind(occupant, (struct sockaddr *)&f->addr, sizeof(f->addr)), 0);
+	assert_int_equal(listen(occupant, 1), 0);
+	assert_int_equal(
+		dp_metrics_server_new(f->loop, (struct sockaddr *)&f->addr, sizeof(f->addr), on_listen, &l, &srv), 0);
+	f->srv = srv;
+	assert_false(dp_metrics_server_listening(srv));
+	assert_int_equal(l.n, 1);
+	assert_int_equal(l.last, -EADDRINUSE);
+	assert_int_equal(dp_metrics_server_address(srv, buf, sizeof(buf)), 0); /* the one asked for */
+	assert_int_equal((in_port_t)htons((uint16_t)atoi(strrchr(buf, ':') + 1)), f->addr.sin_port);
+	close(occupant);
+	for (int i = 0; i < 500 && !dp_metrics_server_listening(srv); i++)
+		(void)dp_loop_run_once(f->loop, 10);
+	assert_true(dp_metrics_server_listening(srv));
+	assert_int_equal(l.n, 2);
+	assert_int_equal(l.last, 0);
+	scrape(f, buf, sizeof(buf));
+}
+
+/* An address that is not on this host: the server exists and reports it (no daemon's end). */
+static void test_server_address_not_local(void **state)
+{
+	struct fixture *f = *state;
+	struct listen_calls l = { 0 };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(9) };
+	dp_metrics_server *srv = NULL;
+	assert_int_equal(inet_pton(AF_INET, "192.0.2.1", &a.sin_addr), 1); /* TEST-NET-1 */
+	assert_int_equal(dp_metrics_server_new(f->loop, (struct sockaddr *)&a, sizeof(a), on_listen, &l, &srv), 0);
+	assert_false(dp_metrics_server_listening(srv));
+	assert_int_equal(l.n, 1);
+	assert_int_equal(l.last, -EADDRNOTAVAIL);
+	dp_metrics_server_free(srv);
+}
+
 static void test_start_from_env(void **state)
 {
 	dp_loop *loop = NULL;
@@ -753,13 +813,29 @@ static void test_start_from_env(void **state)
 	setenv("METRICS_ADDRESS", "127.0.0.1:0", 1);
 	assert_int_equal(dp_metrics_start(loop, "test"), 0);
 	dp_metrics_stop();
+	/* a port in use, an address not on this host: logged, retried, not the daemon's end */
+	int occupant = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in o = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t olen = sizeof(o);
+	char v[64];
+	assert_int_equal(bind(occupant, (struct sockaddr *)&o, sizeof(o)), 0);
+	assert_int_equal(listen(occupant, 1), 0);
+	assert_int_equal(getsockname(occupant, (struct sockaddr *)&o, &olen), 0);
+	snprintf(v, sizeof(v), "127.0.0.1:%u", ntohs(o.sin_port));
+	setenv("METRICS_ADDRESS", v, 1);
+	assert_int_equal(dp_metrics_start(loop, "test"), 0);
+	dp_metrics_stop();
+	close(occupant);
+	setenv("METRICS_ADDRESS", "192.0.2.1:9400", 1);
+	assert_int_equal(dp_metrics_start(loop, "test"), 0);
+	dp_metrics_stop();
 	/* every address: [::] taking IPv4 too, or 0.0.0.0 where the kernel has no IPv6 */
 	struct sockaddr_storage ss;
 	socklen_t len;
 	char err[100], buf[64];
 	assert_int_equal(dp_metrics_parse_address(":0", &ss, &len, err, sizeof(err)), 0);
 	dp_metrics_server *srv = NULL;
-	assert_int_equal(dp_metrics_server_new(loop, (struct sockaddr *)&ss, len, &srv), 0);
+	assert_int_equal(dp_metrics_server_new(loop, (struct sockaddr *)&ss, len, NULL, NULL, &srv), 0);
 	assert_int_equal(dp_metrics_server_address(srv, buf, sizeof(buf)), 0);
 	assert_true(strncmp(buf, "[::]:", 5) == 0 || strncmp(buf, "0.0.0.0:", 8) == 0);
 	const char *port = strrchr(buf, ':') + 1;
@@ -797,6 +873,8 @@ int main(void)
 		SERVER_TEST(test_server_byte_by_byte),
 		SERVER_TEST(test_server_fd_cost),
 		SERVER_TEST(test_server_out_of_fds),
+		SERVER_TEST(test_server_port_in_use),
+		SERVER_TEST(test_server_address_not_local),
 		cmocka_unit_test(test_start_from_env),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -673,6 +673,67 @@ func TestHyperlightMetricsNeverReadingPeer(t *testing.T) {
 	}
 }
 
+// Issue 21: the metrics port in use at start ended the daemon (exit 1). Now the plugin
+// registers and advertises its devices Healthy, one error line says why there are no metrics
+// (the bind is retried with back-off meanwhile, once a second at first: the debug lines count
+// the attempts), and once the port is free the listener comes up and scrapes are answered.
+func TestHyperlightMetricsPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	s := prepare(t, newNode(t, true))
+	s.startDaemon("DEVICE_COUNT=3", "LOG_LEVEL=debug", "METRICS_ADDRESS="+addr)
+	p := s.ready(3)
+	if n := waitCount(s.d, 2, `msg="metrics: cannot listen"`, "error=EADDRINUSE"); n < 2 {
+		s.fatalf("%d bind attempts logged at debug, want 2 or more", n)
+	}
+	want := []string{"level=error", `msg="cannot listen for metrics"`, "address=" + addr,
+		`error="Address already in use"`}
+	if n := countLines(s.d, want...); n != 1 {
+		t.Errorf("%d lines with %q, want 1 (once for every attempt)", n, want)
+	}
+	stillServing(s, p, "with the metrics port in use")
+	l.Close()
+	if got := metricsAddr(t, s.d); got != addr {
+		t.Errorf("metrics listening on %s, want %s", got, addr)
+	}
+	text := mustScrape(t, addr)
+	expectMetric(t, text, 3, "sdp_devices_healthy", "resource", HyperlightResource)
+	stillServing(s, p, "after the metrics port came free")
+}
+
+// An address that is not on this host (bind: EADDRNOTAVAIL) also ended the daemon; now it is
+// logged once and the devices are served, by both daemons.
+func TestHyperlightMetricsAddressNotLocal(t *testing.T) {
+	s := prepare(t, newNode(t, true))
+	s.startDaemon("DEVICE_COUNT=3", "METRICS_ADDRESS=192.0.2.1:9400") // TEST-NET-1
+	p := s.ready(3)
+	want := []string{"level=error", `msg="cannot listen for metrics"`, "address=192.0.2.1:9400",
+		"errno=EADDRNOTAVAIL"}
+	if n := waitCount(s.d, 1, want...); n != 1 {
+		t.Errorf("%d lines with %q, want 1", n, want)
+	}
+	stillServing(s, p, "with an address not on this host")
+}
+
+func TestKataMetricsAddressNotLocal(t *testing.T) {
+	s := newKata(t)
+	s.add(kataMain...)
+	want := kataExpect(kataMain)
+	s.startDaemon("METRICS_ADDRESS=192.0.2.1:9400")
+	s.kataReady(want)
+	line := []string{"level=error", `msg="cannot listen for metrics"`, "errno=EADDRNOTAVAIL"}
+	if n := waitCount(s.d, 1, line...); n != 1 {
+		t.Errorf("%d lines with %q, want 1", n, line)
+	}
+	if s.d.Exited() {
+		s.fatalf("kata exited")
+	}
+}
+
 // A real Prometheus server (Debian's, unpacked, never installed) scrapes the daemon: up == 1
 // and the daemon's gauge is queried through its HTTP API.
 func TestHyperlightMetricsPrometheus(t *testing.T) {

@@ -15,7 +15,8 @@
  * connection: GET or HEAD /metrics. Limits: DP_METRICS_HTTP_MAX_CONNS connections at once (a
  * newcomer takes the slot of the oldest connection without a complete request), a request head
  * of DP_METRICS_HTTP_HEAD_MAX bytes (431) within DP_METRICS_HTTP_HEAD_DEADLINE_USEC of the
- * accept, the whole exchange within DP_METRICS_HTTP_DEADLINE_USEC (then closed).
+ * accept, the whole exchange within DP_METRICS_HTTP_DEADLINE_USEC (then closed). A bind that
+ * fails is retried on the same socket (made before the seccomp filter) with back-off.
  */
 #pragma once
 
@@ -75,6 +76,9 @@ void dp_metrics_reset(void);
 #define DP_METRICS_HTTP_HEAD_DEADLINE_USEC (1 * DP_USEC_PER_SEC)
 /* From the accept to the close, whatever the connection is doing (a slow reader). */
 #define DP_METRICS_HTTP_DEADLINE_USEC (5 * DP_USEC_PER_SEC)
+/* A failed bind or listen is tried again after 1 s, doubling to 60 s. */
+#define DP_METRICS_HTTP_RETRY_FIRST_USEC (1 * DP_USEC_PER_SEC)
+#define DP_METRICS_HTTP_RETRY_MAX_USEC (60 * DP_USEC_PER_SEC)
 
 typedef struct dp_metrics_request {
 	int status; /* the answer: 200, 400, 404, 405, 431 (505 for a version other than 1.x) */
@@ -105,13 +109,25 @@ typedef struct dp_metrics_server dp_metrics_server;
  * "slow_reader" (the answer not taken and the connection not closed by the deadline) or
  * "request" (malformed). */
 typedef void (*dp_metrics_limit_fn)(const char *what, const char *detail, void *userdata);
-/* Bind and listen (non-blocking, close-on-exec) on addr and serve on loop; the listener holds a
- * spare fd (/dev/null) for an accept when the process is out of fds. -errno. */
-int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_server **ret);
+/* Called when the listener starts listening (error 0), and when a bind or listen fails with an
+ * error other than the previous attempt's (-errno; the next attempt in retry_usec): once per
+ * episode of failures and reason. */
+typedef void (*dp_metrics_listen_fn)(dp_metrics_server *s, int error, uint64_t retry_usec, void *userdata);
+
+/* Make the socket (non-blocking, close-on-exec) and a spare fd now, then bind and listen on
+ * addr and serve on loop; a failed bind or listen is retried on the same socket after
+ * DP_METRICS_HTTP_RETRY_FIRST_USEC doubling to DP_METRICS_HTTP_RETRY_MAX_USEC (the retries
+ * need no new socket: they work under a seccomp filter that refuses TCP sockets). listen_fn
+ * (may be NULL) hears of both, the first time before this returns. -errno only when the socket
+ * cannot be made or no memory. */
+int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_listen_fn listen_fn,
+			  void *userdata, dp_metrics_server **ret);
 void dp_metrics_server_set_limit_fn(dp_metrics_server *s, dp_metrics_limit_fn fn, void *userdata);
 /* Tests: other deadlines (head, whole connection) for the connections accepted from now on. */
 void dp_metrics_server_set_deadlines(dp_metrics_server *s, uint64_t head_usec, uint64_t usec);
-/* The bound address as "HOST:PORT" / "[IPv6]:PORT" (port 0 resolved). */
+bool dp_metrics_server_listening(const dp_metrics_server *s);
+/* The bound address as "HOST:PORT" / "[IPv6]:PORT" (port 0 resolved; not bound yet: the
+ * address asked for). */
 int dp_metrics_server_address(const dp_metrics_server *s, char *buf, size_t size);
 unsigned dp_metrics_server_connections(const dp_metrics_server *s);
 /* Close the listener and every connection. Accepts NULL, returns NULL. */
@@ -119,9 +135,11 @@ dp_metrics_server *dp_metrics_server_free(dp_metrics_server *s);
 DP_DEFINE_CLEANUP(dp_metrics_server, dp_metrics_server_free)
 
 /* The daemons' main path (logs at info/warn/error, like dp_endpoint_log_events): reads
- * METRICS_ADDRESS; unset or empty: metrics off, returns 0. Else sets build info, starts the
- * listener (before the seccomp filter: it creates a TCP socket), logs "metrics listening
- * address=HOST:PORT" and the limits at warn once per episode. -EINVAL: invalid value (logged;
- * exit 2); other -errno: cannot listen (logged). dp_metrics_stop frees it (accepts none). */
+ * METRICS_ADDRESS; unset or empty: metrics off, returns 0. Else sets build info and starts the
+ * listener (before the seccomp filter: it creates a TCP socket). Logs "metrics listening
+ * address=HOST:PORT" once it listens, "cannot listen for metrics" at error once per episode of
+ * failed binds (retried with back-off while the daemon serves), the limits at warn once per
+ * episode. -EINVAL only for an invalid value (logged; exit 2): a listener that cannot be made
+ * is logged and left off, it never stops the daemon. dp_metrics_stop frees it (accepts none). */
 int dp_metrics_start(dp_loop *loop, const char *daemon);
 void dp_metrics_stop(void);
