@@ -699,7 +699,9 @@ static void test_server_fd_cost(void **state)
 }
 
 /* Every fd up to the limit taken by others (clients of the plugin socket): the spare lets a
- * scrape in, and, taken back when it closed, the next one too. */
+ * scrape in, and, taken back when it closed, the next one too. Not under valgrind: it emulates
+ * RLIMIT_NOFILE, and its accept4 over the limit takes the connection and closes it (the
+ * kernel's EMFILE leaves it queued), so no spare can save that scrape. */
 #define LOW_LIMIT 64
 static int take_every_fd(int *taken, int n)
 {
@@ -716,6 +718,9 @@ static void test_server_out_of_fds(void **state)
 	struct rlimit saved, low;
 	int taken[LOW_LIMIT], n = 0, c[2];
 	static char buf[8192];
+	const char *preload = getenv("LD_PRELOAD");
+	if (preload && strstr(preload, "vgpreload"))
+		skip();
 	for (int i = 0; i < 2; i++)
 		c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
