@@ -66,7 +66,7 @@ static const struct family fams[F_N] = {
 	COUNTER(F_CDI_WRITE_FAILURES, "sdp_cdi_spec_write_failures_total",
 		"Owned CDI spec writes that failed (or were refused: symlink, non-regular file)."),
 	COUNTER(F_HTTP_REFUSED, "sdp_metrics_http_refused_total",
-		"Metrics connections closed without a 200 answer, by reason."),
+		"Metrics connections refused or cut short by the listener's limits, by reason."),
 	COUNTER(F_DROPPED, "sdp_metrics_series_dropped_total",
 		"Updates of series that did not fit the registry's fixed table."),
 };
