@@ -122,9 +122,9 @@ func sigtermAtStart(t *testing.T, s *scenario, bin string, env []string, prefix 
 
 	var pid int
 	if !Poll(eventBound, func() bool {
-		if pid == 0 {
-			pid = childOf(cmd.Process.Pid)
-		}
+		// asked again each time: under SDP_EMULATOR the first child seen may be the
+		// emulator's own short-lived one (tests/arm64/qemu_user.c), not the daemon
+		pid = childOf(cmd.Process.Pid)
 		return pid != 0 && blockedOnStderr(pid, bin)
 	}) {
 		t.Fatalf("the daemon (pid %d under unshare %d) never blocked writing its first log line", pid,
