@@ -142,6 +142,32 @@ else
 	echo "scenarios not run under qemu-user (reasons: tests/arm64/run.sh): $excluded"
 	run_go scenarios unshare -m --propagation private "$native/scenario.test" -test.run "^($run)\$"
 fi
+# The shipped arm64 hyperlight (musl, scripts/build-static.sh --arch arm64) through the hyperlight,
+# label and fault scenarios, as tests/run.sh does for amd64: SDP_BUILD_DIR is an overlay of the
+# arm64 build whose hyperlight-device-plugin and tests/fakes/libhvshim.so are the musl ones (the
+# node-label child is found beside the daemon: the musl one).
+overlay="$build/musl-overlay"
+rm -rf "$overlay"
+mkdir -p "$overlay/tests/fakes"
+for f in "$build"/*; do
+	case ${f##*/} in tests | musl-overlay | hyperlight-device-plugin) ;; *) ln -s "$f" "$overlay/" ;; esac
+done
+for f in "$build"/tests/*; do [ "${f##*/}" = fakes ] || ln -s "$f" "$overlay/tests/"; done
+for f in "$build"/tests/fakes/*; do [ "${f##*/}" = libhvshim.so ] || ln -s "$f" "$overlay/tests/fakes/"; done
+static="$src/build-static-arm64"
+"$src/scripts/build-static.sh" --arch arm64 "$static" >"$logdir/build-static-arm64.log" 2>&1
+rc=$?
+record build-static-arm64 "$logdir/build-static-arm64.log" $rc $((rc == 0)) 0
+musl_run=$(printf '%s\n' $all | grep -E '^(TestHyperlight|TestLabels|TestFault)' | grep -Ev "$ARM64_EXCLUDED" | paste -sd'|')
+if [ $rc -eq 0 ] && [ -n "$musl_run" ]; then
+	ln -s "$static/image-context-hyperlight/rootfs/hyperlight-device-plugin" "$overlay/"
+	ln -s "$static/musl-dynamic/libhvshim.so" "$overlay/tests/fakes/"
+	SDP_BUILD_DIR="$overlay" run_go scenarios-musl-hyperlight unshare -m --propagation private \
+		"$native/scenario.test" -test.run "^($musl_run)\$"
+else
+	echo "not run: scripts/build-static.sh --arch arm64 failed or no scenario list" >"$logdir/scenarios-musl-hyperlight.log"
+	record scenarios-musl-hyperlight "$logdir/scenarios-musl-hyperlight.log" 1 0 1
+fi
 end=$(date +%s)
 echo "time: unit tests and corpus $((units_done - start)) s, grpc-go suites $((end - units_done)) s"
 [ "$skipped" -ne 0 ] && echo "skipped: $skipped unit tests that load a seccomp filter (listed above)"
