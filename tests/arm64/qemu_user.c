@@ -123,6 +123,33 @@ static int is_aarch64(const char *path)
 	       h.e_ident[EI_CLASS] == ELFCLASS64 && h.e_machine == EM_AARCH64;
 }
 
+/* With SDP_QEMU_STRACE_DIR set (tests/arm64/run.sh): qemu logs every system call of its guest
+ * (QEMU_STRACE) to DIR/<program>.<pid> (QEMU_LOG_FILENAME; <program>: the arm64 program's name,
+ * the first aarch64 ELF argument), and so does every qemu the program starts (the variables are
+ * inherited), for tests/arm64/strace_calls.py. */
+static int record_argv(char **argv)
+{
+	const char *dir = getenv("SDP_QEMU_STRACE_DIR");
+	char path[4096];
+
+	if (!dir || !*dir)
+		return 0;
+	for (; *argv; argv++) {
+		const char *base = strrchr(*argv, '/');
+		if (!is_aarch64(*argv))
+			continue;
+		if (snprintf(path, sizeof(path), "%s/%s.%%d", dir, base ? base + 1 : *argv) >= (int)sizeof(path) ||
+		    strchr(dir, '%')) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		if (setenv("QEMU_STRACE", "1", 1) < 0 || setenv("QEMU_LOG_FILENAME", path, 1) < 0)
+			return -1;
+		return 0;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -135,6 +162,8 @@ int main(int argc, char **argv)
 		return fail("mount binfmt_misc on " BINFMT " (Linux 6.7 or later mounts one per user namespace)");
 	if (write_file(BINFMT "/register", RULE) < 0)
 		return fail("register " QEMU " in " BINFMT "/register");
+	if (record_argv(argv + 1) < 0)
+		return fail("SDP_QEMU_STRACE_DIR");
 	if (is_aarch64(argv[1])) {
 		argv[0] = (char *)QEMU;
 		execve(QEMU, argv, environ);
