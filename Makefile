@@ -40,7 +40,7 @@ endif
 $(ARCH_BUILD)/build.ninja:
 	meson setup $(ARCH_BUILD) --cross-file scripts/cross/aarch64-linux-gnu.ini >/dev/null
 
-build-arm64:
+build-arm64: deps
 	@scripts/install-deps.sh arm64
 	$(MAKE) --no-print-directory $(ARCH_BUILD)/build.ninja
 	ninja -C $(ARCH_BUILD) -j2
