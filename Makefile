@@ -91,8 +91,9 @@ valgrind: build
 # each, in $(FUZZ_BUILD); prints executions and coverage (docs/reliability.md).
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= build-fuzz
+# FUZZ_TARGETS="server decode" runs those only.
 fuzz: build
-	fuzz/run.sh $(BUILD) $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	fuzz/run.sh $(BUILD) $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # A real KVM: Debian's kernel under QEMU's software emulation (tests/live/README.md).
 test-live-kvm: build

@@ -3,16 +3,19 @@
 # from a copy of its committed corpus (new inputs go to OUT/corpus-<target>, never into the
 # repository), then print executions and coverage per target. Any crash fails the run; the
 # crashing input is OUT/crash-<target>-*.
-# Usage: fuzz/run.sh BUILD OUT SECONDS
+# Usage: fuzz/run.sh BUILD OUT SECONDS [TARGET...] (the targets without fuzz_; default: all)
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$1 out=$2 secs=$3
+shift 3
+only=" $* "
 "$src/fuzz/build.sh" "$build" "$out" >/dev/null || exit 1
 out=$(cd "$out" && pwd)
 rc=0
 for t in "$src"/fuzz/fuzz_*.c; do
 	name=$(basename "$t" .c)
 	name=${name#fuzz_}
+	[ "$only" = "  " ] || [[ $only == *" $name "* ]] || continue
 	[ -x "$out/fuzz_$name" ] || { echo "fuzz_$name: not built"; rc=1; continue; }
 	mkdir -p "$out/corpus-$name"
 	cp -n "$src/fuzz/corpus/$name"/* "$out/corpus-$name/" 2>/dev/null

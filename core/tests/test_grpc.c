@@ -19,6 +19,7 @@
 
 #include "dp/grpc.h"
 #include "dp/loop.h"
+#include "dp/metrics.h"
 #include "grpc/grpc_internal.h"
 #include "health.pb-c.h"
 
@@ -609,9 +610,40 @@ static const dp_grpc_method methods[] = {
 	{ "/t.T/HoldP", DP_GRPC_METHOD_SERVER_STREAM, h_hold_protected, NULL },
 };
 
+/* What the unknown-method hook heard (on_unknown): names, then "further" (NULL). */
+static char unknown_paths[DP_GRPC_UNKNOWN_METHODS + 4][DP_GRPC_UNKNOWN_PATH_MAX + 64];
+static int n_unknown, n_unknown_further;
+
+static void on_unknown(const char *path, void *userdata)
+{
+	if (!path) {
+		n_unknown_further++;
+		return;
+	}
+	assert_true(n_unknown < (int)DP_ELEMENTSOF(unknown_paths));
+	snprintf(unknown_paths[n_unknown++], sizeof(unknown_paths[0]), "%s", path);
+}
+
+/* The value of the exposition's sample (its name and labels as rendered), 0 when absent. */
+static unsigned long long metric_value(const char *sample)
+{
+	static char text[DP_METRICS_RENDER_MAX + 1];
+	char want[256];
+	size_t n = 0;
+
+	assert_int_equal(dp_metrics_render(text + 1, sizeof(text) - 2, &n), 0);
+	text[0] = '\n';
+	text[n + 1] = '\0';
+	snprintf(want, sizeof(want), "\n%s ", sample);
+	const char *p = strstr(text, want);
+	return p ? strtoull(p + strlen(want), NULL, 10) : 0;
+}
+
 static int loop_setup(void **state)
 {
 	memset(&F, 0, sizeof(F));
+	n_unknown = n_unknown_further = 0;
+	dp_metrics_reset();
 	memset(holds, 0, sizeof(holds));
 	n_holds = 0;
 	n_limit = 0;
@@ -635,6 +667,7 @@ static int loop_teardown(void **state)
 	assert_int_equal(dp_grpc_output_held(), 0);
 	dp_grpc_set_budget(NULL);
 	dp_grpc_set_limit_hook(NULL, NULL);
+	dp_grpc_set_unimplemented_hook(NULL, NULL);
 	unlink(F.sock);
 	rmdir(F.dir);
 	return 0;
@@ -721,6 +754,60 @@ static void test_loop_unary(void **state)
 		dp_loop_run_once(F.loop, 10);
 	assert_int_equal(dp_grpc_server_calls(F.server), 0);
 	assert_int_equal(dp_grpc_server_connections(F.server), 0);
+}
+
+/* An unknown method, answered UNIMPLEMENTED each time. */
+static void call_unknown(const char *path)
+{
+	int done = F.n_done;
+
+	start_call(path, "x", 5000);
+	run_until(&F.n_done, done + 1);
+	assert_int_equal(F.status, DP_GRPC_UNIMPLEMENTED);
+}
+
+/* Every call of an unknown method is counted; the hook hears of each name once, of the first
+ * DP_GRPC_UNKNOWN_METHODS names, then once of "further" (NULL), then of nothing. */
+static void test_loop_unknown_methods(void **state)
+{
+	char path[DP_GRPC_UNKNOWN_PATH_MAX + 40];
+
+	dp_grpc_set_unimplemented_hook(on_unknown, NULL);
+	serve();
+	for (int i = 0; i < 3; i++)
+		call_unknown("/t.T/Nope");
+	assert_int_equal(n_unknown, 1);
+	assert_string_equal(unknown_paths[0], "/t.T/Nope");
+	/* names are compared on their first DP_GRPC_UNKNOWN_PATH_MAX bytes: memory stays bounded */
+	memset(path, 'a', sizeof(path) - 1);
+	path[0] = '/';
+	path[sizeof(path) - 1] = '\0';
+	call_unknown(path);
+	path[sizeof(path) - 2] = 'b';
+	call_unknown(path);
+	assert_int_equal(n_unknown, 2);
+	assert_int_equal(strlen(unknown_paths[1]), sizeof(path) - 1); /* the hook gets it whole */
+	for (int i = 0; i < DP_GRPC_UNKNOWN_METHODS + 3; i++) {
+		snprintf(path, sizeof(path), "/x.Y/M%d", i);
+		call_unknown(path);
+	}
+	assert_int_equal(n_unknown, DP_GRPC_UNKNOWN_METHODS);
+	assert_string_equal(unknown_paths[DP_GRPC_UNKNOWN_METHODS - 1], "/x.Y/M13");
+	assert_int_equal(n_unknown_further, 1);
+	call_unknown("/t.T/Nope");
+	const int calls = F.n_done;
+	assert_int_equal(calls, 3 + 2 + DP_GRPC_UNKNOWN_METHODS + 3 + 1);
+	assert_int_equal(metric_value("sdp_grpc_unimplemented_total"), calls);
+	/* a served method is not counted */
+	start_call("/t.T/Echo", "ping", 5000);
+	run_until(&F.n_done, calls + 1);
+	assert_int_equal(F.status, DP_GRPC_OK);
+	assert_int_equal(metric_value("sdp_grpc_unimplemented_total"), calls);
+	/* setting the hook again forgets the names */
+	dp_grpc_set_unimplemented_hook(on_unknown, NULL);
+	call_unknown("/t.T/Nope");
+	assert_int_equal(n_unknown, DP_GRPC_UNKNOWN_METHODS + 1);
+	assert_int_equal(n_unknown_further, 1);
 }
 
 static void test_loop_stream_unary_client(void **state)
@@ -1432,6 +1519,8 @@ static void test_loop_input_budget(void **state)
 	assert_int_equal(c.status, -1);
 	assert_int_equal(dp_grpc_input_held(), (2u << 20) - 5);
 	assert_int_equal(n_limit, 1); /* one episode */
+	/* ... of two hits, each counted */
+	assert_int_equal(metric_value("sdp_grpc_limit_hits_total{what=\"input\"}"), 2);
 	/* c completes its request: handled, and nothing is held any more */
 	c.to_send = (4u << 20) + 5;
 	rawc_send_all(&c);
@@ -1573,6 +1662,39 @@ static void test_loop_unread_connection_kept(void **state)
 		close(fds[i]);
 }
 
+/* Clients that connect in a loop and never write: each new connection replaces the one that
+ * has been silent longest, never the exec probe's, accepted before its write (newest first, the
+ * probe was the one closed by the next accept: issue 21, tests/kubelet/probe_flood_test.go). */
+static void test_loop_silent_connect_flood(void **state)
+{
+	struct rawc probe;
+	int fds[7];
+
+	F.limits.max_connections = 4;
+	serve();
+	for (int i = 0; i < 3; i++)
+		fds[i] = raw_connect();
+	run_until_conns(3);
+	rawc_open(&probe, "/t.T/Echo", 2, 7); /* connected, nothing written yet */
+	run_until_conns(4);
+	for (int i = 3; i < 6; i++) {
+		fds[i] = raw_connect();
+		run_idle();
+		assert_int_equal(dp_grpc_server_connections(F.server), 4);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_true(peer_gone(fds[i])); /* silent longest: closed first */
+	rawc_send_all(&probe);
+	fds[6] = raw_connect(); /* the probe is now the oldest not read: read, not closed */
+	for (int i = 0; i < 1000 && probe.status < 0 && !probe.closed; i++)
+		rawc_pump(&probe, true);
+	assert_int_equal(probe.status, DP_GRPC_OK);
+	assert_int_equal(F.n_handler, 1);
+	rawc_free(&probe);
+	for (int i = 0; i < 7; i++)
+		close(fds[i]);
+}
+
 /* A protected connection (kubelet's) is never the one closed to make room for a stream. */
 static void test_loop_stream_connections_protected(void **state)
 {
@@ -1626,6 +1748,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		PURE_TESTS,
 		LOOP_TEST(test_loop_unary),
+		LOOP_TEST(test_loop_unknown_methods),
 		LOOP_TEST(test_loop_stream_unary_client),
 		LOOP_TEST(test_loop_pb),
 		LOOP_TEST(test_loop_answer_later_and_cancel_once),
@@ -1650,6 +1773,7 @@ int main(void)
 		LOOP_TEST(test_loop_stream_connections),
 		LOOP_TEST(test_loop_stream_connections_protected),
 		LOOP_TEST(test_loop_unread_connection_kept),
+		LOOP_TEST(test_loop_silent_connect_flood),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,6 +81,23 @@ static void test_gauges_and_counters(void **state)
 	assert_null(strstr(type + 1, "# TYPE sdp_allocate_total"));
 }
 
+/* The gRPC layer's counters: unknown methods without a label, limit hits by limit. */
+static void test_grpc_counters(void **state)
+{
+	dp_metrics_grpc_unimplemented();
+	dp_metrics_grpc_unimplemented();
+	dp_metrics_grpc_limit("input");
+	dp_metrics_grpc_limit("input");
+	dp_metrics_grpc_limit("fds");
+	const char *t = render();
+	assert_line(t, "# TYPE sdp_grpc_unimplemented_total counter");
+	assert_line(t, "sdp_grpc_unimplemented_total 2");
+	assert_line(t, "# TYPE sdp_grpc_limit_hits_total counter");
+	assert_line(t, "sdp_grpc_limit_hits_total{what=\"input\"} 2");
+	assert_line(t, "sdp_grpc_limit_hits_total{what=\"fds\"} 1");
+	assert_null(strstr(t, "what=\"output\"")); /* a limit never hit has no series yet */
+}
+
 static void test_transitions_by_reason_class(void **state)
 {
 	dp_metrics_health_transition("hyperlight.dev/hypervisor", false,
@@ -208,6 +225,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_empty_registry, setup),
 		cmocka_unit_test_setup(test_gauges_and_counters, setup),
+		cmocka_unit_test_setup(test_grpc_counters, setup),
 		cmocka_unit_test_setup(test_transitions_by_reason_class, setup),
 		cmocka_unit_test_setup(test_reason_class, setup),
 		cmocka_unit_test_setup(test_reason_bound, setup),

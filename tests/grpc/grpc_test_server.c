@@ -351,6 +351,7 @@ int main(int argc, char **argv)
 
 	dp_log_init();
 	dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL); /* as the daemons do */
+	dp_grpc_set_unimplemented_hook(dp_grpc_log_unimplemented, NULL);
 	if (argc >= 2 && strcmp(argv[1], "--client") != 0 && parse_limits(argc, argv, &i, &lim) == 0 &&
 	    i == argc - 1 && argv[i][0] != '-') {
 		r = serve(argv[i], &lim);

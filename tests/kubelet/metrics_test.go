@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -356,17 +357,27 @@ func TestKataMetrics(t *testing.T) {
 	promtoolCheck(t, text)
 }
 
-// Invalid METRICS_ADDRESS: a clear error and exit status 2, as other invalid settings.
+// Invalid METRICS_ADDRESS: a clear error naming what is wrong and exit status 2, as other
+// invalid settings.
 func checkInvalidMetricsAddress(t *testing.T, bin string, env func(root string, extra ...string) []string) {
-	for _, v := range []string{"9400", "example.com:9400", "127.0.0.1:70000", "[::1:9400"} {
+	for v, want := range map[string]string{
+		"9400":             "missing port",
+		"example.com:9400": "not a numeric IPv4 address",
+		"127.0.0.1:70000":  "out of range",
+		"[::1:9400":        "missing ']'",
+		"[::1]":            "missing port after ']'",
+		"[]:9100":          "empty IPv6 address",
+		"::1:9400":         "needs brackets",
+	} {
 		node := newNode(t, true)
 		r, err := RunCommand(exitBound, bin, env(node.Root, "METRICS_ADDRESS="+v))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Code != 2 || !strings.Contains(r.Stderr, `msg="invalid METRICS_ADDRESS"`) {
-			t.Errorf("%s with METRICS_ADDRESS=%s: exit %d, want 2 and \"invalid METRICS_ADDRESS\"; log:\n%s",
-				filepath.Base(bin), v, r.Code, r.Stderr)
+		if r.Code != 2 || !strings.Contains(r.Stderr, `msg="invalid METRICS_ADDRESS"`) ||
+			!strings.Contains(r.Stderr, want) {
+			t.Errorf("%s with METRICS_ADDRESS=%s: exit %d, want 2 and \"invalid METRICS_ADDRESS\" saying %q; log:\n%s",
+				filepath.Base(bin), v, r.Code, want, r.Stderr)
 		}
 	}
 }
@@ -400,55 +411,33 @@ func TestHyperlightMetricsHostilePeers(t *testing.T) {
 		}
 		return c
 	}
-	// Bound of a closed-by-the-deadline connection: the 5 s deadline, generous for ASan.
-	const deadlineBound = 5*time.Second + eventBound
 
-	// Slowloris: a request line, then nothing: closed at the deadline without an answer.
+	// Slowloris: a request line, then nothing: closed at the head deadline without an answer.
 	slow := dial()
 	defer slow.Close()
 	_, _ = slow.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n"))
+	if got, ok := readAll(slow, eventBound); !ok || got != "" {
+		t.Errorf("slowloris: closed %v, got %q; want closed at the head deadline, no answer", ok, got)
+	}
 
-	// Many connections at once: the first ones are held open (the slowloris is one of them),
-	// the further ones closed at accept, without an answer.
+	// Every slot held by a connection without a request: each scrape takes the slot of the
+	// one held longest, which is closed without an answer; kubelet is served meanwhile.
 	var held []net.Conn
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 4; i++ {
 		c := dial()
 		defer c.Close()
 		_, _ = c.Write([]byte("GE"))
 		held = append(held, c)
 	}
-	var wg sync.WaitGroup
-	refused := make([]string, 8)
-	closed := make([]bool, 8)
-	for i := range refused {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			c, err := net.DialTimeout("tcp", addr, eventBound)
-			if err != nil {
-				closed[i] = true // refused by the kernel's backlog: as good
-				return
-			}
-			defer c.Close()
-			_, _ = c.Write([]byte("GET /metrics HTTP/1.1\r\n\r\n"))
-			refused[i], closed[i] = readAll(c, eventBound)
-		}(i)
+	for i := 0; i < 4; i++ {
+		mustScrape(t, addr)
 	}
-	wg.Wait()
-	for i := range refused {
-		if !closed[i] || strings.Contains(refused[i], "200 OK") {
-			t.Errorf("connection %d beyond the limit: closed %v, got %q; want closed without an answer", i,
-				closed[i], refused[i])
-		}
-	}
-	// kubelet is served meanwhile.
 	if _, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
-		s.fatalf("Allocate while the metrics port is full: %v", err)
+		s.fatalf("Allocate while the metrics port is held: %v", err)
 	}
-	// The held ones end at their deadline, the slowloris too.
-	for i, c := range append(held, slow) {
-		if got, ok := readAll(c, deadlineBound); !ok || got != "" {
-			t.Errorf("held connection %d: closed %v, got %q; want closed at the deadline, no answer", i, ok, got)
+	for i, c := range held {
+		if got, ok := readAll(c, eventBound); !ok || got != "" {
+			t.Errorf("held connection %d: closed %v, got %q; want closed without an answer", i, ok, got)
 		}
 	}
 
@@ -461,13 +450,18 @@ func TestHyperlightMetricsHostilePeers(t *testing.T) {
 	if got, ok := readAll(big, eventBound); !ok || !strings.HasPrefix(got, "HTTP/1.1 431 ") {
 		t.Errorf("oversized head: closed %v, got %q; want 431", ok, got)
 	}
-	// Garbage: 400; a TLS hello: 400; another path: 404; another method: 405.
+	// Garbage: 400; a TLS hello: 400; another path: 404; another method: 405; HTTP/1.1
+	// without Host or with two: 400 (RFC 9112 section 3.2); an empty line before the request
+	// line is ignored (section 2.2).
 	for req, want := range map[string]string{
-		"\x00\x01garbage\r\n\r\n":               "HTTP/1.1 400 ",
-		"\x16\x03\x01\x00\xa5\x01\x00\x00\n\n":  "HTTP/1.1 400 ",
-		"GET /admin HTTP/1.1\r\n\r\n":           "HTTP/1.1 404 ",
-		"DELETE /metrics HTTP/1.1\r\n\r\n":      "HTTP/1.1 405 ",
-		"GET /metrics HTTP/1.1\r\n\r\ntrailing": "HTTP/1.1 200 ",
+		"\x00\x01garbage\r\n\r\n":                             "HTTP/1.1 400 ",
+		"\x16\x03\x01\x00\xa5\x01\x00\x00\n\n":                "HTTP/1.1 400 ",
+		"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n":              "HTTP/1.1 404 ",
+		"DELETE /metrics HTTP/1.1\r\nHost: x\r\n\r\n":         "HTTP/1.1 405 ",
+		"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\ntrailing":    "HTTP/1.1 200 ",
+		"GET /metrics HTTP/1.1\r\n\r\n":                       "HTTP/1.1 400 ",
+		"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n": "HTTP/1.1 400 ",
+		"\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n":        "HTTP/1.1 200 ",
 	} {
 		c := dial()
 		_, _ = c.Write([]byte(req))
@@ -483,19 +477,260 @@ func TestHyperlightMetricsHostilePeers(t *testing.T) {
 	}
 	text := mustScrape(t, addr)
 	promtoolCheck(t, text)
-	for reason, min := range map[string]float64{"connections": 1, "deadline": 4, "head_too_large": 1,
-		"bad_request": 2, "not_found": 1, "method_not_allowed": 1} {
+	for reason, min := range map[string]float64{"evicted": 1, "head_timeout": 1, "head_too_large": 1,
+		"bad_request": 4, "not_found": 1, "method_not_allowed": 1} {
 		if v, _ := metric(text, "sdp_metrics_http_refused_total", "reason", reason); v < min {
 			t.Errorf("sdp_metrics_http_refused_total{reason=%q} = %v, want >= %v", reason, v, min)
 		}
 	}
-	for _, what := range []string{"connections", "deadline", "head", "request"} {
+	for _, what := range []string{"evicted", "head_timeout", "head", "request"} {
 		if n := countLines(s.d, `msg="metrics limit reached"`, "what="+what+" "); n != 1 {
 			t.Errorf("%d \"metrics limit reached\" lines for what=%s, want 1 (once per episode)", n, what)
 		}
 	}
 	if ended, _ := s.k.Current(HyperlightResource).Ended(); ended || s.d.Exited() {
 		t.Errorf("the daemon's ListAndWatch stream ended or the daemon exited")
+	}
+}
+
+// stillServing checks what the metrics attacks must leave alone: the plugin registered once
+// (p), its devices Healthy, an Allocate answered, the daemon running.
+func stillServing(s *scenario, p *Plugin, when string) {
+	s.t.Helper()
+	if _, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-1"}); err != nil {
+		s.fatalf("Allocate %s: %v", when, err)
+	}
+	s.devices(3, Healthy, eventBound)
+	if s.k.Current(HyperlightResource) != p || s.d.Exited() {
+		s.fatalf("%s: the daemon re-registered or exited", when)
+	}
+}
+
+// Issue 21: one peer reopening 4 connections as soon as they close held every slot, and 19
+// of 20 scrapes failed. An attacker goroutine per connection reopens it at once (sending "GE",
+// never a whole request) while 20 scrapes run one after another: every scrape is answered
+// (each takes the slot of the attacker's connection held longest).
+func TestHyperlightMetricsReopenAttack(t *testing.T) {
+	s, _, _, _ := metricsPod(t)
+	addr := metricsAddr(t, s.d)
+	p := s.ready(3)
+	var dialled, reopened int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.DialTimeout("tcp", addr, eventBound)
+				if err != nil {
+					continue
+				}
+				atomic.AddInt64(&dialled, 1)
+				_, _ = c.Write([]byte("GE"))
+				readAll(c, 2*eventBound) // until the daemon closes it
+				c.Close()
+				atomic.AddInt64(&reopened, 1)
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	if !Poll(eventBound, func() bool { return atomic.LoadInt64(&dialled) >= 4 }) {
+		s.fatalf("the attacker could not connect")
+	}
+	answered := 0
+	for i := 0; i < 20; i++ {
+		if _, err := scrape(addr); err != nil {
+			t.Logf("scrape %d under the reopen attack: %v", i, err)
+		} else {
+			answered++
+		}
+	}
+	t.Logf("%d of 20 scrapes answered under the reopen attack; the attacker's connections were closed %d times",
+		answered, atomic.LoadInt64(&reopened))
+	if answered != 20 {
+		t.Errorf("%d of 20 scrapes answered under the reopen attack, want 20", answered)
+	}
+	stillServing(s, p, "under the reopen attack")
+	text := mustScrape(t, addr)
+	if v, _ := metric(text, "sdp_metrics_http_refused_total", "reason", "evicted"); v < 20 {
+		t.Errorf("sdp_metrics_http_refused_total{reason=\"evicted\"} = %v, want >= 20 (one per scrape)", v)
+	}
+}
+
+// junkPeer sends req, then junk as fast as the daemon takes it until a write fails (the daemon
+// closed the connection) or bound; it returns the answer read and the bytes of junk sent.
+func junkPeer(addr, req string, bound time.Duration) (answer string, sent int64, closed bool) {
+	c, err := net.DialTimeout("tcp", addr, eventBound)
+	if err != nil {
+		return "", 0, false
+	}
+	defer c.Close()
+	got := make(chan string, 1)
+	go func() {
+		b, _ := readAll(c, bound)
+		got <- b
+	}()
+	_ = c.SetWriteDeadline(time.Now().Add(bound))
+	if _, err := c.Write([]byte(req)); err != nil {
+		return <-got, 0, true
+	}
+	junk := []byte(strings.Repeat("j", 64<<10))
+	for {
+		n, err := c.Write(junk)
+		sent += int64(n)
+		if err != nil {
+			var ne net.Error
+			closed = !(errors.As(err, &ne) && ne.Timeout())
+			break
+		}
+	}
+	return <-got, sent, closed
+}
+
+// Issue 21: a peer that kept sending after a 400 or 431 was read 512 bytes at a time until the
+// 5 s deadline (11.6 s of CPU for 4 such peers). It is closed once its answer is sent now: 4
+// such peers cost the daemon next to no CPU, scrapes are answered, the plugin stays registered.
+func TestHyperlightMetricsJunkAfterError(t *testing.T) {
+	s, _, _, _ := metricsPod(t)
+	addr := metricsAddr(t, s.d)
+	p := s.ready(3)
+	pid := s.d.Pid()
+	before := cpuTicks(pid)
+	reqs := []string{"garbage\r\n\r\n", "\x16\x03\x01\x00\xa5\x01\x00\x00\n\n",
+		"GET /metrics HTTP/1.1\r\nX: " + strings.Repeat("a", 9000), "GET /metrics HTTP/1.1\r\n\r\n"}
+	wants := []string{"HTTP/1.1 400 ", "HTTP/1.1 400 ", "HTTP/1.1 431 ", "HTTP/1.1 400 "}
+	type result struct {
+		answer string
+		sent   int64
+		closed bool
+	}
+	results := make([]result, len(reqs))
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			a, n, c := junkPeer(addr, reqs[i], 2*eventBound)
+			results[i] = result{a, n, c}
+		}(i)
+	}
+	wg.Wait()
+	used := cpuTicks(pid) - before
+	for i, r := range results {
+		t.Logf("junk peer %d: %d bytes of junk sent before the daemon closed (%v), answer %.20q", i, r.sent,
+			r.closed, r.answer)
+		if !r.closed || !strings.HasPrefix(r.answer, wants[i]) {
+			t.Errorf("junk peer %d: closed %v, answer %.40q; want %q, then closed", i, r.closed, r.answer, wants[i])
+		}
+	}
+	// 100 ticks a second: a daemon reading the junk until the deadline spends seconds
+	t.Logf("daemon CPU for 4 junk peers: %d ms", used*10)
+	if used >= 100 {
+		t.Errorf("the daemon spent %d ms of CPU on 4 peers sending junk after an error answer, want < 1 s", used*10)
+	}
+	mustScrape(t, addr)
+	stillServing(s, p, "after the junk peers")
+}
+
+// A peer that sends a whole request and never reads nor closes keeps its slot at most until a
+// newcomer needs it or the 5 s deadline; those closed at the deadline are counted and logged
+// (once) as slow readers. 4 of them: a scrape is answered meanwhile.
+func TestHyperlightMetricsNeverReadingPeer(t *testing.T) {
+	s, _, _, _ := metricsPod(t)
+	addr := metricsAddr(t, s.d)
+	p := s.ready(3)
+	peers := holdConns(t, "tcp", addr, 4, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	if len(peers) != 4 {
+		s.fatalf("%d peers connected, want 4", len(peers))
+	}
+	mustScrape(t, addr)
+	stillServing(s, p, "with peers never reading")
+	const deadlineBound = 5*time.Second + eventBound // the 5 s deadline, generous for ASan
+	want := []string{"level=warn", `msg="metrics limit reached"`, "what=slow_reader "}
+	if !Poll(deadlineBound, func() bool { return countLines(s.d, want...) >= 1 }) {
+		t.Errorf("no line with %q within %v", want, deadlineBound)
+	}
+	for i, c := range peers {
+		if got, ok := readAll(c, eventBound); !ok || !strings.HasPrefix(got, "HTTP/1.1 200 ") {
+			t.Errorf("peer %d: closed %v, got %.40q; want its answer, then closed", i, ok, got)
+		}
+	}
+	if n := countLines(s.d, want...); n != 1 {
+		t.Errorf("%d lines with %q, want 1 (once per episode)", n, want)
+	}
+	text := mustScrape(t, addr)
+	if v, _ := metric(text, "sdp_metrics_http_refused_total", "reason", "slow_reader"); v < 1 {
+		t.Errorf("sdp_metrics_http_refused_total{reason=\"slow_reader\"} = %v, want >= 1", v)
+	}
+}
+
+// Issue 21: the metrics port in use at start ended the daemon (exit 1). Now the plugin
+// registers and advertises its devices Healthy, one error line says why there are no metrics
+// (the bind is retried with back-off meanwhile, once a second at first: the debug lines count
+// the attempts), and once the port is free the listener comes up and scrapes are answered.
+func TestHyperlightMetricsPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	s := prepare(t, newNode(t, true))
+	s.startDaemon("DEVICE_COUNT=3", "LOG_LEVEL=debug", "METRICS_ADDRESS="+addr)
+	p := s.ready(3)
+	if n := waitCount(s.d, 2, `msg="metrics: cannot listen"`, "error=EADDRINUSE"); n < 2 {
+		s.fatalf("%d bind attempts logged at debug, want 2 or more", n)
+	}
+	want := []string{"level=error", `msg="cannot listen for metrics"`, "address=" + addr,
+		"errno=EADDRINUSE"} // error= is the C library's text (musl: "Address in use")
+	if n := countLines(s.d, want...); n != 1 {
+		t.Errorf("%d lines with %q, want 1 (once for every attempt)", n, want)
+	}
+	stillServing(s, p, "with the metrics port in use")
+	l.Close()
+	if got := metricsAddr(t, s.d); got != addr {
+		t.Errorf("metrics listening on %s, want %s", got, addr)
+	}
+	text := mustScrape(t, addr)
+	expectMetric(t, text, 3, "sdp_devices_healthy", "resource", HyperlightResource)
+	stillServing(s, p, "after the metrics port came free")
+}
+
+// An address that is not on this host (bind: EADDRNOTAVAIL) also ended the daemon; now it is
+// logged once and the devices are served, by both daemons.
+func TestHyperlightMetricsAddressNotLocal(t *testing.T) {
+	s := prepare(t, newNode(t, true))
+	s.startDaemon("DEVICE_COUNT=3", "METRICS_ADDRESS=192.0.2.1:9400") // TEST-NET-1
+	p := s.ready(3)
+	want := []string{"level=error", `msg="cannot listen for metrics"`, "address=192.0.2.1:9400",
+		"errno=EADDRNOTAVAIL"}
+	if n := waitCount(s.d, 1, want...); n != 1 {
+		t.Errorf("%d lines with %q, want 1", n, want)
+	}
+	stillServing(s, p, "with an address not on this host")
+}
+
+func TestKataMetricsAddressNotLocal(t *testing.T) {
+	s := newKata(t)
+	s.add(kataMain...)
+	want := kataExpect(kataMain)
+	s.startDaemon("METRICS_ADDRESS=192.0.2.1:9400")
+	s.kataReady(want)
+	line := []string{"level=error", `msg="cannot listen for metrics"`, "errno=EADDRNOTAVAIL"}
+	if n := waitCount(s.d, 1, line...); n != 1 {
+		t.Errorf("%d lines with %q, want 1", n, line)
+	}
+	if s.d.Exited() {
+		s.fatalf("kata exited")
 	}
 }
 

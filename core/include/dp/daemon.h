@@ -25,8 +25,8 @@
  *     signal=TERM, then exit 0) and the ignored signals (dp_signals_ignore); prepare() adds the
  *     daemon's first sources. A failure: msg="cannot set up the event loop" error=, exit 1.
  *  8. Metrics (dp_metrics_start, metrics.h) unless a given flag has no_metrics: before
- *     confinement, as the listener is a TCP socket. An invalid METRICS_ADDRESS exits 2, another
- *     failure 1 (logged by metrics).
+ *     confinement, as the listener is a TCP socket. An invalid METRICS_ADDRESS exits 2; a
+ *     listener that cannot bind (or be made) is logged by metrics and never ends the daemon.
  *  9. start(): the daemon's endpoints. A failure (logged by start) exits 1.
  * 10. Confinement: dp_seccomp_confine_daemon (seccomp.h) with the rules and exec fd seccomp()
  *     gives (without seccomp(): the core list, no exec). A failure exits 1.

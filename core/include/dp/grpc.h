@@ -151,17 +151,35 @@ typedef struct dp_grpc_budget {
 extern const dp_grpc_budget dp_grpc_default_budget;
 int dp_grpc_set_budget(const dp_grpc_budget *b);
 
-/* A limit was hit (what: "input", "output", "streams", "connections"; action: what was done;
- * held/max: the measure and its limit). Called once per episode of each limit (an episode ends
- * after a minute without that limit being hit; setting the hook starts new episodes), from
- * inside the server's work: it must only log or count. Library code only logs at debug: a
- * daemon opts into the warn line with dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL). */
+/* A limit was hit (what: "input", "output", "streams", "connections", "fds"; action: what was
+ * done; held/max: the measure and its limit). Every hit is counted in
+ * sdp_grpc_limit_hits_total{what}; the hook is called once per episode of each limit (an
+ * episode ends after a minute without that limit being hit; setting the hook starts new
+ * episodes), from inside the server's work: it must only log or count. Library code only logs
+ * at debug: a daemon opts into the warn line with dp_grpc_set_limit_hook(dp_grpc_log_limit,
+ * NULL). */
 typedef void (*dp_grpc_limit_fn)(const char *what, const char *action, size_t held, size_t max,
 				 void *userdata);
 void dp_grpc_set_limit_hook(dp_grpc_limit_fn fn, void *userdata);
 /* level=warn msg="gRPC limit reached" what=... action=... held=... max=... */
 void dp_grpc_log_limit(const char *what, const char *action, size_t held, size_t max,
 		       void *userdata);
+
+/* A call of a method no server routes was answered UNIMPLEMENTED (every one is counted in
+ * sdp_grpc_unimplemented_total). The hook hears of each distinct :path once (paths compared on
+ * their first DP_GRPC_UNKNOWN_PATH_MAX bytes), for the first DP_GRPC_UNKNOWN_METHODS of the
+ * process; then once with path NULL, and of none after that: a client trying names in a loop
+ * cannot flood the log. path is the caller's choice (any byte but NUL): quote it (dp_logq).
+ * Called from inside the server's work: it must only log or count. Setting the hook forgets the
+ * names seen. Library code only logs at debug: a daemon opts into the warn lines with
+ * dp_grpc_set_unimplemented_hook(dp_grpc_log_unimplemented, NULL). */
+#define DP_GRPC_UNKNOWN_METHODS 16
+#define DP_GRPC_UNKNOWN_PATH_MAX 128
+typedef void (*dp_grpc_unimplemented_fn)(const char *path, void *userdata);
+void dp_grpc_set_unimplemented_hook(dp_grpc_unimplemented_fn fn, void *userdata);
+/* level=warn msg="unknown gRPC method" method=...; path NULL:
+ * level=warn msg="further unknown gRPC methods not logged" logged=16 */
+void dp_grpc_log_unimplemented(const char *path, void *userdata);
 
 /* The call's connection is one that must keep working (the kubelet's ListAndWatch): it is
  * never closed to make room for another connection or stream, nor for the output budget. */

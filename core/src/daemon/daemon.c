@@ -174,6 +174,7 @@ int dp_daemon_main(const dp_daemon *d, void *userdata, int argc, char **argv)
 	}
 	(void)dp_log_init(); /* an invalid LOG_LEVEL keeps info and is logged there, once */
 	dp_grpc_set_limit_hook(dp_grpc_log_limit, NULL); /* the plugin sockets' limits, at warn */
+	dp_grpc_set_unimplemented_hook(dp_grpc_log_unimplemented, NULL); /* unknown methods, at warn */
 	const char *m = mode(d, &a);
 	dp_info("starting", "program=%s version=%s commit=%s%s%s", d->prog, DP_VERSION, DP_GIT_COMMIT,
 		m ? " mode=" : "", m ? m : "");

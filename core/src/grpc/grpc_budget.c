@@ -22,6 +22,7 @@
 
 #include "dp/grpc.h"
 #include "dp/log.h"
+#include "dp/metrics.h"
 #include "grpc_server.h"
 
 #define EPISODE_USEC (60 * DP_USEC_PER_SEC) /* a limit quiet this long ends its episode */
@@ -87,6 +88,7 @@ void grpc_limit_hit(const char *what, const char *action, size_t held, size_t ma
 	while (i < LIM_N - 1 && strcmp(lim_names[i], what) != 0)
 		i++;
 	dp_debug("grpc: limit reached", "what=%s held=%zu max=%zu", what, held, max);
+	dp_metrics_grpc_limit(lim_names[i]); /* every hit; the hook once per episode */
 	if (lim_last[i] == 0 || now - lim_last[i] >= EPISODE_USEC) {
 		if (limit_fn)
 			limit_fn(what, action, held, max, limit_ud);
@@ -312,8 +314,12 @@ static int idle_rank(const sconn *c)
 	return c->calls ? 1 : 0;
 }
 
-/* Among connections not busy, a goes before b. Unread ones go newest first: the connection
- * accepted first is read first, and a burst of accepts cannot close the one before it. */
+/* Among connections not busy, a goes before b. Unread ones go oldest first: the one accepted
+ * longest ago had the most time to write and wrote nothing. The server reads a connection as it
+ * accepts it and reads the chosen one once more before closing it (grpc_server.c,
+ * server_victim), so a client that has written by then is served, not closed: a connect loop
+ * that never writes cannot close the exec probe's connection between its accept and its
+ * write (the newest-first order could: tests/kubelet/probe_flood_test.go). */
 static bool idle_before(const sconn *a, const sconn *b)
 {
 	int ra = idle_rank(a), rb = idle_rank(b);
@@ -321,7 +327,7 @@ static bool idle_before(const sconn *a, const sconn *b)
 	if (ra != rb)
 		return ra < rb;
 	if (ra == 2)
-		return a->accepted >= b->accepted;
+		return a->accepted <= b->accepted;
 	return a->last_active <= b->last_active;
 }
 

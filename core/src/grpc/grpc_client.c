@@ -25,6 +25,7 @@
 #include "h2.h"
 
 #define CONNECT_RETRY_USEC (5 * DP_USEC_PER_MSEC)
+#define REFUSED_RETRIES 3 /* new connections for a request the server refused unprocessed */
 #define CLIENT_MAX_OUTBUF ((size_t)8 << 20) /* 8 MiB */
 #define CLIENT_MAX_TIMEOUT_USEC (99999999ULL * 3600 * DP_USEC_PER_SEC)
 
@@ -59,6 +60,8 @@ struct dp_grpc_client_call {
 	int status;
 	char *message;
 	bool cancelled, reporting;
+	bool retrying;     /* closing for another attempt (refusals: attempts refused unprocessed) */
+	unsigned refusals;
 };
 
 static nghttp2_session_callbacks *client_cbs(void);
@@ -104,11 +107,25 @@ static void client_report(dp_grpc_client_call *c)
 	client_free(c);
 }
 
+/* A new connection for the same request: nothing of the last attempt carries over. */
+static void client_reset_attempt(dp_grpc_client_call *c)
+{
+	c->retrying = false;
+	c->stream_id = 0;
+	c->req_off = 0;
+	c->have_http_status = c->ct_ok = c->headers_checked = c->have_grpc_status = false;
+	dp_timer_set_asap(c->retry);
+}
+
 static void client_closed(dp_h2 *h, int error, void *userdata)
 {
 	dp_grpc_client_call *c = userdata;
 
 	c->h2 = NULL;
+	if (c->retrying && !c->result_set && !c->cancelled) {
+		client_reset_attempt(c);
+		return;
+	}
 	if (error == -EPROTO)
 		client_result(c, DP_GRPC_UNAVAILABLE, "HTTP/2 protocol error on the connection");
 	else if (error == -EPIPE || error == -ECONNRESET)
@@ -270,6 +287,17 @@ static int client_on_stream_close(nghttp2_session *session, int32_t stream_id, u
 
 	if (stream_id != c->stream_id)
 		return 0;
+	/* Refused unprocessed (RST_STREAM REFUSED_STREAM, or a GOAWAY below our stream): nothing
+	 * was acted on, so it is sent again on a new connection (RFC 9113 8.7, grpc-go's
+	 * transparent retry), a few times within the deadline. */
+	if (error_code == NGHTTP2_REFUSED_STREAM && !c->have_http_status &&
+	    c->refusals < REFUSED_RETRIES && !c->result_set) {
+		c->refusals++;
+		c->retrying = true;
+		dp_debug("grpc: refused unprocessed, again", "path=%s attempt=%u", c->path, c->refusals + 1);
+		dp_h2_close(c->h2, false, 0);
+		return 0;
+	}
 	if (error_code != NGHTTP2_NO_ERROR)
 		client_result(c, dp_grpc_status_from_rst(error_code),
 			      "stream reset by the server before the status (%s)",
@@ -508,13 +536,16 @@ static int client_new(dp_loop *loop, const char *socket_path, const char *author
 }
 
 /* First connect attempt; on failure (no socket, no memory: h2 not created) free the call. */
-static int client_go(dp_grpc_client_call *c)
+static int client_go(dp_grpc_client_call *c, dp_grpc_client_call **ret)
 {
 	int r = client_try_connect(c, true);
 
-	if (r < 0)
+	if (r < 0) {
 		client_free(c);
-	return r;
+		return r;
+	}
+	*ret = c;
+	return 0;
 }
 
 int dp_grpc_client_call_new(dp_loop *loop, const char *socket_path, const char *authority,
@@ -531,11 +562,7 @@ int dp_grpc_client_call_new(dp_loop *loop, const char *socket_path, const char *
 		return r;
 	if (req_len > 0)
 		memcpy(c->req + 5, req, req_len);
-	r = client_go(c);
-	if (r < 0)
-		return r;
-	*ret = c;
-	return 0;
+	return client_go(c, ret);
 }
 
 int dp_grpc_client_call_pb(dp_loop *loop, const char *socket_path, const char *authority,
@@ -553,11 +580,7 @@ int dp_grpc_client_call_pb(dp_loop *loop, const char *socket_path, const char *a
 	if (r < 0)
 		return r;
 	protobuf_c_message_pack(req, c->req + 5);
-	r = client_go(c);
-	if (r < 0)
-		return r;
-	*ret = c;
-	return 0;
+	return client_go(c, ret);
 }
 
 dp_grpc_client_call *dp_grpc_client_call_cancel(dp_grpc_client_call *c)

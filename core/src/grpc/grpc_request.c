@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dp/log.h"
+#include "dp/metrics.h"
 #include "grpc_internal.h"
 #include "grpc_server.h"
 
@@ -57,6 +58,55 @@ static void unknown_method_message(const dp_grpc_server *s, const char *path, ch
 		 svc_len > 0 ? path + 1 : path);
 }
 
+/* ---- unknown methods: counted, each distinct name reported once (bounded) ---- */
+
+static dp_grpc_unimplemented_fn unknown_fn;
+static void *unknown_ud;
+static char unknown_seen[DP_GRPC_UNKNOWN_METHODS][DP_GRPC_UNKNOWN_PATH_MAX + 1];
+static unsigned n_unknown_seen; /* up to DP_GRPC_UNKNOWN_METHODS, then one more: "further" */
+
+void dp_grpc_set_unimplemented_hook(dp_grpc_unimplemented_fn fn, void *userdata)
+{
+	unknown_fn = fn;
+	unknown_ud = userdata;
+	n_unknown_seen = 0; /* every name is new again */
+}
+
+void dp_grpc_log_unimplemented(const char *path, void *userdata)
+{
+	char q[DP_GRPC_UNKNOWN_PATH_MAX + 32];
+
+	if (path)
+		dp_warn("unknown gRPC method", "method=%s", dp_logq(q, sizeof(q), path));
+	else
+		dp_warn("further unknown gRPC methods not logged", "logged=%u", DP_GRPC_UNKNOWN_METHODS);
+}
+
+/* Whether path (compared on its first DP_GRPC_UNKNOWN_PATH_MAX bytes) was reported before;
+ * if not, it is remembered while there is room. */
+static bool unknown_already_seen(const char *path)
+{
+	unsigned n = n_unknown_seen < DP_GRPC_UNKNOWN_METHODS ? n_unknown_seen : DP_GRPC_UNKNOWN_METHODS;
+
+	for (unsigned i = 0; i < n; i++)
+		if (strncmp(unknown_seen[i], path, DP_GRPC_UNKNOWN_PATH_MAX) == 0)
+			return true;
+	if (n_unknown_seen < DP_GRPC_UNKNOWN_METHODS)
+		snprintf(unknown_seen[n_unknown_seen], sizeof(unknown_seen[0]), "%s", path);
+	return false;
+}
+
+/* A call of an unknown method: counted; the hook hears of a new name, or once of "further". */
+static void unknown_method_called(const char *path)
+{
+	dp_metrics_grpc_unimplemented();
+	if (unknown_already_seen(path) || n_unknown_seen > DP_GRPC_UNKNOWN_METHODS)
+		return;
+	if (unknown_fn)
+		unknown_fn(n_unknown_seen < DP_GRPC_UNKNOWN_METHODS ? path : NULL, unknown_ud);
+	n_unknown_seen++;
+}
+
 /* All request headers are in: validate, route, start the deadline. */
 static void call_headers_done(dp_grpc_call *c)
 {
@@ -90,6 +140,7 @@ static void call_headers_done(dp_grpc_call *c)
 	}
 	m = server_route(s, c->path);
 	if (!m) {
+		unknown_method_called(c->path);
 		unknown_method_message(s, c->path, msg, sizeof(msg));
 		grpc_call_end(c, DP_GRPC_UNIMPLEMENTED, msg, false, 200);
 		return;

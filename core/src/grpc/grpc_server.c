@@ -28,6 +28,7 @@
 
 #define ACCEPTS_PER_WAKE 16
 #define ACCEPT_BACKOFF_USEC (100 * DP_USEC_PER_MSEC)
+#define VICTIM_READS 4 /* unread connections read before one is closed for a new one */
 
 const dp_grpc_limits dp_grpc_default_limits = {
 	.max_connections = 64,
@@ -145,7 +146,8 @@ static int conn_new(dp_grpc_server *s, int fd)
 				    DP_ELEMENTSOF(iv)) != 0)
 		dp_h2_close(conn->h2, false, -EPROTO);
 	dp_h2_kick(conn->h2);
-	dp_h2_leave(conn->h2);
+	dp_h2_read(conn->h2); /* a client that has written is read before the next accept */
+	dp_h2_leave(conn->h2); /* may free conn */
 	return 0;
 }
 
@@ -155,6 +157,31 @@ static int server_backoff_done(dp_source *src, void *userdata)
 
 	dp_io_set_events(s->listen_io, EPOLLIN);
 	return 0;
+}
+
+/*
+ * The connection to close for a new one (grpc_evictable). One not read yet is read first: a
+ * client that wrote its preface after its accept (the exec probe writes right after connect,
+ * and a busy accept loop can take it in between) is then handled and not closed unread; a
+ * client that wrote nothing stays the choice. Bounded: a few reads per accept.
+ */
+static sconn *server_victim(dp_grpc_server *s)
+{
+	for (int i = 0; i < VICTIM_READS; i++) {
+		sconn *v = grpc_evictable(s);
+		if (!v || v->handshaken)
+			return v;
+		dp_h2 *h = v->h2;
+		dp_h2_enter(h);
+		dp_h2_read(h);
+		bool spoke = v->handshaken || dp_h2_closing(h);
+		dp_h2_leave(h); /* may free v when it closed */
+		if (!spoke)
+			return v;
+		if (s->n_conns < s->limits.max_connections)
+			return NULL;
+	}
+	return grpc_evictable(s);
 }
 
 static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdata)
@@ -178,7 +205,7 @@ static int server_accept(dp_source *src, int fd, uint32_t revents, void *userdat
 			}
 			break;
 		}
-		sconn *victim = s->n_conns >= s->limits.max_connections ? grpc_evictable(s) : NULL;
+		sconn *victim = s->n_conns >= s->limits.max_connections ? server_victim(s) : NULL;
 		if (victim) {
 			grpc_limit_hit("connections", "least recently active connection closed",
 				       s->n_conns + 1, s->limits.max_connections);

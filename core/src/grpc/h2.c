@@ -25,6 +25,7 @@ struct dp_h2 {
 	size_t queued; /* owner-accounted stream bytes */
 	uint64_t blocked_since; /* the socket has refused output since then (0: it takes it) */
 	size_t max_outbuf;
+	size_t peeked; /* input handed to nghttp2 and not consumed yet (h2_read) */
 	uint32_t events;
 	unsigned depth;
 	bool want_flush;
@@ -174,6 +175,29 @@ static ssize_t h2_gather(dp_h2 *h, const uint8_t **ret)
 
 /* Write what we hold, then pull from nghttp2 until it has nothing or the socket is full.
  * Never called from inside an nghttp2 callback. */
+/*
+ * The peer closed while we wrote (EPIPE, ECONNRESET): what it sent before closing is still in our
+ * receive buffer, a GOAWAY telling which streams it never processed among it. nghttp2 is handed
+ * that input (its callbacks see a refused stream as refused, and a client sends it again)
+ * before the connection fails.
+ */
+static uint8_t rbuf[H2_READ_CHUNK];
+
+static void h2_read_last(dp_h2 *h, ssize_t err)
+{
+	if (err != -EPIPE && err != -ECONNRESET)
+		return;
+	/* what h2_read peeked was handled already: skipped, not handed over twice */
+	if (h->peeked && recv(h->fd, rbuf, h->peeked, MSG_DONTWAIT) != (ssize_t)h->peeked)
+		return;
+	h->peeked = 0;
+	for (int i = 0; i < H2_READS_PER_WAKE; i++) {
+		ssize_t n = recv(h->fd, rbuf, sizeof(rbuf), MSG_DONTWAIT);
+		if (n <= 0 || nghttp2_session_mem_recv(h->session, rbuf, (size_t)n) < 0)
+			break;
+	}
+}
+
 static void h2_flush(dp_h2 *h)
 {
 	if (h->broken)
@@ -186,8 +210,10 @@ static void h2_flush(dp_h2 *h)
 
 		if (h->out_off < h->out_len) {
 			w = h2_send(h, h->out + h->out_off, h->out_len - h->out_off);
-			if (w < 0)
+			if (w < 0) {
+				h2_read_last(h, w);
 				h2_fail(h, (int)w);
+			}
 			if (w <= 0)
 				break;
 			h->out_off += (size_t)w;
@@ -200,6 +226,7 @@ static void h2_flush(dp_h2 *h)
 			break;
 		w = h2_send(h, data, (size_t)n);
 		if (w < 0) {
+			h2_read_last(h, w);
 			h2_fail(h, (int)w);
 			break;
 		}
@@ -312,10 +339,8 @@ void dp_h2_close(dp_h2 *h, bool flush, int error)
  */
 static void h2_read(dp_h2 *h)
 {
-	static uint8_t buf[H2_READ_CHUNK];
-
 	for (int i = 0; i < H2_READS_PER_WAKE && !h->closing && (h->events & EPOLLIN); i++) {
-		ssize_t n = recv(h->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT), r;
+		ssize_t n = recv(h->fd, rbuf, sizeof(rbuf), MSG_PEEK | MSG_DONTWAIT), r;
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -325,21 +350,31 @@ static void h2_read(dp_h2 *h)
 			h2_fail(h, n == 0 ? 0 : -errno);
 			break;
 		}
-		r = nghttp2_session_mem_recv(h->session, buf, (size_t)n);
+		r = nghttp2_session_mem_recv(h->session, rbuf, (size_t)n);
 		if (r < 0) {
 			dp_debug("h2: mem_recv failed", "error=%s", nghttp2_strerror((int)r));
 			h2_fail(h, -EPROTO);
 			break;
 		}
+		h->peeked = (size_t)n;
 		if (!h->closing)
 			h2_flush(h);
-		if (recv(h->fd, buf, (size_t)n, MSG_DONTWAIT) != n) {
+		if (!h->peeked) /* h2_read_last consumed it: the connection failed */
+			break;
+		h->peeked = 0;
+		if (recv(h->fd, rbuf, (size_t)n, MSG_DONTWAIT) != n) {
 			h2_fail(h, -EIO);
 			break;
 		}
-		if ((size_t)n < sizeof(buf))
+		if ((size_t)n < sizeof(rbuf))
 			break;
 	}
+}
+
+void dp_h2_read(dp_h2 *h)
+{
+	if (!h->closing)
+		h2_read(h);
 }
 
 static int h2_io(dp_source *s, int fd, uint32_t revents, void *userdata)

@@ -52,6 +52,12 @@ void dp_h2_enter(dp_h2 *h);
  * owner). */
 void dp_h2_leave(dp_h2 *h);
 
+/* Read what has already arrived, as the loop does on EPOLLIN (between enter and leave): a server
+ * reads a connection as it accepts it, so a client that wrote its preface and request before
+ * the accept (the exec probe does, in one write) is read before another accept can make room
+ * by closing it. */
+void dp_h2_read(dp_h2 *h);
+
 /* Output was submitted: write it at the outermost dp_h2_leave(), or, when called outside any
  * enter/leave (from user code), from the loop's next iteration (a one-shot timer owned by the
  * connection), so that no callback runs inside the caller. */

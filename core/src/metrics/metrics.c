@@ -4,14 +4,19 @@
  * allocation: every series is a family, its rendered label set and a value. The hooks call it
  * from the loop (single thread). Label values are made safe and bounded here: printable ASCII
  * only (other bytes become '_'), at most DP_METRICS_LABEL_MAX bytes, and reasons by class.
+ * Also the daemons' opt-in (dp_metrics_start): METRICS_ADDRESS parsed, the listener started,
+ * its events logged above debug.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "dp/log.h"
 #include "dp/metrics.h"
+#include "dp_version.h"
 
 enum fam {
 	F_BUILD,
@@ -25,6 +30,8 @@ enum fam {
 	F_PROBE_FAILURES,
 	F_CDI_REPAIRS,
 	F_CDI_WRITE_FAILURES,
+	F_GRPC_UNIMPLEMENTED,
+	F_GRPC_LIMITS,
 	F_HTTP_REFUSED,
 	F_DROPPED,
 	F_N
@@ -60,8 +67,13 @@ static const struct family fams[F_N] = {
 		"Owned CDI spec rewritten after it was found changed or missing."),
 	COUNTER(F_CDI_WRITE_FAILURES, "sdp_cdi_spec_write_failures_total",
 		"Owned CDI spec writes that failed (or were refused: symlink, non-regular file)."),
+	COUNTER(F_GRPC_UNIMPLEMENTED, "sdp_grpc_unimplemented_total",
+		"gRPC calls of a method the daemon does not serve (answered UNIMPLEMENTED)."),
+	COUNTER(F_GRPC_LIMITS, "sdp_grpc_limit_hits_total",
+		"Times a gRPC server limit acted (a request refused, a connection closed, accepting "
+		"paused), by limit."),
 	COUNTER(F_HTTP_REFUSED, "sdp_metrics_http_refused_total",
-		"Metrics connections closed without a 200 answer, by reason."),
+		"Metrics connections refused or cut short by the listener's limits, by reason."),
 	COUNTER(F_DROPPED, "sdp_metrics_series_dropped_total",
 		"Updates of series that did not fit the registry's fixed table."),
 };
@@ -265,6 +277,16 @@ void dp_metrics_cdi_write_failure(const char *spec)
 	one_label(F_CDI_WRITE_FAILURES, "spec", spec, true, 1);
 }
 
+void dp_metrics_grpc_unimplemented(void)
+{
+	add(F_GRPC_UNIMPLEMENTED, "", 1);
+}
+
+void dp_metrics_grpc_limit(const char *what)
+{
+	one_label(F_GRPC_LIMITS, "what", what, true, 1);
+}
+
 void dp_metrics_http_refused(const char *reason)
 {
 	one_label(F_HTTP_REFUSED, "reason", reason, true, 1);
@@ -342,4 +364,70 @@ int dp_metrics_render(char *buf, size_t size, size_t *ret_len)
 		return -ENOBUFS;
 	*ret_len = o.len;
 	return 0;
+}
+
+/* ---- the daemons' opt-in: METRICS_ADDRESS, the listener (metrics_http.c), its lines logged above
+ * debug as dp_endpoint_log_events does ---- */
+
+static dp_metrics_server *started;
+
+static void log_limit(const char *what, const char *detail, void *userdata)
+{
+	char q[200];
+	dp_warn("metrics limit reached",
+		"what=%s action=%s max_connections=%d head_max=%d head_deadline_s=%llu deadline_s=%llu", what,
+		dp_logq(q, sizeof(q), detail), DP_METRICS_HTTP_MAX_CONNS, DP_METRICS_HTTP_HEAD_MAX,
+		(unsigned long long)(DP_METRICS_HTTP_HEAD_DEADLINE_USEC / DP_USEC_PER_SEC),
+		(unsigned long long)(DP_METRICS_HTTP_DEADLINE_USEC / DP_USEC_PER_SEC));
+}
+
+/* Listening (info), or a bind that failed for a new reason (error; retried meanwhile). */
+static void log_listen(dp_metrics_server *s, int error, uint64_t retry_usec, void *userdata)
+{
+	char addr[80], q[120];
+	if (dp_metrics_server_address(s, addr, sizeof(addr)) < 0)
+		snprintf(addr, sizeof(addr), "unknown");
+	if (error == 0) {
+		dp_info("metrics listening", "address=%s path=/metrics", addr);
+		return;
+	}
+	dp_error("cannot listen for metrics",
+		 "address=%s error=%s errno=%s retry_in_s=%llu max_retry_s=%llu action=\"devices are served "
+		 "meanwhile; retried with back-off\"",
+		 addr, dp_logq(q, sizeof(q), strerror(-error)), dp_errname(error),
+		 (unsigned long long)(retry_usec / DP_USEC_PER_SEC),
+		 (unsigned long long)(DP_METRICS_HTTP_RETRY_MAX_USEC / DP_USEC_PER_SEC));
+}
+
+int dp_metrics_start(dp_loop *loop, const char *daemon)
+{
+	const char *v = getenv("METRICS_ADDRESS");
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char err[200], q[300], q2[300];
+
+	if (!v || !*v)
+		return 0;
+	int r = dp_metrics_parse_address(v, &ss, &len, err, sizeof(err));
+	if (r < 0) {
+		dp_error("invalid METRICS_ADDRESS", "value=%s error=%s", dp_logq(q, sizeof(q), v),
+			 dp_logq(q2, sizeof(q2), err));
+		return r;
+	}
+	dp_metrics_build_info(daemon, DP_VERSION);
+	dp_metrics_stop();
+	r = dp_metrics_server_new(loop, (const struct sockaddr *)&ss, len, log_listen, NULL, &started);
+	if (r < 0) { /* no socket (no IPv6 for [IPv6]:PORT, no fds): off; never the daemon's end */
+		dp_error("cannot listen for metrics",
+			 "address=%s error=%s errno=%s action=\"metrics off, devices served\"",
+			 dp_logq(q, sizeof(q), v), dp_logq(q2, sizeof(q2), strerror(-r)), dp_errname(r));
+		return 0;
+	}
+	dp_metrics_server_set_limit_fn(started, log_limit, NULL);
+	return 0;
+}
+
+void dp_metrics_stop(void)
+{
+	started = dp_metrics_server_free(started);
 }

@@ -2,17 +2,26 @@
 /*
  * metrics_http: the metrics listener (dp/metrics.h). A minimal HTTP/1.x responder on the
  * daemon's loop, one request per connection: the request head is read into a fixed buffer
- * (DP_METRICS_HTTP_HEAD_MAX), parsed by dp_metrics_http_parse (pure; fuzzed), answered with one
- * response rendered whole (the exposition is bounded by the registry's fixed table) and
- * "Connection: close"; then our side is shut down and the peer's rest read and dropped until it
- * closes. Every connection is closed DP_METRICS_HTTP_DEADLINE_USEC after its accept, finished
- * or not (slow senders and slow readers alike), and at most DP_METRICS_HTTP_MAX_CONNS are open:
- * a further one is closed at accept. Why not libmicrohttpd: Debian's links GnuTLS, whose
- * p11-kit dependency has no static library, and the shipped daemons are static (musl).
+ * (DP_METRICS_HTTP_HEAD_MAX) within DP_METRICS_HTTP_HEAD_DEADLINE_USEC of the accept, parsed by
+ * dp_metrics_http_parse (metrics_parse.c), answered with one response rendered whole (the
+ * exposition is bounded by the registry's fixed table) and "Connection: close"; then our side
+ * is shut down: after a 400 or 431 the connection is closed at once, after another answer the
+ * peer's rest (at most DRAIN_MAX bytes) is read and dropped until it closes. Every connection is
+ * closed DP_METRICS_HTTP_DEADLINE_USEC after its accept, finished or not (a slow reader). At most
+ * DP_METRICS_HTTP_MAX_CONNS are open: a newcomer takes the slot of the one that has held its slot
+ * longest without a complete request (else of an answered one its peer has not closed); only
+ * when every slot is writing an answer is the newcomer closed at accept. Costs in fds: the
+ * socket, one timer for every deadline and wake-up, a spare (/dev/null, given up for an accept
+ * when the process is out of fds), and one per connection. The socket is made once; a failed
+ * bind or listen is retried on it with back-off (the daemons' seccomp filter refuses new TCP
+ * sockets). Why not libmicrohttpd: Debian's links GnuTLS, whose p11-kit dependency has no
+ * static library, and the shipped daemons are static (musl).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,213 +29,58 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dp/env.h"
 #include "dp/log.h"
 #include "dp/metrics.h"
-#include "dp_version.h"
 
 #define EPISODE_USEC (60 * DP_USEC_PER_SEC)
 #define ACCEPT_PAUSE_USEC (DP_USEC_PER_SEC) /* after accept failed (EMFILE, ...): no busy loop */
-
-/* ---- the request head ---- */
-
-static bool is_tchar(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
-static bool is_ctl(char c)
-{
-	return (unsigned char)c < 0x20 || c == 0x7f;
-}
-
-/* Where the head ends (the byte after its empty line), 0 when not yet. */
-static size_t head_end(const char *buf, size_t len)
-{
-	size_t start = 0;
-	for (size_t i = 0; i < len; i++) {
-		if (buf[i] != '\n')
-			continue;
-		size_t l = i - start;
-		if (l > 0 && buf[i - 1] == '\r')
-			l--;
-		if (l == 0 && start > 0)
-			return i + 1;
-		start = i + 1;
-	}
-	return 0;
-}
-
-/* Length of the line at p (up to end), without its CR LF / LF; *next the next line. */
-static size_t line(const char *p, const char *end, const char **next)
-{
-	const char *nl = memchr(p, '\n', (size_t)(end - p));
-	size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-	*next = nl ? nl + 1 : end;
-	if (n > 0 && p[n - 1] == '\r')
-		n--;
-	return n;
-}
-
-/* "METHOD SP target SP HTTP/1.x": the status it deserves (0 when it is well-formed). */
-static int request_line(const char *p, size_t n, bool *ret_get, bool *ret_head, bool *ret_metrics)
-{
-	size_t m = 0;
-	while (m < n && is_tchar(p[m]))
-		m++;
-	if (m == 0 || m >= n || p[m] != ' ')
-		return 400;
-	const char *t = p + m + 1;
-	const char *sp = memchr(t, ' ', n - m - 1);
-	if (!sp || sp == t || *t != '/')
-		return 400;
-	size_t tlen = (size_t)(sp - t);
-	for (size_t i = 0; i < tlen; i++)
-		if (is_ctl(t[i]) || (unsigned char)t[i] >= 0x80)
-			return 400;
-	const char *v = sp + 1;
-	size_t vlen = n - (size_t)(v - p);
-	if (vlen != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' || v[5] > '9' ||
-	    v[7] < '0' || v[7] > '9')
-		return 400;
-	if (v[5] != '1')
-		return 505;
-	size_t path = 0; /* the target up to its query (the buffer is not NUL-terminated) */
-	while (path < tlen && t[path] != '?')
-		path++;
-	*ret_metrics = path == 8 && memcmp(t, "/metrics", 8) == 0;
-	*ret_get = m == 3 && memcmp(p, "GET", 3) == 0;
-	*ret_head = m == 4 && memcmp(p, "HEAD", 4) == 0;
-	return 0;
-}
-
-/* "name: value": 0 when well-formed (no folding, a token name, no control byte but HTAB). */
-static int header_line(const char *p, size_t n)
-{
-	size_t m = 0;
-	while (m < n && is_tchar(p[m]))
-		m++;
-	if (m == 0 || m >= n || p[m] != ':')
-		return 400;
-	for (size_t i = m + 1; i < n; i++)
-		if (is_ctl(p[i]) && p[i] != '\t')
-			return 400;
-	return 0;
-}
-
-int dp_metrics_http_parse(const char *buf, size_t len, dp_metrics_request *ret)
-{
-	size_t end = head_end(buf, len);
-	bool get = false, head = false, metrics = false;
-	const char *p = buf, *next;
-
-	if (end == 0 && len < DP_METRICS_HTTP_HEAD_MAX)
-		return 0;
-	if (end == 0 || end > DP_METRICS_HTTP_HEAD_MAX) {
-		*ret = (dp_metrics_request){ .status = 431 };
-		return 1;
-	}
-	int status = request_line(p, line(p, buf + end, &next), &get, &head, &metrics);
-	for (p = next; status == 0 && p < buf + end;) {
-		size_t n = line(p, buf + end, &next);
-		if (n > 0)
-			status = header_line(p, n);
-		p = next;
-	}
-	if (status == 0)
-		status = !metrics ? 404 : get || head ? 200 : 405;
-	*ret = (dp_metrics_request){ .status = status, .head = head };
-	return 1;
-}
-
-/* ---- METRICS_ADDRESS ---- */
-
-static int parse_port(const char *s, uint16_t *ret, char *err, size_t errlen)
-{
-	uint64_t v;
-	if (dp_parse_u64(s, 0, 65535, &v) < 0) {
-		snprintf(err, errlen, "port \"%s\" is not a decimal number from 0 to 65535", s);
-		return -EINVAL;
-	}
-	*ret = (uint16_t)v;
-	return 0;
-}
-
-int dp_metrics_parse_address(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, char *err,
-			     size_t errlen)
-{
-	char host[64];
-	const char *colon = strrchr(s, ':');
-	struct sockaddr_storage ss = { 0 };
-	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
-	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-	uint16_t port;
-
-	if (!colon || (size_t)(colon - s) >= sizeof(host)) {
-		snprintf(err, errlen, "expected HOST:PORT, :PORT or [IPv6]:PORT");
-		return -EINVAL;
-	}
-	memcpy(host, s, (size_t)(colon - s));
-	host[colon - s] = '\0';
-	if (parse_port(colon + 1, &port, err, errlen) < 0)
-		return -EINVAL;
-	size_t hl = strlen(host);
-	if (hl == 0) {
-		in6->sin6_family = AF_INET6; /* every address, both families (else 0.0.0.0) */
-		in6->sin6_addr = in6addr_any;
-	} else if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-		host[hl - 1] = '\0';
-		in6->sin6_family = AF_INET6;
-		if (inet_pton(AF_INET6, host + 1, &in6->sin6_addr) != 1) {
-			snprintf(err, errlen, "\"%s\" is not an IPv6 address", host + 1);
-			return -EINVAL;
-		}
-	} else {
-		in4->sin_family = AF_INET;
-		if (strcmp(host, "localhost") == 0)
-			snprintf(host, sizeof(host), "127.0.0.1");
-		if (inet_pton(AF_INET, host, &in4->sin_addr) != 1) {
-			snprintf(err, errlen, "\"%s\" is not an IPv4 address (IPv6: [ADDRESS]:PORT; no host names)",
-				 host);
-			return -EINVAL;
-		}
-	}
-	if (ss.ss_family == AF_INET6)
-		in6->sin6_port = htons(port);
-	else
-		in4->sin_port = htons(port);
-	*ret = ss;
-	*ret_len = ss.ss_family == AF_INET6 ? sizeof(*in6) : sizeof(*in4);
-	return 0;
-}
+#define DRAIN_MAX DP_METRICS_HTTP_HEAD_MAX /* read after an answer while the peer's close is awaited */
+/* The kernel hands a connection to accept once its first bytes arrived (or after about this many
+ * seconds): a scrape is accepted with its request, so a newcomer evicting the connection held
+ * longest without one never takes it for an idle peer's (the request was not there yet). */
+#define DEFER_ACCEPT_S 1
 
 /* ---- the listener ---- */
 
-enum { LIM_CONNECTIONS, LIM_HEAD, LIM_DEADLINE, LIM_REQUEST, LIM_N };
-static const char *const lim_names[LIM_N] = { "connections", "head", "deadline", "request" };
+enum { LIM_CONNECTIONS, LIM_EVICTED, LIM_HEAD, LIM_HEAD_TIMEOUT, LIM_SLOW_READER, LIM_REQUEST, LIM_N };
+static const char *const lim_names[LIM_N] = { "connections",  "evicted",     "head",
+					      "head_timeout", "slow_reader", "request" };
+
+/* Reading the request head; writing the answer; answered (our side shut down), reading what the
+ * peer still sends (at most DRAIN_MAX bytes) until it closes. */
+enum cstate { C_HEAD, C_WRITING, C_DRAINING };
 
 struct mconn {
 	dp_metrics_server *srv;
 	int fd;
-	dp_source *io, *timer;
-	size_t in_len;
+	dp_source *io;
+	uint32_t events;
+	enum cstate state;
+	bool close_when_sent; /* 400, 431: what the peer sends is not HTTP; never read again */
+	uint64_t seq, accepted, expires; /* seq: accept order; expires: the head's or the whole deadline */
+	size_t in_len, drained;
 	char *out;
 	size_t out_len, out_off;
-	bool answered, draining;
 	char in[DP_METRICS_HTTP_HEAD_MAX];
 };
 
 struct dp_metrics_server {
 	dp_loop *loop;
-	int fd;
-	dp_source *io, *pause;
+	int fd, spare; /* spare: /dev/null, given up for an accept when the process is out of fds */
+	dp_source *io, *timer; /* io once listening; one timer for every deadline and wake-up */
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	bool bound, listening;
+	int listen_err;
+	uint64_t retry_usec, wake, armed, accepts; /* wake: an accept pause's end or the next bind */
+	dp_metrics_listen_fn listen_fn;
+	void *listen_ud;
 	struct mconn *conns[DP_METRICS_HTTP_MAX_CONNS];
 	unsigned n;
 	dp_metrics_limit_fn limit_fn;
 	void *limit_ud;
 	uint64_t lim_last[LIM_N];
-	uint64_t deadline_usec;
+	uint64_t head_usec, deadline_usec;
 };
 
 static char render_buf[DP_METRICS_RENDER_MAX];
@@ -240,10 +94,30 @@ static void limit_hit(dp_metrics_server *s, unsigned what, const char *detail)
 	s->lim_last[what] = now ? now : 1;
 }
 
+/* Arm the timer for the earliest deadline or wake-up (unchanged: no system call). */
+static void arm(dp_metrics_server *s)
+{
+	uint64_t due = s->wake, now;
+	for (unsigned i = 0; i < s->n; i++)
+		if (due == 0 || s->conns[i]->expires < due)
+			due = s->conns[i]->expires;
+	if (due == s->armed)
+		return;
+	now = dp_now_usec();
+	s->armed = due;
+	(void)dp_timer_set(s->timer, due == 0 ? 0 : due > now ? due - now : 1, 0);
+}
+
+/* Hold the spare fd again (after a close: the fd just freed, before any other accept). */
+static void spare_take(dp_metrics_server *s)
+{
+	if (s->spare < 0)
+		s->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void conn_release(struct mconn *c)
 {
 	dp_source_free(c->io);
-	dp_source_free(c->timer);
 	close(c->fd);
 	free(c->out);
 	free(c);
@@ -258,6 +132,15 @@ static void conn_free(struct mconn *c)
 			break;
 		}
 	conn_release(c);
+	spare_take(s);
+}
+
+static int conn_events(struct mconn *c, uint32_t events)
+{
+	if (c->events == events)
+		return 0;
+	c->events = events;
+	return dp_io_set_events(c->io, events);
 }
 
 static const char *reason_phrase(int status)
@@ -273,7 +156,13 @@ static const char *reason_phrase(int status)
 	}
 }
 
-/* The whole response in c->out. */
+/* gcc 12 -fanalyzer loses a connection reached through a run-time index (s->conns[i], make_room)
+ * and reports its answer leaked: it is the connection's, freed with it (conn_release). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
+#endif
+/* The whole response in c->out; the connection is writing it, within the whole deadline. */
 static int respond(struct mconn *c, const dp_metrics_request *req)
 {
 	int status = req->status;
@@ -298,18 +187,20 @@ static int respond(struct mconn *c, const dp_metrics_request *req)
 	if (hn < 0 || (size_t)hn >= sizeof(head))
 		return -EINVAL;
 	size_t total = (size_t)hn + (req->head ? 0 : blen + (status == 200 ? 0 : 1));
-	c->out = malloc(total);
-	if (!c->out)
+	char *out = malloc(total);
+	if (!out)
 		return -ENOMEM;
-	memcpy(c->out, head, (size_t)hn);
+	memcpy(out, head, (size_t)hn);
 	if (!req->head) {
-		memcpy(c->out + hn, body, blen);
+		memcpy(out + hn, body, blen);
 		if (status != 200)
-			c->out[total - 1] = '\n';
+			out[total - 1] = '\n';
 	}
+	c->state = C_WRITING;
+	c->expires = c->accepted + c->srv->deadline_usec;
 	c->out_len = total;
-	c->answered = true;
-	return dp_io_set_events(c->io, EPOLLOUT);
+	c->out = out;
+	return 0;
 }
 
 static void refused(struct mconn *c, int status)
@@ -328,62 +219,146 @@ static void refused(struct mconn *c, int status)
 	}
 }
 
-static int conn_read(struct mconn *c)
+/* Write what the answer still has. Once sent our side is shut down; after a 400 or 431 the
+ * connection is closed then (-ECONNABORTED: nothing more is read), else the peer's close is
+ * awaited (closing with its input unread would reset the connection and could cut the answer). */
+static int conn_write(struct mconn *c)
 {
-	char sink[512];
-	char *p = c->draining ? sink : c->in + c->in_len;
-	size_t room = c->draining ? sizeof(sink) : sizeof(c->in) - c->in_len;
-	ssize_t n = read(c->fd, p, room);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return 0;
-	if (n <= 0 || c->draining)
-		return n <= 0 ? -ECONNRESET : 0;
+	ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? conn_events(c, EPOLLOUT) : -errno;
+	c->out_off += (size_t)n;
+	if (c->out_off < c->out_len)
+		return conn_events(c, EPOLLOUT);
+	(void)shutdown(c->fd, SHUT_WR);
+	if (c->close_when_sent)
+		return -ECONNABORTED;
+	c->state = C_DRAINING;
+	return conn_events(c, EPOLLIN);
+}
+
+/* Read more of the head; once it is complete (or refused), answer at once. */
+static int conn_read_head(struct mconn *c)
+{
+	ssize_t n = read(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (n == 0)
+		return -ECONNRESET;
 	c->in_len += (size_t)n;
 	dp_metrics_request req;
 	if (dp_metrics_http_parse(c->in, c->in_len, &req) == 0)
 		return 0;
 	if (req.status != 200)
 		refused(c, req.status);
-	return respond(c, &req);
+	c->close_when_sent = req.status == 400 || req.status == 431;
+	int r = respond(c, &req);
+	return r < 0 ? r : conn_write(c);
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
-static int conn_write(struct mconn *c)
+/* Answered: read and drop until the peer closes, at most DRAIN_MAX bytes. */
+static int conn_drain(struct mconn *c)
 {
-	ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+	char sink[1024];
+	ssize_t n = read(c->fd, sink, sizeof(sink));
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-	c->out_off += (size_t)n;
-	if (c->out_off < c->out_len)
-		return 0;
-	/* Sent: our side is done; read until the peer closes (closing with unread input would
-	 * reset the connection and could cut our answer short), bounded by the deadline. */
-	(void)shutdown(c->fd, SHUT_WR);
-	c->draining = true;
-	return dp_io_set_events(c->io, EPOLLIN);
+	if (n == 0)
+		return -ECONNRESET;
+	c->drained += (size_t)n;
+	return c->drained > DRAIN_MAX ? -EMSGSIZE : 0;
 }
 
 static int on_conn(dp_source *src, int fd, uint32_t revents, void *userdata)
 {
 	struct mconn *c = userdata;
-	int r = 0;
-	if (c->answered && !c->draining && (revents & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
-		r = conn_write(c);
-	else if (revents & (EPOLLIN | EPOLLERR | EPOLLHUP))
-		r = conn_read(c);
+	int r = c->state == C_HEAD ? conn_read_head(c) : c->state == C_WRITING ? conn_write(c) : conn_drain(c);
 	if (r < 0)
 		conn_free(c);
 	return 0;
 }
 
-static int on_deadline(dp_source *src, void *userdata)
+/* Its deadline passed: without a complete head (the head deadline), or its answer not taken. */
+static void conn_expire(struct mconn *c)
 {
-	struct mconn *c = userdata;
-	if (!c->draining) {
-		dp_metrics_http_refused("deadline");
-		limit_hit(c->srv, LIM_DEADLINE, "connection closed 5 s after accept");
+	if (c->state == C_HEAD) {
+		dp_metrics_http_refused("head_timeout");
+		limit_hit(c->srv, LIM_HEAD_TIMEOUT, "no complete request head in time, closed without an answer");
+	} else {
+		dp_metrics_http_refused("slow_reader");
+		limit_hit(c->srv, LIM_SLOW_READER, "the peer did not take its answer and close in time, closed");
 	}
 	conn_free(c);
-	return 0;
+}
+
+static struct mconn *oldest(const dp_metrics_server *s, enum cstate state)
+{
+	struct mconn *o = NULL;
+	for (unsigned i = 0; i < s->n; i++)
+		if (s->conns[i]->state == state && (!o || s->conns[i]->seq < o->seq))
+			o = s->conns[i];
+	return o;
+}
+
+static void evict(struct mconn *c)
+{
+	dp_metrics_http_refused("evicted");
+	limit_hit(c->srv, LIM_EVICTED,
+		  c->state == C_HEAD ? "the connection longest without a complete request closed for a new one"
+				     : "an answered connection its peer had not closed, closed for a new one");
+	conn_free(c);
+}
+
+/* Free a slot for a newcomer: the connection that has held its slot longest without a complete
+ * request (read first: a request that has just arrived is answered instead), else the oldest
+ * answered one whose peer has not closed. false when every slot is writing an answer. */
+static bool make_room(dp_metrics_server *s)
+{
+	struct mconn *c;
+	while ((c = oldest(s, C_HEAD))) {
+		int r = conn_read_head(c);
+		if (r < 0) {
+			conn_free(c);
+			return true;
+		}
+		if (c->state == C_HEAD) {
+			evict(c);
+			return true;
+		}
+	}
+	c = oldest(s, C_DRAINING);
+	if (c)
+		evict(c);
+	return c != NULL;
+}
+
+/* One accepted fd, -EAGAIN when none waits. Out of fds (EMFILE, ENFILE; the kernel says so
+ * whether or not a connection waits) the spare is given up for it, then, when one is known to
+ * wait (the first accept of a wake-up), a slot (make_room): clients of other sockets holding
+ * every fd cannot keep a scrape out. */
+static int accept_fd(dp_metrics_server *s, bool waiting)
+{
+	for (;;) {
+		int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0)
+			return fd;
+		int r = -errno;
+		if (r == -EINTR || r == -ECONNABORTED)
+			continue;
+		if (r != -EMFILE && r != -ENFILE)
+			return r;
+		if (s->spare >= 0) {
+			close(s->spare);
+			s->spare = -1;
+		} else if (!waiting) {
+			return -EAGAIN; /* maybe none waits: a waiting one wakes the loop again */
+		} else if (!make_room(s)) {
+			return r;
+		}
+	}
 }
 
 static int conn_new(dp_metrics_server *s, int fd)
@@ -391,73 +366,147 @@ static int conn_new(dp_metrics_server *s, int fd)
 	struct mconn *c = calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);
+		spare_take(s);
 		return -ENOMEM;
 	}
 	c->srv = s;
 	c->fd = fd;
+	c->seq = s->accepts++;
+	c->accepted = dp_now_usec();
+	c->expires = c->accepted + s->head_usec;
+	c->events = EPOLLIN;
 	s->conns[s->n++] = c;
 	int r = dp_io_add(s->loop, fd, EPOLLIN, on_conn, c, &c->io);
-	if (r >= 0)
-		r = dp_timer_add(s->loop, s->deadline_usec, 0, on_deadline, c, &c->timer);
-	if (r < 0)
+	if (r < 0) {
 		conn_free(c);
-	return r;
+		return r;
+	}
+	arm(s);
+	return 0;
 }
 
-static int on_pause_over(dp_source *src, void *userdata)
+/* Every slot is writing an answer: the newcomer is closed at once. */
+static void refuse(dp_metrics_server *s, int fd)
 {
-	dp_metrics_server *s = userdata;
-	return dp_io_set_events(s->io, EPOLLIN);
+	close(fd);
+	spare_take(s);
+	dp_metrics_http_refused("connections");
+	limit_hit(s, LIM_CONNECTIONS, "every connection was being answered, the new one closed at accept");
+}
+
+/* accept failed otherwise (ENOBUFS, ...), or out of fds with nothing to give up: no busy loop. */
+static int pause_accepting(dp_metrics_server *s, int error)
+{
+	dp_debug("metrics: accept failed", "error=%s", dp_errname(error));
+	(void)dp_io_set_events(s->io, 0);
+	s->wake = dp_now_usec() + ACCEPT_PAUSE_USEC;
+	arm(s);
+	return 0;
 }
 
 static int on_accept(dp_source *src, int lfd, uint32_t revents, void *userdata)
 {
 	dp_metrics_server *s = userdata;
-	for (int i = 0; i < 16; i++) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
-				return 0;
-			dp_debug("metrics: accept failed", "error=%s", strerror(errno));
-			(void)dp_io_set_events(s->io, 0);
-			return dp_timer_set(s->pause, ACCEPT_PAUSE_USEC, 0);
-		}
-		if (s->n == DP_METRICS_HTTP_MAX_CONNS) {
-			close(fd);
-			dp_metrics_http_refused("connections");
-			limit_hit(s, LIM_CONNECTIONS, "further connections closed at accept");
-			continue;
-		}
-		(void)conn_new(s, fd);
+	int fd = 0;
+	for (int i = 0; i < 16 && fd >= 0; i++) {
+		fd = accept_fd(s, i == 0);
+		if (fd < 0)
+			break;
+		if (s->n == DP_METRICS_HTTP_MAX_CONNS && !make_room(s))
+			refuse(s, fd);
+		else
+			(void)conn_new(s, fd);
 	}
+	spare_take(s); /* given up for nothing (none waited): the fd is still free */
+	return fd < 0 && fd != -EAGAIN ? pause_accepting(s, fd) : 0;
+}
+
+/* Bind (once: a bound socket cannot be bound again) and listen. */
+static int listen_now(dp_metrics_server *s)
+{
+	if (!s->bound && bind(s->fd, (const struct sockaddr *)&s->addr, s->addr_len) < 0)
+		return -errno;
+	s->bound = true;
+	if (listen(s->fd, 16) < 0)
+		return -errno;
+	return dp_io_add(s->loop, s->fd, EPOLLIN, on_accept, s, &s->io);
+}
+
+/* A failure is retried after the back-off (1 s doubling to 60 s) and reported when its reason
+ * is new. The socket is watched only once it listens (an unbound one polls as hung up). */
+static void try_listen(dp_metrics_server *s)
+{
+	int r = listen_now(s);
+	if (r == 0) {
+		s->listening = true;
+		s->listen_err = 0;
+		if (s->listen_fn)
+			s->listen_fn(s, 0, 0, s->listen_ud);
+		return;
+	}
+	dp_debug("metrics: cannot listen", "error=%s retry_in_ms=%llu", dp_errname(r),
+		 (unsigned long long)(s->retry_usec / DP_USEC_PER_MSEC));
+	if (r != s->listen_err && s->listen_fn)
+		s->listen_fn(s, r, s->retry_usec, s->listen_ud);
+	s->listen_err = r;
+	s->wake = dp_now_usec() + s->retry_usec;
+	s->retry_usec = s->retry_usec * 2 < DP_METRICS_HTTP_RETRY_MAX_USEC ? s->retry_usec * 2
+									 : DP_METRICS_HTTP_RETRY_MAX_USEC;
+	arm(s);
+}
+
+static int on_timer(dp_source *src, void *userdata)
+{
+	dp_metrics_server *s = userdata;
+	uint64_t now = dp_now_usec();
+	s->armed = 0; /* a one-shot that fired */
+	for (unsigned i = s->n; i-- > 0;) /* conn_free moves the last one (seen) to i */
+		if (s->conns[i]->expires <= now)
+			conn_expire(s->conns[i]);
+	if (s->wake && s->wake <= now) {
+		s->wake = 0;
+		if (s->listening)
+			(void)dp_io_set_events(s->io, EPOLLIN); /* the accept pause is over */
+		else
+			try_listen(s);
+	}
+	arm(s);
 	return 0;
 }
 
-static int listen_on(const struct sockaddr *addr, socklen_t len)
-{
-	int one = 1, zero = 0;
-	_cleanup_close_ int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (addr->sa_family == AF_INET6)
-		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-	if (bind(fd, addr, len) < 0 || listen(fd, 16) < 0)
-		return -errno;
-	return TAKE_FD(fd);
-}
-
-int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_server **ret)
+/* The socket for addr (into *ss); ":PORT" on a node without IPv6: every IPv4 address. */
+static int open_socket(const struct sockaddr *addr, socklen_t len, struct sockaddr_storage *ss, socklen_t *ss_len)
 {
 	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)addr;
-	int fd = listen_on(addr, len);
-	/* ":PORT" on a node without IPv6: every IPv4 address */
-	if (fd == -EAFNOSUPPORT && addr->sa_family == AF_INET6 &&
+	int one = 1, zero = 0, defer = DEFER_ACCEPT_S;
+	if (len > sizeof(*ss))
+		return -EINVAL;
+	memcpy(ss, addr, len);
+	*ss_len = len;
+	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 && errno == EAFNOSUPPORT && addr->sa_family == AF_INET6 &&
 	    memcmp(&in6->sin6_addr, &in6addr_any, sizeof(in6addr_any)) == 0) {
 		struct sockaddr_in in4 = { .sin_family = AF_INET, .sin_port = in6->sin6_port };
 		in4.sin_addr.s_addr = htonl(INADDR_ANY);
-		fd = listen_on((const struct sockaddr *)&in4, sizeof(in4));
+		memcpy(ss, &in4, sizeof(in4));
+		*ss_len = sizeof(in4);
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	}
+	if (fd < 0)
+		return -errno;
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss->ss_family == AF_INET6)
+		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
+	return fd;
+}
+
+int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t len, dp_metrics_listen_fn listen_fn,
+			  void *userdata, dp_metrics_server **ret)
+{
+	struct sockaddr_storage ss;
+	socklen_t ss_len;
+	int fd = open_socket(addr, len, &ss, &ss_len);
 	if (fd < 0)
 		return fd;
 	_cleanup_(dp_metrics_server_freep) dp_metrics_server *s = calloc(1, sizeof(*s));
@@ -465,12 +514,21 @@ int dp_metrics_server_new(dp_loop *loop, const struct sockaddr *addr, socklen_t 
 		close(fd);
 		return -ENOMEM;
 	}
-	s->loop = loop;
 	s->fd = fd;
-	s->deadline_usec = DP_METRICS_HTTP_DEADLINE_USEC;
-	int r = dp_io_add(loop, fd, EPOLLIN, on_accept, s, &s->io);
-	if (r < 0 || (r = dp_timer_add_disarmed(loop, on_pause_over, s, &s->pause)) < 0)
+	s->spare = -1;
+	s->addr = ss;
+	s->addr_len = ss_len;
+	int r = dp_timer_add_disarmed(loop, on_timer, s, &s->timer);
+	if (r < 0)
 		return r;
+	spare_take(s);
+	s->loop = loop;
+	s->head_usec = DP_METRICS_HTTP_HEAD_DEADLINE_USEC;
+	s->deadline_usec = DP_METRICS_HTTP_DEADLINE_USEC;
+	s->retry_usec = DP_METRICS_HTTP_RETRY_FIRST_USEC;
+	s->listen_fn = listen_fn;
+	s->listen_ud = userdata;
+	try_listen(s);
 	*ret = TAKE_PTR(s);
 	return 0;
 }
@@ -481,19 +539,25 @@ void dp_metrics_server_set_limit_fn(dp_metrics_server *s, dp_metrics_limit_fn fn
 	s->limit_ud = userdata;
 }
 
-void dp_metrics_server_set_deadline(dp_metrics_server *s, uint64_t usec)
+void dp_metrics_server_set_deadlines(dp_metrics_server *s, uint64_t head_usec, uint64_t usec)
 {
+	s->head_usec = head_usec < usec ? head_usec : usec;
 	s->deadline_usec = usec;
+}
+
+bool dp_metrics_server_listening(const dp_metrics_server *s)
+{
+	return s->listening;
 }
 
 int dp_metrics_server_address(const dp_metrics_server *s, char *buf, size_t size)
 {
-	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_storage ss = s->addr;
 	struct sockaddr_in in4 = { 0 };
 	struct sockaddr_in6 in6 = { 0 };
 	socklen_t len = sizeof(ss);
 	char ip[INET6_ADDRSTRLEN];
-	if (getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
+	if (s->bound && getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0)
 		return -errno;
 	bool v6 = ss.ss_family == AF_INET6;
 	if (v6)
@@ -521,54 +585,11 @@ dp_metrics_server *dp_metrics_server_free(dp_metrics_server *s)
 		conn_release(s->conns[i]);
 	s->n = 0;
 	dp_source_free(s->io);
-	dp_source_free(s->pause);
-	close(s->fd);
+	dp_source_free(s->timer);
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->spare >= 0)
+		close(s->spare);
 	free(s);
 	return NULL;
-}
-
-/* ---- the daemons' opt-in (logs above debug, as dp_endpoint_log_events does) ---- */
-
-static dp_metrics_server *started;
-
-static void log_limit(const char *what, const char *detail, void *userdata)
-{
-	char q[200];
-	dp_warn("metrics limit reached", "what=%s action=%s max_connections=%d head_max=%d deadline_s=%llu", what,
-		dp_logq(q, sizeof(q), detail), DP_METRICS_HTTP_MAX_CONNS, DP_METRICS_HTTP_HEAD_MAX,
-		(unsigned long long)(DP_METRICS_HTTP_DEADLINE_USEC / DP_USEC_PER_SEC));
-}
-
-int dp_metrics_start(dp_loop *loop, const char *daemon)
-{
-	const char *v = getenv("METRICS_ADDRESS");
-	struct sockaddr_storage ss;
-	socklen_t len;
-	char err[200], q[300], q2[300], addr[80];
-
-	if (!v || !*v)
-		return 0;
-	int r = dp_metrics_parse_address(v, &ss, &len, err, sizeof(err));
-	if (r < 0) {
-		dp_error("invalid METRICS_ADDRESS", "value=%s error=%s", dp_logq(q, sizeof(q), v),
-			 dp_logq(q2, sizeof(q2), err));
-		return r;
-	}
-	dp_metrics_build_info(daemon, DP_VERSION);
-	dp_metrics_stop();
-	r = dp_metrics_server_new(loop, (const struct sockaddr *)&ss, len, &started);
-	if (r < 0) {
-		dp_error("cannot listen for metrics", "address=%s error=%s", dp_logq(q, sizeof(q), v), strerror(-r));
-		return r == -EINVAL ? -EADDRNOTAVAIL : r;
-	}
-	dp_metrics_server_set_limit_fn(started, log_limit, NULL);
-	if (dp_metrics_server_address(started, addr, sizeof(addr)) < 0)
-		snprintf(addr, sizeof(addr), "%s", v);
-	dp_info("metrics listening", "address=%s path=/metrics", addr);
-	return 0;
-}
-
-void dp_metrics_stop(void)
-{
-	started = dp_metrics_server_free(started);
 }

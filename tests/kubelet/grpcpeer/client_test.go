@@ -475,14 +475,11 @@ func TestClientHTTPErrors(t *testing.T) {
 		{"rst cancel", func(p *rawPeer, id uint32) error {
 			return p.fr.WriteRSTStream(id, http2.ErrCodeCancel)
 		}, codes.Canceled, "CANCEL"},
-		{"rst refused", func(p *rawPeer, id uint32) error {
-			return p.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
-		}, codes.Unavailable, "REFUSED_STREAM"},
 		{"eof", func(p *rawPeer, id uint32) error {
 			return p.c.Close()
 		}, codes.Unavailable, "closed"},
-		{"goaway", func(p *rawPeer, id uint32) error {
-			if err := p.fr.WriteGoAway(0, http2.ErrCodeNo, nil); err != nil {
+		{"goaway processed", func(p *rawPeer, id uint32) error {
+			if err := p.fr.WriteGoAway(id, http2.ErrCodeNo, nil); err != nil {
 				return err
 			}
 			return p.c.Close()
@@ -538,5 +535,83 @@ func TestClientDeadlineResets(t *testing.T) {
 	}
 	if !sawRst || rst != http2.ErrCodeCancel {
 		t.Fatalf("RST_STREAM seen %v code %v, want CANCEL", sawRst, rst)
+	}
+}
+
+// A request the server refused unprocessed (RST_STREAM REFUSED_STREAM, or a GOAWAY below its
+// stream: a server closing the connection to make room) is sent again on a new connection, at
+// most 3 more times (RFC 9113 8.7, as grpc-go retries transparently); then the refusal is the
+// result. A stream the server processed (GOAWAY at its ID) is never sent again.
+func TestClientRetriesRefused(t *testing.T) {
+	refuse := map[string]func(p *rawPeer, id uint32) error{
+		"rst refused": func(p *rawPeer, id uint32) error { return p.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) },
+		"goaway unprocessed": func(p *rawPeer, id uint32) error {
+			if err := p.fr.WriteGoAway(0, http2.ErrCodeNo, nil); err != nil {
+				return err
+			}
+			return p.c.Close()
+		},
+	}
+	ok := func(p *rawPeer, id uint32) error {
+		if err := p.writeHeaders(id, false, [2]string{":status", "200"},
+			[2]string{"content-type", "application/grpc"}); err != nil {
+			return err
+		}
+		if err := p.fr.WriteData(id, false, framed(0, p.body[5:])); err != nil {
+			return err
+		}
+		return p.writeHeaders(id, true, [2]string{"grpc-status", "0"})
+	}
+	for name, r := range refuse {
+		for _, refusals := range []int{1, 3, 4} {
+			t.Run(fmt.Sprintf("%s/%d", name, refusals), func(t *testing.T) {
+				sock := filepath.Join(t.TempDir(), "raw.sock")
+				lis, err := net.Listen("unix", sock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lis.Close()
+				served := make(chan int, 1)
+				go func() {
+					n := 0
+					for ; n < 4; n++ {
+						respond := ok
+						if n < refusals {
+							respond = r
+						}
+						err := rawServeOne(lis, func(p *rawPeer, id uint32) error {
+							if err := respond(p, id); err != nil {
+								return err
+							}
+							p.drain()
+							return nil
+						})
+						if err != nil || n >= refusals {
+							n++
+							break
+						}
+					}
+					served <- n
+				}()
+				res := runClient(t, sock, "/test.Test/Echo", []byte("again"), 5000)
+				lis.Close()
+				n := <-served
+				if refusals <= 3 {
+					if res.status != 0 || string(res.resp) != "again" {
+						t.Fatalf("after %d refusals: %+v, want the answer", refusals, res)
+					}
+					if n != refusals+1 {
+						t.Errorf("the server saw %d connections, want %d", n, refusals+1)
+					}
+					return
+				}
+				if res.status != int(codes.Unavailable) || !strings.Contains(res.message, "REFUSED_STREAM") {
+					t.Fatalf("refused 4 times: %+v, want UNAVAILABLE (REFUSED_STREAM)", res)
+				}
+				if n != 4 {
+					t.Errorf("the server saw %d connections, want 4 (1 + 3 retries)", n)
+				}
+			})
+		}
 	}
 }
