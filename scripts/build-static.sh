@@ -1,7 +1,14 @@
 #!/bin/sh
 # Build the two daemons for their images (FROM scratch) against musl instead of glibc:
 #
-#   scripts/build-static.sh [BUILD_DIR]        (default: build-static)
+#   scripts/build-static.sh [BUILD_DIR]                  (default: build-static)
+#   scripts/build-static.sh --arch arm64 [BUILD_DIR]     (default: build-static-arm64)
+#
+# --arch arm64: the same for aarch64, cross-compiled: Debian's aarch64-linux-gnu-gcc with the
+# musl-gcc.specs of musl-dev:arm64 (what musl-gcc is to the native gcc), Debian's arm64 static
+# libraries (scripts/install-deps.sh arm64), a meson cross file written into BUILD_DIR; the
+# loader is lib/ld-musl-aarch64.so.1, and --version runs under qemu-aarch64-static. The same
+# checks hold.
 #
 #   BUILD_DIR/image-context-kata/kata-device-plugin
 #       statically linked: the image holds this file and nothing else.
@@ -29,22 +36,56 @@
 # shared library dependency, and hyperlight none but musl's.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$src/build-static}
+arch=amd64
+if [ "${1:-}" = --arch ]; then
+	arch=${2:-}
+	shift 2 || { echo "build-static: --arch needs a value (amd64, arm64)" >&2; exit 2; }
+fi
+case $arch in
+amd64)
+	out=${1:-$src/build-static}
+	"$src/scripts/install-deps.sh" static
+	musl_loader=/lib/ld-musl-x86_64.so.1
+	multiarch=$(gcc -print-multiarch)
+	musl_cc="musl-gcc"
+	tool=""
+	run=""
+	;;
+arm64)
+	out=${1:-$src/build-static-arm64}
+	"$src/scripts/install-deps.sh" arm64
+	musl_loader=/lib/ld-musl-aarch64.so.1
+	multiarch=aarch64-linux-gnu
+	musl_cc="aarch64-linux-gnu-gcc -specs /usr/lib/aarch64-linux-musl/musl-gcc.specs"
+	tool=aarch64-linux-gnu-
+	run=qemu-aarch64-static
+	;;
+*)
+	echo "build-static: --arch $arch: want amd64 or arm64" >&2
+	exit 2
+	;;
+esac
 dyn=$out/musl-dynamic
-"$src/scripts/install-deps.sh" static
-musl_loader=/lib/ld-musl-x86_64.so.1
 # Debian's nghttp2, protobuf-c, libseccomp and mbedtls headers live in /usr/include, next to
 # glibc's: musl-gcc sees only those of them, and the kernel's UAPI headers (linux/, asm/, which
 # seccomp.h includes) after musl's own.
 inc=$out/musl-include
 kinc=$out/kernel-include
-config="musl-gcc -Os lto gc-sections seccomp mbedtls no-eh-frame musl-dynamic-hyperlight static-norelro v6"
+config="$arch musl-gcc -Os lto gc-sections seccomp mbedtls no-eh-frame musl-dynamic-hyperlight static-norelro v6"
 cflags="-I$inc -idirafter $kinc -ffunction-sections -fdata-sections"
 ldflags="-Wl,--gc-sections -Wl,-T,$src/scripts/static-no-unwind.ld"
+cross=$out/musl-$arch.ini
 setup() { # DIR LINK_ARGS
-	CC=musl-gcc meson setup "$1" "$src" -Ddefault_library=static -Dprefer_static=true \
+	if [ "$arch" = amd64 ]; then
+		set -- "$1" "$2" env CC=musl-gcc meson setup
+	else
+		set -- "$1" "$2" meson setup --cross-file "$cross"
+	fi
+	dir=$1 link=$2
+	shift 2
+	"$@" "$dir" "$src" -Ddefault_library=static -Dprefer_static=true \
 		-Doptimization=s -Db_lto=true -Dtests=false -Db_ndebug=true -Dstrip=true \
-		"-Dc_args=$cflags" "-Dc_link_args=$2 $ldflags" >/dev/null
+		"-Dc_args=$cflags" "-Dc_link_args=$link $ldflags" >/dev/null
 }
 if [ ! -f "$out/build.ninja" ] || [ ! -f "$dyn/build.ninja" ] ||
 	[ "$(cat "$out/.static-config" 2>/dev/null)" != "$config" ]; then
@@ -53,7 +94,24 @@ if [ ! -f "$out/build.ninja" ] || [ ! -f "$dyn/build.ninja" ] ||
 	ln -s /usr/include/nghttp2 /usr/include/protobuf-c /usr/include/seccomp.h \
 		/usr/include/seccomp-syscalls.h /usr/include/mbedtls /usr/include/psa "$inc/"
 	ln -s /usr/include/linux /usr/include/asm-generic "$kinc/"
-	ln -s "/usr/include/$(gcc -print-multiarch)/asm" "$kinc/asm"
+	ln -s "/usr/include/$multiarch/asm" "$kinc/asm"
+	if [ "$arch" = arm64 ]; then
+		# meson's cross file: the cross compiler with musl's specs, the arm64 pkg-config
+		cat >"$cross" <<EOC
+[binaries]
+c = ['aarch64-linux-gnu-gcc', '-specs', '/usr/lib/aarch64-linux-musl/musl-gcc.specs']
+ar = 'aarch64-linux-gnu-gcc-ar'
+strip = 'aarch64-linux-gnu-strip'
+pkgconfig = 'aarch64-linux-gnu-pkg-config'
+exe_wrapper = ['$run']
+
+[host_machine]
+system = 'linux'
+cpu_family = 'aarch64'
+cpu = 'aarch64'
+endian = 'little'
+EOC
+	fi
 	setup "$out" "-static -Wl,-z,norelro"
 	# Debian's static libraries are not position-independent: a fixed-address executable.
 	setup "$dyn" -no-pie
@@ -62,7 +120,7 @@ fi
 ninja -C "$out" kata-device-plugin >/dev/null
 ninja -C "$dyn" hyperlight-device-plugin hyperlight-label-node >/dev/null
 # The hypervisor stand-in for the tests, built against musl (it must be loaded by musl's loader).
-musl-gcc -O2 -shared -fPIC -Wall -Wextra -Werror -idirafter "$kinc" -D_GNU_SOURCE \
+$musl_cc -O2 -shared -fPIC -Wall -Wextra -Werror -idirafter "$kinc" -D_GNU_SOURCE \
 	-I"$src/core" -o "$dyn/libhvshim.so" "$src/tests/fakes/hvshim.c" "$src/core/compat/musl.c"
 
 die() {
@@ -70,11 +128,11 @@ die() {
 	exit 1
 }
 # The unwind tables are dropped (scripts/static-no-unwind.ld): nothing may need them.
-check_unwind() { ! nm "$1" | grep -q '_Unwind_' || die "$1 links an unwinder, but its .eh_frame is discarded"; }
+check_unwind() { ! "${tool}nm" "$1" | grep -q '_Unwind_' || die "$1 links an unwinder, but its .eh_frame is discarded"; }
 interp() { LC_ALL=C readelf -lW "$1" | sed -n 's/.*Requesting program interpreter: \(.*\)]$/\1/p'; }
 needed() { LC_ALL=C readelf -dW "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | tr '\n' ' '; }
 report() { # FILE
-	version=$("$1" --version) || die "$1 --version failed"
+	version=$($run "$1" --version) || die "$1 --version failed"
 	echo "$1: $2, stripped, $(stat -c %s "$1") bytes ($version)"
 }
 
@@ -84,7 +142,7 @@ check_unwind "$bin"
 ctx=$out/image-context-kata
 rm -rf "$ctx"
 mkdir -p "$ctx"
-strip -o "$ctx/kata-device-plugin" "$bin"
+"${tool}strip" -o "$ctx/kata-device-plugin" "$bin"
 chmod 0755 "$ctx/kata-device-plugin"
 report "$ctx/kata-device-plugin" static
 
@@ -96,7 +154,7 @@ for name in hyperlight-device-plugin hyperlight-label-node; do
 	[ "$(interp "$bin")" = "$musl_loader" ] && [ "$(needed "$bin")" = "libc.so " ] ||
 		die "$bin: interpreter '$(interp "$bin")', NEEDED '$(needed "$bin")'; want $musl_loader and musl's libc.so only"
 	check_unwind "$bin"
-	strip -o "$ctx/rootfs/$name" "$bin"
+	"${tool}strip" -o "$ctx/rootfs/$name" "$bin"
 	chmod 0755 "$ctx/rootfs/$name"
 	report "$ctx/rootfs/$name" "dynamic (musl's libc.so only)"
 done

@@ -16,6 +16,14 @@
 # uidmap, busybox-static for the workload image).
 # Profile static: what scripts/build-static.sh adds (musl-tools: musl libc and musl-gcc, for
 # the static kata binary).
+# Profile arm64: what `make build ARCH=arm64`, `scripts/build-static.sh --arch arm64` and
+# `make test-arm64` add: Debian's arm64 architecture (dpkg --add-architecture arm64), the cross
+# compiler, the arm64 -dev packages of every library we link (their static libraries and
+# pkg-config files, installed beside the amd64 ones by multiarch; musl-dev:arm64 for the
+# static builds) and qemu-user-static to run the results. The protobuf-c generator (protoc-c),
+# meson, ninja and pkg-config stay the amd64 ones of the default profile. Installed with
+# --no-remove: an arm64 library whose version differs from the installed amd64 one fails the
+# install instead of removing the amd64 package.
 #
 # Another apt or dpkg (unattended-upgrades on a machine's first boot) may hold the locks: we
 # wait for them, up to LOCK_TIMEOUT seconds (default 600), saying once who holds them. A failed
@@ -32,8 +40,10 @@ live-iommufd) PKGS="qemu-system-x86 busybox-static cpio bc bison flex libelf-dev
 lint) PKGS="clang-tidy cppcheck" ;;
 runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
 static) PKGS="musl-tools" ;;
+arm64) PKGS="gcc-aarch64-linux-gnu libc6-dev:arm64 libnghttp2-dev:arm64 libprotobuf-c-dev:arm64 \
+libseccomp-dev:arm64 libmbedtls-dev:arm64 libcmocka-dev:arm64 musl-dev:arm64 qemu-user-static" ;;
 *)
-	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-iommufd, lint, runtime, static)" >&2
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-iommufd, lint, runtime, static, arm64)" >&2
 	exit 2
 	;;
 esac
@@ -120,8 +130,16 @@ apt() {
 
 echo "installing Debian packages:$missing"
 export DEBIAN_FRONTEND=noninteractive
+no_remove=""
+if [ "${1:-}" = arm64 ]; then
+	no_remove=--no-remove
+	if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+		echo "install-deps.sh: dpkg --add-architecture arm64"
+		dpkg --add-architecture arm64
+	fi
+fi
 wait_locks "$LISTS_LOCK"
 apt update update -qq
 wait_locks $DPKG_LOCKS
 # shellcheck disable=SC2086
-apt install install -y -qq --no-install-recommends $missing
+apt install install -y -qq --no-install-recommends $no_remove $missing

@@ -627,7 +627,11 @@ static int child_checks_without_pidfd(void)
 static void test_child_without_pidfd(void **state)
 {
 	int status;
-	pid_t pid = fork();
+	pid_t pid;
+
+	if (dpt_seccomp_unavailable()) /* the missing pidfd calls are made with a filter */
+		skip();
+	pid = fork();
 
 	assert_true(pid >= 0);
 	if (pid == 0)

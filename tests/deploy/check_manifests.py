@@ -323,7 +323,9 @@ def check_containerfile(src):
               "label org.opencontainers.image.%s missing" % label)
     check("Containerfile has no RUN (scratch has no shell)", re.search(r"^\s*RUN\b", text, re.M) is None, "RUN found")
     script = open(os.path.join(src, "scripts", "build-static.sh")).read()
-    installs = re.search(r"^for name in ([^;]*); do\n(?:.*\n)*?\tstrip -o \"\$ctx/rootfs/\$name\"", script, re.M)
+    # strip: the host's, or the cross one ("${tool}strip", --arch arm64)
+    installs = re.search(r"^for name in ([^;]*); do\n(?:.*\n)*?\t(?:strip|\"\$\{tool\}strip\") -o \"\$ctx/rootfs/\$name\"",
+                         script, re.M)
     check("build-static.sh installs the binary where ENTRYPOINT expects it",
           installs is not None and BINARY.lstrip("/") in installs.group(1).split(),
           "build-static.sh does not strip %s into $ctx/rootfs/" % BINARY.lstrip("/"))

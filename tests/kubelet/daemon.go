@@ -159,14 +159,35 @@ type Daemon struct {
 // The wrapper must exec the daemon in the same process (valgrind does), so Pid is the daemon's.
 const DaemonWrapperEnv = "SDP_DAEMON_WRAPPER"
 
-// Wrapped returns the program and arguments that run path with args: path itself, or the
-// words of $SDP_DAEMON_WRAPPER followed by path and args.
-func Wrapped(path string, args ...string) (string, []string) {
-	words := strings.Fields(os.Getenv(DaemonWrapperEnv))
+// EmulatorEnv names the environment variable holding a command line that every program of the
+// build directory is run through (daemons, their client modes, the C gRPC test server; words
+// split on blanks, the program's path and arguments appended). tests/arm64/run.sh sets it to
+// tests/arm64/qemu-user.sh to run an arm64 build under qemu-user (make test-arm64). Like the
+// daemon wrapper, it must exec the program in the same process.
+const EmulatorEnv = "SDP_EMULATOR"
+
+// prefixed returns the words of $env followed by path and args, or path and args alone.
+func prefixed(env, path string, args []string) (string, []string) {
+	words := strings.Fields(os.Getenv(env))
 	if len(words) == 0 {
 		return path, args
 	}
 	return words[0], append(append(words[1:], path), args...)
+}
+
+// Wrapped returns the program and arguments that run a daemon, path with args: the words of
+// $SDP_DAEMON_WRAPPER followed by path and args when it is set, else Emulated(path, args...).
+func Wrapped(path string, args ...string) (string, []string) {
+	if strings.TrimSpace(os.Getenv(DaemonWrapperEnv)) != "" {
+		return prefixed(DaemonWrapperEnv, path, args)
+	}
+	return Emulated(path, args...)
+}
+
+// Emulated returns the program and arguments that run path with args: path itself, or the words
+// of $SDP_EMULATOR followed by path and args.
+func Emulated(path string, args ...string) (string, []string) {
+	return prefixed(EmulatorEnv, path, args)
 }
 
 // StartDaemon starts path with env and args (through $SDP_DAEMON_WRAPPER when set, see
@@ -287,11 +308,13 @@ type Result struct {
 	Stdout, Stderr string
 }
 
-// RunCommand runs a short-lived command with a bound; it errors if the bound passes.
+// RunCommand runs a short-lived command (through $SDP_EMULATOR when set, see Emulated) with a
+// bound; it errors if the bound passes.
 func RunCommand(timeout time.Duration, path string, env []string, args ...string) (Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, args...)
+	prog, argv := Emulated(path, args...)
+	cmd := exec.CommandContext(ctx, prog, argv...)
 	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -61,6 +61,17 @@ func expectFields(t *testing.T, who string, got, want map[string]string) {
 }
 
 // procStatus returns a field of /proc/<pid>/status as the operator would read it.
+// wantSeccompStatus is the Seccomp: field of /proc/<pid>/status a daemon started with the
+// test's inherited environment must show: 2 (a filter), or 0 when that environment sets
+// SDP_SECCOMP=off (make test-arm64 does: qemu-user refuses a guest's seccomp filter, see
+// tests/arm64/run.sh).
+func wantSeccompStatus() string {
+	if os.Getenv("SDP_SECCOMP") == "off" {
+		return "0"
+	}
+	return "2"
+}
+
 func procStatus(t *testing.T, pid int, key string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))

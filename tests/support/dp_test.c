@@ -2,6 +2,7 @@
 /* dp_test: the shared test support of the C unit tests (see dp_test.h). */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -151,4 +153,15 @@ int dpt_closed_port(void)
 
 	close(fd);
 	return port;
+}
+
+bool dpt_seccomp_unavailable(void)
+{
+	const char *why = getenv("SDP_SECCOMP_UNAVAILABLE");
+
+	if (!why || !*why || prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 || errno != EINVAL)
+		return false;
+	print_message("skipped: no seccomp filter can be loaded here (SDP_SECCOMP_UNAVAILABLE=%s, "
+		      "prctl(PR_GET_SECCOMP) fails with EINVAL)\n", why);
+	return true;
 }

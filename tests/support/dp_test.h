@@ -57,3 +57,19 @@ int dpt_rmtree(const char *dir);
 int dpt_listener(int type_flags, int *port);
 /* A TCP port on 127.0.0.1 where nothing listens (bound once, then closed). */
 int dpt_closed_port(void);
+
+/* Where no seccomp filter can be loaded on purpose: make test-arm64 runs the unit tests under
+ * qemu-user and sets SDP_SECCOMP_UNAVAILABLE=qemu-user; qemu 7.2 answers prctl(PR_SET_SECCOMP)
+ * and prctl(PR_GET_SECCOMP) with EINVAL and has no seccomp(2) (docs/security.md). True, with
+ * the reason printed, only when both hold: the variable is set and PR_GET_SECCOMP fails with
+ * EINVAL; a test that loads a filter then skips (cmocka's skip()). A kernel without seccomp
+ * still fails those tests. */
+bool dpt_seccomp_unavailable(void);
+
+/* Run a seccomp classic-BPF program (prog, n instructions, as dp_seccomp_export_bpf writes
+ * it) on one system call, as the kernel does: the SECCOMP_RET_* value it returns (action and
+ * data). A program that runs past its end, loads outside struct seccomp_data or divides by zero
+ * gives SECCOMP_RET_KILL_PROCESS (the kernel's checker would have refused it). */
+struct sock_filter;
+uint32_t dpt_seccomp_run(const struct sock_filter *prog, size_t n, uint32_t arch, int nr,
+			 const uint64_t args[6]);

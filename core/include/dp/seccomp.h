@@ -65,6 +65,14 @@ const char *dp_seccomp_mode_name(dp_seccomp_mode mode);
 int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
 		       dp_seccomp_mode mode, const char **bad_name);
 
+/* The filter dp_seccomp_install() would load (mode enforce or log), built for arch, written to
+ * fd as its classic BPF program (struct sock_filter[], what the kernel runs): arch 0 is the
+ * native architecture, else an AUDIT_ARCH_* value (libseccomp's SCMP_ARCH_*, e.g.
+ * SCMP_ARCH_AARCH64), so one machine checks every architecture's filter (tests). -EINVAL (a bad
+ * entry, mode off, fd < 0), -ENOMEM, or libseccomp's error (an unknown architecture). */
+int dp_seccomp_export_bpf(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
+			  dp_seccomp_mode mode, uint32_t arch, int fd, const char **bad_name);
+
 /* Confine the calling daemon: mode from $SDP_SECCOMP, then core rules + rules + the exec of
  * exe_fd (none when exe_fd < 0). 0 with *ret_mode set; err then holds a warning when
  * SDP_SECCOMP was invalid (enforced anyway), else "". On failure err says why (an invalid entry,

@@ -162,19 +162,28 @@ static int add_fixed_rules(scmp_filter_ctx ctx)
 	return seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
 }
 
-int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
-		       dp_seccomp_mode mode, const char **bad_name)
+/* The filter of every list for arch (0: the native one) into *ret; -EINVAL (a bad entry:
+ * *bad_name), -ENOMEM, or libseccomp's error. A name the architecture does not have (arm64 has no
+ * open, poll, epoll_wait, pipe, dup2, ...: only their *at, p* and 2/3 forms) is a pseudo system
+ * call number there, and seccomp_rule_add_array() adds no rule for it (only the _exact variant
+ * refuses one, with -EDOM): the lists name both forms, and each architecture's filter holds the
+ * ones it has. */
+static int build(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
+		 dp_seccomp_mode mode, uint32_t arch, const char **bad_name, scmp_filter_ctx *ret)
 {
 	_cleanup_(ctx_release) scmp_filter_ctx ctx = NULL;
 	int r;
 
 	if ((!lists || !counts) && n_lists)
 		return -EINVAL;
-	if (mode == DP_SECCOMP_OFF)
-		return 0;
 	ctx = seccomp_init(mode == DP_SECCOMP_LOG ? SCMP_ACT_LOG : SCMP_ACT_ERRNO(EPERM));
 	if (!ctx)
 		return -ENOMEM;
+	/* Another architecture's filter (dp_seccomp_export_bpf): the rules name the native
+	 * numbers, which libseccomp translates by name for every architecture of the filter. */
+	if (arch && arch != seccomp_arch_native() &&
+	    ((r = seccomp_arch_add(ctx, arch)) < 0 || (r = seccomp_arch_remove(ctx, SCMP_ARCH_NATIVE)) < 0))
+		return r;
 	/* A binary search over the system call numbers instead of a linear chain: with ~120
 	 * rules, every system call otherwise runs through about as many BPF instructions, which
 	 * showed in the daemons' idle CPU. */
@@ -190,9 +199,38 @@ int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts
 	if ((r = add_fixed_rules(ctx)) < 0 || (r = add_valgrind_rules(ctx)) < 0 ||
 	    (r = add_sanitizer_rules(ctx)) < 0)
 		return r;
+	*ret = TAKE_PTR(ctx);
+	return 0;
+}
+
+int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
+		       dp_seccomp_mode mode, const char **bad_name)
+{
+	_cleanup_(ctx_release) scmp_filter_ctx ctx = NULL;
+	int r;
+
+	if ((!lists || !counts) && n_lists)
+		return -EINVAL;
+	if (mode == DP_SECCOMP_OFF)
+		return 0;
+	if ((r = build(lists, counts, n_lists, mode, 0, bad_name, &ctx)) < 0)
+		return r;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return -errno;
 	return seccomp_load(ctx);
+}
+
+int dp_seccomp_export_bpf(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
+			  dp_seccomp_mode mode, uint32_t arch, int fd, const char **bad_name)
+{
+	_cleanup_(ctx_release) scmp_filter_ctx ctx = NULL;
+	int r;
+
+	if (mode == DP_SECCOMP_OFF || fd < 0)
+		return -EINVAL;
+	if ((r = build(lists, counts, n_lists, mode, arch, bad_name, &ctx)) < 0)
+		return r;
+	return seccomp_export_bpf(ctx, fd);
 }
 
 int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,

@@ -116,8 +116,9 @@ type clientCmd struct {
 func startClient(t *testing.T, sock, method string, req []byte, timeoutMs int) *clientCmd {
 	t.Helper()
 	c := &clientCmd{}
-	c.cmd = exec.Command(testBinary(t), "--client", sock, method, hex.EncodeToString(req),
+	prog, argv := kubelet.Emulated(testBinary(t), "--client", sock, method, hex.EncodeToString(req),
 		strconv.Itoa(timeoutMs))
+	c.cmd = exec.Command(prog, argv...)
 	c.cmd.Stdout = &c.out
 	c.cmd.Stderr = &c.stderr
 	if err := c.cmd.Start(); err != nil {
