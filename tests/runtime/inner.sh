@@ -62,7 +62,7 @@ esac
 mknod -m 0660 "$HOSTDEV/kvm" c 10 232
 # Three VFIO functions, IOMMUFD cdevs 237:(10+N) (major 237: the daemon only stats them; the
 # workload's open reaches no driver): two GPUs of two models (H100 SXM5, A100 SXM4) and an
-# NVSwitch, in the kernel's sysfs layout. The models matter only with RESOURCE_NAMING=sku.
+# NVSwitch, in the kernel's sysfs layout, each in its own viable IOMMU group. The models matter only with RESOURCE_NAMING=sku.
 VFIO_MAJOR=237
 add_vfio() { # N BDF CLASS DEVICE
 	local n=$1 bdf=$2 class=$3 pci=$SYS/devices/pci0000:00/$2
@@ -73,6 +73,12 @@ add_vfio() { # N BDF CLASS DEVICE
 	printf '0\n' >"$pci/numa_node"
 	printf '%d:%d\n' "$VFIO_MAJOR" $((10 + n)) >"$SYS/class/vfio-dev/vfio$n/dev"
 	ln -s "../../../devices/pci0000:00/$bdf" "$SYS/class/vfio-dev/vfio$n/device"
+	# each function alone in IOMMU group 20+N, bound to vfio-pci: a viable group, as the kernel
+	# lays it out (the plugin skips a function without an iommu_group link: not isolated)
+	mkdir -p "$SYS/kernel/iommu_groups/$((20 + n))/devices"
+	ln -s "../../../../devices/pci0000:00/$bdf" "$SYS/kernel/iommu_groups/$((20 + n))/devices/$bdf"
+	ln -s "../../../kernel/iommu_groups/$((20 + n))" "$pci/iommu_group"
+	ln -s "../../../bus/pci/drivers/vfio-pci" "$pci/driver"
 	mknod -m 0600 "$VFIO/devices/vfio$n" c "$VFIO_MAJOR" $((10 + n))
 }
 add_vfio 0 0000:41:00.0 0x030200 0x2330
