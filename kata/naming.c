@@ -153,16 +153,31 @@ void kata_resources_done(struct kata_resources *r)
 	*r = (struct kata_resources){ 0 };
 }
 
+/* The models named by the fallback (pci_<vendor>_<device>): "10de:2941 10de:2342", or "". */
+static void fallback_models(const struct kata_resources *r, dp_buf *out)
+{
+	char raw[KATA_SKU_RAW_MAX];
+	for (size_t i = 0; i < r->n; i++) {
+		const struct kata_device *d = r->v[i].devs;
+		if (r->v[i].n && !kata_sku_lookup(d->vendor, d->device_id, raw))
+			dp_buf_printf(out, "%s%04x:%04x", out->len ? " " : "", d->vendor, d->device_id);
+	}
+}
+
 void kata_resources_log(const struct kata_resources *r, enum kata_naming m)
 {
 	_cleanup_(dp_buf_done) dp_buf list = { 0 };
-	char q[4096];
+	_cleanup_(dp_buf_done) dp_buf unnamed = { 0 };
+	char q[4096], u[1024], extra[1100] = "";
 	if (m != KATA_NAMING_SKU)
 		return;
 	for (size_t i = 0; i < r->n; i++)
 		dp_buf_printf(&list, "%s%s=%zu", i ? " " : "", r->v[i].name, r->v[i].n);
-	dp_info("resource naming", "naming=sku pci_ids=%s resources=%s", kata_sku_ids_version,
-		dp_logq(q, sizeof(q), list.oom ? "(out of memory)" : list.data ? list.data : ""));
+	fallback_models(r, &unnamed);
+	if (unnamed.len && !unnamed.oom)
+		snprintf(extra, sizeof(extra), " not_in_pci_ids=%s", dp_logq(u, sizeof(u), unnamed.data));
+	dp_info("resource naming", "naming=sku pci_ids=%s resources=%s%s", kata_sku_ids_version,
+		dp_logq(q, sizeof(q), list.oom ? "(out of memory)" : list.data ? list.data : ""), extra);
 }
 
 const struct kata_resource *kata_resources_find(const struct kata_resources *r, const char *name)

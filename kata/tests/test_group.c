@@ -339,7 +339,7 @@ static void group_viability(void **state)
 
 static void driver_rules(void **state)
 {
-	static const char *const vfio[] = { "vfio-pci", "mlx5_vfio_pci", "nvgrace_gpu_vfio_pci", "xe-vfio-pci" };
+	static const char *const vfio[] = { "vfio-pci", "mlx5_vfio_pci", "nvgrace_gpu_vfio_pci", "nvgrace_vfio_pci", "xe-vfio-pci" };
 	static const char *const host[] = { "nvidia", "snd_hda_intel", "vfio", "vfio-pci-x", "nouveau", "xhci_hcd" };
 	for (size_t i = 0; i < DP_ELEMENTSOF(vfio); i++)
 		assert_true(kata_driver_is_vfio(vfio[i]) && kata_driver_dma_ok(vfio[i]));

@@ -139,12 +139,58 @@ static void documented_examples(void **state)
 	assert_true(strlen(kata_sku_ids_version) > 0);
 }
 
+/* Does PCI_IDS (the build's pci.ids) have a device line for vendor:device? */
+static bool ids_file_has(unsigned vendor, unsigned device)
+{
+	FILE *f = fopen(PCI_IDS, "re");
+	char line[1024], want_vendor[8], want_device[8];
+	bool in_vendor = false, found = false;
+	assert_non_null(f);
+	snprintf(want_vendor, sizeof(want_vendor), "%04x  ", vendor);
+	snprintf(want_device, sizeof(want_device), "\t%04x ", device);
+	while (!found && fgets(line, sizeof(line), f)) {
+		if (line[0] != '\t' && line[0] != '#')
+			in_vendor = strncmp(line, want_vendor, 6) == 0;
+		else if (in_vendor)
+			found = strncmp(line, want_device, 6) == 0;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The Grace superchips' GPUs (GH200 10de:2342 and 10de:2348, GB200 10de:2941): named by model
+ * where the build's pci.ids has them (Debian 13's does: test_kata_sku_grace), the fallback
+ * pci_10de_<device> where it does not (Debian 12's 2023.04.10): what docs/kata.md "Grace" says a
+ * node gets. */
+static void grace_ids(void **state)
+{
+	static const struct {
+		unsigned device;
+		const char *name;
+	} grace[] = {
+		{ 0x2342, "GH100_GH200_120GB_480GB" },
+		{ 0x2348, "GH100_GH200_144G_HBM3e" },
+		{ 0x2941, "GB100_HGX_GB200" },
+	};
+	char buf[KATA_SKU_NAME_MAX + 1], fallback[32];
+	(void)state;
+	for (size_t i = 0; i < sizeof(grace) / sizeof(grace[0]); i++) {
+		bool named = ids_file_has(0x10de, grace[i].device);
+		snprintf(fallback, sizeof(fallback), "pci_10de_%04x", grace[i].device);
+		assert_int_equal(kata_sku_name(0x10de, (uint16_t)grace[i].device, buf, sizeof(buf)), named ? 1 : 0);
+		assert_string_equal(buf, named ? grace[i].name : fallback);
+	}
+	if (strcmp(kata_sku_ids_version, "2023.04.10") == 0) /* Debian 12's: none of them */
+		assert_false(ids_file_has(0x10de, 0x2342) || ids_file_has(0x10de, 0x2348) || ids_file_has(0x10de, 0x2941));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_name_valid_and_unique),
 		cmocka_unit_test(round_trip),
 		cmocka_unit_test(documented_examples),
+		cmocka_unit_test(grace_ids),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -155,7 +155,8 @@ func TestKataSKUNaming(t *testing.T) {
 	// The start-up line lists every resource with its count, by device ID.
 	s.waitLogMsg(eventBound, "info", "resource naming", "naming=sku ",
 		`resources="nvidia.com/GA100_A100_NVSwitch=2 nvidia.com/GA100_A100_SXM4_40GB=2 `+
-			`nvidia.com/GA100_A100_PCIe_40GB_20b1=1 nvidia.com/GH100_H100_SXM5_80GB=3 nvidia.com/pci_10de_2f00=1"`)
+			`nvidia.com/GA100_A100_PCIe_40GB_20b1=1 nvidia.com/GH100_H100_SXM5_80GB=3 nvidia.com/pci_10de_2f00=1"`,
+		"not_in_pci_ids=10de:2f00")
 	for r, devs := range want {
 		s.waitLogMsg(eventBound, "info", "advertising", "resource="+r+" ", fmt.Sprintf("devices=%d", len(devs)))
 	}
@@ -319,4 +320,64 @@ func TestKataSKUFromIdle(t *testing.T) {
 		socks, _ := s.node.PluginSockets()
 		t.Errorf("plugin sockets %v, want the new model's only", socks)
 	}
+}
+
+// A Grace node: a GB200 compute tray's four Blackwell GPUs (10de:2941, one per PCI domain, two
+// per Grace CPU's NUMA node) beside a Grace Hopper superchip's GPU (10de:2342), the 3D
+// controllers the table's nvidia.com/gpu row matches. Table naming advertises them as
+// nvidia.com/gpu; sku naming with Debian 12's pci.ids (2023.04.10, older than these models)
+// gives each model the fallback name and the start-up line says which models pci.ids lacks
+// (docs/kata.md "Grace"). kata/tests/test_kata_sku_grace checks the names a newer pci.ids gives.
+var kataGraceNode = []kataEntry{
+	{0, GPU("0008:01:00.0", 0).Model(0x2941)},
+	{1, GPU("0009:01:00.0", 0).Model(0x2941)},
+	{2, GPU("0018:01:00.0", 1).Model(0x2941)},
+	{3, GPU("0019:01:00.0", 1).Model(0x2941)},
+	{4, GPU("0029:01:00.0", 2).Model(0x2342)},
+}
+
+func TestKataGrace(t *testing.T) {
+	t.Run("table", func(t *testing.T) {
+		s := newKata(t)
+		s.add(kataGraceNode...)
+		s.startDaemon()
+		want := kataExpect(kataGraceNode)
+		if len(want[KataGPU]) != 5 {
+			t.Fatalf("test bug: %v", want)
+		}
+		s.kataReady(want)
+		s.checkKataSpec(KataGPU, want[KataGPU])
+		a, err := s.k.Allocate(KataGPU, []string{"0", "3"})
+		if err != nil {
+			t.Fatalf("Allocate: %v", err)
+		}
+		checkKataAllocation(t, a.Response, KataGPU, []string{"0", "3"})
+	})
+	t.Run("sku", func(t *testing.T) {
+		s := newKata(t)
+		s.add(kataGraceNode...)
+		s.startDaemon(kataSKUEnv)
+		gb200, gh200 := "nvidia.com/pci_10de_2941", "nvidia.com/pci_10de_2342"
+		want := map[string][]kataDev{}
+		for _, e := range kataGraceNode {
+			r := gb200
+			if e.F.deviceID() == 0x2342 {
+				r = gh200
+			}
+			want[r] = append(want[r], kataDev{N: e.N, BDF: e.F.BDF, NUMA: e.F.NUMA})
+		}
+		want = kataNumber(want)
+		s.kataSKUReady(want, nil)
+		for r, devs := range want {
+			s.checkKataSpec(r, devs)
+		}
+		s.waitLogMsg(eventBound, "info", "resource naming", "naming=sku pci_ids=2023.04.10 ",
+			`resources="nvidia.com/pci_10de_2342=1 nvidia.com/pci_10de_2941=4"`,
+			`not_in_pci_ids="10de:2342 10de:2941"`)
+		a, err := s.k.Allocate(gb200, []string{"1", "2"})
+		if err != nil {
+			t.Fatalf("Allocate: %v", err)
+		}
+		checkKataAllocationKey(t, a.Response, gb200, "cdi.k8s.io/kata.sku-10de-2941_1", []string{"1", "2"})
+	})
 }
