@@ -13,7 +13,8 @@
  * binfmt_misc instance there (Linux 6.7 and later give each user namespace its own) and
  * registers qemu-aarch64-static for aarch64 ELF executables in it (flag F: the interpreter is
  * opened at once). The machine's binfmt_misc is not touched; the registration ends with the
- * namespace. A PROGRAM that is not an aarch64 ELF (unshare, in the PID-1 tests) is exec'd as it
+ * namespace (on an older kernel, tests/arm64/run.sh registers the rule in the machine's
+ * binfmt_misc for the run instead: --machine, below). A PROGRAM that is not an aarch64 ELF (unshare, in the PID-1 tests) is exec'd as it
  * is, and its arm64 child runs through that registration; the test's LD_PRELOAD (an arm64
  * library) is handed to that child through qemu's QEMU_SET_ENV instead of PROGRAM's loader.
  *
@@ -37,8 +38,9 @@
 #define BINFMT "/proc/sys/fs/binfmt_misc"
 /* ELF, 64-bit, little-endian, version 1, e_type ET_EXEC or ET_DYN (mask 0xfe), e_machine
  * EM_AARCH64 (183): as Debian's qemu-user-static registers it system-wide. */
+#define RULE_NAME "sdp-aarch64"
 #define RULE                                                                                   \
-	":sdp-aarch64:M::\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00"   \
+	":" RULE_NAME ":M::\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00"   \
 	"\\x02\\x00\\xb7\\x00:\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x00\\xff\\xff\\xff\\xff\\xff" \
 	"\\xff\\xff\\xff\\xfe\\xff\\xff\\xff:" QEMU ":F"
 
@@ -150,18 +152,40 @@ static int record_argv(char **argv)
 	return 0;
 }
 
+/* --machine register|unregister: the fallback of tests/arm64/run.sh on a kernel without a
+ * binfmt_misc per user namespace (before 6.7): the same rule in the machine's binfmt_misc
+ * (mounted there first if it is not), for the run only; run.sh removes it when it ends and
+ * sets SDP_QEMU_USER_BINFMT=machine, with which this program enters no namespace. */
+static int machine(const char *op)
+{
+	if (strcmp(op, "unregister") == 0)
+		return write_file(BINFMT "/" RULE_NAME, "-1") < 0 ? fail("remove " BINFMT "/" RULE_NAME) : 0;
+	if (strcmp(op, "register") != 0) {
+		fprintf(stderr, "usage: sdp-qemu-user --machine register|unregister\n");
+		return 2;
+	}
+	if (access(BINFMT "/register", W_OK) < 0 && mount("binfmt_misc", BINFMT, "binfmt_misc", 0, NULL) < 0)
+		return fail("mount the machine's binfmt_misc on " BINFMT);
+	return write_file(BINFMT "/register", RULE) < 0 ? fail("register " QEMU " in the machine's " BINFMT) : 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--machine") == 0)
+		return machine(argv[2]);
 	if (argc < 2) {
 		fprintf(stderr, "usage: sdp-qemu-user PROGRAM [ARGS...]\n");
 		return 2;
 	}
-	if (enter_namespaces() < 0)
-		return fail("a user and mount namespace of its own");
-	if (mount("sdp-binfmt", BINFMT, "binfmt_misc", 0, NULL) < 0)
-		return fail("mount binfmt_misc on " BINFMT " (Linux 6.7 or later mounts one per user namespace)");
-	if (write_file(BINFMT "/register", RULE) < 0)
-		return fail("register " QEMU " in " BINFMT "/register");
+	const char *where = getenv("SDP_QEMU_USER_BINFMT");
+	if (!where || strcmp(where, "machine") != 0) {
+		if (enter_namespaces() < 0)
+			return fail("a user and mount namespace of its own");
+		if (mount("sdp-binfmt", BINFMT, "binfmt_misc", 0, NULL) < 0)
+			return fail("mount binfmt_misc on " BINFMT " (Linux 6.7 or later mounts one per user namespace)");
+		if (write_file(BINFMT "/register", RULE) < 0)
+			return fail("register " QEMU " in " BINFMT "/register");
+	}
 	if (record_argv(argv + 1) < 0)
 		return fail("SDP_QEMU_STRACE_DIR");
 	if (is_aarch64(argv[1])) {

@@ -58,7 +58,7 @@ UNITS_EXCLUDED=" test_probe "
 #    namespace of its own (for its binfmt_misc instance), a copy that a later remount in the
 #    test's namespace does not reach.
 ARM64_EXCLUDED='^(TestSeccomp|TestPodShape|TestHyperlightCDIReadOnlyDir$|TestKataCDIReadOnlyPerResource$|TestRegistrationSocketFailureSaid$)'
-# Not in the glibc pass, whose system calls qemu records, but in the musl hyperlight pass below:
+# Run in a pass of their own, without qemu's system-call log (the other scenarios have it):
 #  TestHyperlightFdLimitHeldConnections: it lowers the daemon's RLIMIT_NOFILE to 48 and counts
 #    the process's fds; qemu's -strace log is one more fd of that process.
 RECORDED_EXCLUDED='^TestHyperlightFdLimitHeldConnections$'
@@ -85,12 +85,33 @@ record() { # NAME LOG EXIT PASSED FAILED [SKIPPED]
 	fi
 }
 
-echo "arm64 under $($qemu --version | head -1) (user-mode emulation, no binfmt_misc of the machine's)"
+echo "arm64 under $($qemu --version | head -1) (user-mode emulation)"
 echo "SDP_SECCOMP=off for every arm64 program: qemu-user refuses a guest's seccomp filter (docs/security.md)"
 if [ ! -x "$emu" ]; then
 	echo "no $emu: build the arm64 build first (make build ARCH=arm64)"
 	echo "0 passed, 1 failed"
 	exit 1
+fi
+
+# The exec'd arm64 programs reach qemu through binfmt_misc in sdp-qemu-user's user namespace
+# (Linux 6.7+). On an older kernel (Debian 12's own 6.1) that fails; then the same rule is
+# registered in the machine's binfmt_misc (root) for this run only, and removed when it ends.
+# SDP_ARM64_BINFMT=machine takes that path on any kernel (to test it).
+binfmt_log="$logdir/binfmt.log"
+if [ "${SDP_ARM64_BINFMT:-}" = machine ] || ! "$emu" /bin/true 2>"$binfmt_log"; then
+	[ -s "$binfmt_log" ] && echo "$(cat "$binfmt_log") (kernel $(uname -r))"
+	"$emu" --machine unregister 2>/dev/null # a run killed before its end left it
+	if "$emu" --machine register 2>>"$binfmt_log"; then
+		trap '"$emu" --machine unregister' EXIT
+		export SDP_QEMU_USER_BINFMT=machine
+		echo "binfmt_misc: qemu-aarch64-static registered as sdp-aarch64 in the machine's binfmt_misc for this run (removed at its end)"
+	else
+		record binfmt "$binfmt_log" 1 0 1
+		echo "0 passed, 1 failed"
+		exit 1
+	fi
+else
+	echo "binfmt_misc: sdp-qemu-user's own, in a user namespace (kernel $(uname -r))"
 fi
 
 start=$(date +%s)
@@ -139,58 +160,56 @@ run_go() {
 	[ "$rc" -ne 0 ] && grep -B2 -A30 -- '--- FAIL' "$out" | head -150
 }
 run_go grpc-conformance "$native/grpcpeer.test"
+# The scenario suite runs against the shipped arm64 daemons, the binaries the images hold
+# (scripts/build-static.sh --arch arm64: kata static, hyperlight on musl's libc.so): SDP_BUILD_DIR
+# is an overlay of the arm64 build whose kata-device-plugin, hyperlight-device-plugin and
+# tests/fakes/libhvshim.so are those (the node-label child is found beside the daemon: the musl
+# one). The glibc build's daemons run in the unit tests only.
+static="$src/build-static-arm64"
+"$src/scripts/build-static.sh" --arch arm64 "$static" >"$logdir/build-static-arm64.log" 2>&1
+rc=$?
+record build-static-arm64 "$logdir/build-static-arm64.log" $rc $((rc == 0)) 0
+overlay="$build/shipped-overlay"
+rm -rf "$overlay" "$build/musl-overlay"
+mkdir -p "$overlay/tests/fakes"
+for f in "$build"/*; do
+	case ${f##*/} in tests | shipped-overlay | hyperlight-device-plugin | kata-device-plugin) ;; *) ln -s "$f" "$overlay/" ;; esac
+done
+for f in "$build"/tests/*; do [ "${f##*/}" = fakes ] || ln -s "$f" "$overlay/tests/"; done
+for f in "$build"/tests/fakes/*; do [ "${f##*/}" = libhvshim.so ] || ln -s "$f" "$overlay/tests/fakes/"; done
+ln -s "$static/image-context-hyperlight/rootfs/hyperlight-device-plugin" "$overlay/"
+ln -s "$static/image-context-kata/kata-device-plugin" "$overlay/"
+ln -s "$static/musl-dynamic/libhvshim.so" "$overlay/tests/fakes/"
 all=$("$native/scenario.test" -test.list '.*' 2>"$logdir/scenario-list.log" | grep '^Test') || all=
 run=$(printf '%s\n' $all | grep -Ev "$ARM64_EXCLUDED" | grep -Ev "$RECORDED_EXCLUDED" | paste -sd'|')
+unrecorded=$(printf '%s\n' $all | grep -E "$RECORDED_EXCLUDED" | paste -sd'|')
 excluded=$(printf '%s\n' $all | grep -E "$ARM64_EXCLUDED" | tr '\n' ' ')
-if [ -z "$run" ]; then
-	echo "no scenario list from $native/scenario.test -test.list" >>"$logdir/scenario-list.log"
-	record scenario-list "$logdir/scenario-list.log" 1 0 1
+if [ $rc -ne 0 ] || [ -z "$run" ] || [ -z "$unrecorded" ]; then
+	echo "not run: scripts/build-static.sh --arch arm64 failed, or no scenario list from $native/scenario.test -test.list" >>"$logdir/scenario-list.log"
+	record scenarios "$logdir/scenario-list.log" 1 0 1
 else
 	echo "scenarios not run under qemu-user (reasons: tests/arm64/run.sh): $excluded"
-	echo "scenarios run in the musl pass only (reasons: tests/arm64/run.sh): $(printf '%s\n' $all | grep -E "$RECORDED_EXCLUDED" | tr '\n' ' ')"
+	echo "scenarios run without qemu's system-call log (reasons: tests/arm64/run.sh): ${unrecorded//|/ }"
 	# qemu logs every system call of the arm64 daemons (and of the programs they exec) here
 	strace_dir="$logdir/strace"
 	mkdir -p "$strace_dir"
-	SDP_QEMU_STRACE_DIR="$strace_dir" run_go scenarios unshare -m --propagation private \
+	SDP_BUILD_DIR="$overlay" SDP_QEMU_STRACE_DIR="$strace_dir" run_go scenarios unshare -m --propagation private \
 		"$native/scenario.test" -test.run "^($run)\$"
-	# Every call each daemon made under its filter, checked against the arm64 filter it builds
-	# (tests/arm64/strace_calls.py says which calls count; sdp-seccomp-check runs the filter).
+	SDP_BUILD_DIR="$overlay" run_go scenarios-unrecorded unshare -m --propagation private \
+		"$native/scenario.test" -test.run "^($unrecorded)\$"
+	# Every call each shipped daemon made under its filter, checked against the arm64 filter it
+	# builds (tests/arm64/strace_calls.py says which calls count; sdp-seccomp-check, built against
+	# musl as the shipped daemons are, runs the filter).
 	for d in hyperlight kata; do
 		out="$logdir/seccomp-arm64-$d.log"
 		calls="$logdir/seccomp-arm64-$d.calls"
 		"$src/tests/arm64/strace_calls.py" "$strace_dir/$d-device-plugin".* >"$calls" 2>"$out"
 		rc=$?
-		[ $rc -eq 0 ] && { "$qemu" "$build/tests/sdp-seccomp-check" "$d" <"$calls" >>"$out" 2>&1; rc=$?; }
+		[ $rc -eq 0 ] && { "$qemu" "$static/musl-dynamic/tests/sdp-seccomp-check" "$d" <"$calls" >>"$out" 2>&1; rc=$?; }
 		tail -1 "$out"
 		record "seccomp-arm64-$d" "$out" $rc $((rc == 0)) $((rc != 0))
 	done
 	rm -rf "$strace_dir" # hundreds of MB; the distinct calls stay in seccomp-arm64-*.calls
-fi
-# The shipped arm64 hyperlight (musl, scripts/build-static.sh --arch arm64) through the hyperlight,
-# label and fault scenarios, as tests/run.sh does for amd64: SDP_BUILD_DIR is an overlay of the
-# arm64 build whose hyperlight-device-plugin and tests/fakes/libhvshim.so are the musl ones (the
-# node-label child is found beside the daemon: the musl one).
-overlay="$build/musl-overlay"
-rm -rf "$overlay"
-mkdir -p "$overlay/tests/fakes"
-for f in "$build"/*; do
-	case ${f##*/} in tests | musl-overlay | hyperlight-device-plugin) ;; *) ln -s "$f" "$overlay/" ;; esac
-done
-for f in "$build"/tests/*; do [ "${f##*/}" = fakes ] || ln -s "$f" "$overlay/tests/"; done
-for f in "$build"/tests/fakes/*; do [ "${f##*/}" = libhvshim.so ] || ln -s "$f" "$overlay/tests/fakes/"; done
-static="$src/build-static-arm64"
-"$src/scripts/build-static.sh" --arch arm64 "$static" >"$logdir/build-static-arm64.log" 2>&1
-rc=$?
-record build-static-arm64 "$logdir/build-static-arm64.log" $rc $((rc == 0)) 0
-musl_run=$(printf '%s\n' $all | grep -E '^(TestHyperlight|TestLabels|TestFault)' | grep -Ev "$ARM64_EXCLUDED" | paste -sd'|')
-if [ $rc -eq 0 ] && [ -n "$musl_run" ]; then
-	ln -s "$static/image-context-hyperlight/rootfs/hyperlight-device-plugin" "$overlay/"
-	ln -s "$static/musl-dynamic/libhvshim.so" "$overlay/tests/fakes/"
-	SDP_BUILD_DIR="$overlay" run_go scenarios-musl-hyperlight unshare -m --propagation private \
-		"$native/scenario.test" -test.run "^($musl_run)\$"
-else
-	echo "not run: scripts/build-static.sh --arch arm64 failed or no scenario list" >"$logdir/scenarios-musl-hyperlight.log"
-	record scenarios-musl-hyperlight "$logdir/scenarios-musl-hyperlight.log" 1 0 1
 fi
 end=$(date +%s)
 echo "time: unit tests and corpus $((units_done - start)) s, grpc-go suites $((end - units_done)) s"
