@@ -122,6 +122,11 @@ func runKVM(podDaemon string) int {
 		r.step("seccomp-enforced", r.seccompEnforced)
 		r.step("allocate", r.allocateOK)
 		r.step("daemon-stop", r.stopDaemon)
+		// Nothing else refused: each daemon build in log mode (seccomp.go).
+		r.seccompLogSteps("seccomp-log", daemonPath, true)
+		if r.podDaemon != daemonPath {
+			r.seccompLogSteps("seccomp-log-pod-daemon", r.podDaemon, false)
+		}
 		// The pod layout (pod.go).
 		r.step("pod-start", r.podStart)
 		r.step("pod-registered", r.registered)
@@ -129,7 +134,7 @@ func runKVM(podDaemon string) int {
 		r.step("pod-healthy", func() string { return r.healthy(startBound) })
 		r.step("pod-probe-ran", r.podProbeRan)
 		r.step("pod-allocate", r.allocateOK)
-		r.step("pod-labelled", r.podLabelled)
+		r.step("pod-labelled", r.labelled)
 		r.step(n.podRemove, r.podUnload)
 		r.step("pod-unhealthy", r.podUnhealthy)
 		r.step(n.podRestore, r.podReload)
@@ -300,63 +305,11 @@ func (r *liveRun) startDaemon(uid int) string {
 	return r.startDaemonEnv(uid, daemonEnv())
 }
 
-// startSeccompDaemon starts a root daemon with tests/fakes/libscprobe.so preloaded: at its
-// first loop iteration (after it confined itself) it tries calls the filter must refuse.
-func (r *liveRun) startSeccompDaemon() string {
-	_ = os.Remove(scprobeOut)
-	s := r.startDaemonEnv(0, append(daemonEnv(), "LD_PRELOAD="+scprobeLib, "SCPROBE_OUT="+scprobeOut))
-	return s + ", " + scprobeLib + " preloaded"
-}
-
-// confinedWant is what the preloaded check's calls give in a confined daemon (no node
-// labelling: no inet socket either).
-var confinedWant = []string{"seccomp=2", "nnp=1", "execve=EPERM", "execveat=EPERM",
-	"socket_inet=EPERM", "socket_unix=ok", "clone3=ENOSYS"}
-
-// seccompEnforced: this kernel refused the calls (the daemon's filter, not a mode it logged),
-// and the probe helper ran under the filter (Healthy before, Allocate after).
-func (r *liveRun) seccompEnforced() string {
-	var line string
-	if !kubelet.Poll(eventBound, func() bool {
-		b, err := os.ReadFile(scprobeOut)
-		line = string(b)
-		return err == nil && strings.HasSuffix(line, "\n")
-	}) {
-		r.fail("no seccomp check result in %s within %v", scprobeOut, eventBound)
-	}
-	got := strings.Fields(line)
-	for _, w := range confinedWant {
-		if !contains(got, w) {
-			r.fail("the daemon's own calls: %s; want %s", strings.TrimSpace(line), strings.Join(confinedWant, " "))
-		}
-	}
-	return fmt.Sprintf("from inside the daemon: %s; log: %s", strings.TrimSpace(line), r.confined())
-}
-
-// confined: the daemon's "confined" line says enforce and its /proc status shows the filter.
-func (r *liveRun) confined() string {
-	line := r.waitLog(0, "msg=confined")
-	if !strings.Contains(line, "seccomp=enforce") {
-		r.fail("the daemon is not confined with seccomp=enforce: %s", line)
-	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.daemon().Pid()))
-	r.check(err)
-	if !strings.Contains(string(status), "\nSeccomp:\t2\n") {
-		r.fail("/proc/%d/status lacks \"Seccomp: 2\" (a filter)", r.daemon().Pid())
-	}
-	return "msg=confined seccomp=enforce, Seccomp: 2 in /proc/PID/status"
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func (r *liveRun) startDaemonEnv(uid int, env []string) string {
+	return r.startDaemonAt(daemonPath, uid, env)
+}
+
+func (r *liveRun) startDaemonAt(path string, uid int, env []string) string {
 	var d *kubelet.Daemon
 	var err error
 	r.nextReg = r.k.Registrations(resource) + 1
@@ -365,11 +318,11 @@ func (r *liveRun) startDaemonEnv(uid int, env []string) string {
 		r.prevEp = p.Endpoint
 	}
 	if uid == 0 {
-		d, err = kubelet.StartDaemon(daemonPath, env)
+		d, err = kubelet.StartDaemon(path, env)
 	} else {
 		self, e := os.Executable()
 		r.check(e)
-		d, err = kubelet.StartDaemon(self, env, "exec-as", fmt.Sprint(uid), fmt.Sprint(uid), daemonPath)
+		d, err = kubelet.StartDaemon(self, env, "exec-as", fmt.Sprint(uid), fmt.Sprint(uid), path)
 	}
 	r.check(err)
 	r.daemons = append(r.daemons, &started{d: d, uid: uid})

@@ -135,10 +135,15 @@ func dropPrivileges() error {
 // ---------------------------------------------------------------- the steps
 
 // podEnv: the manifest's environment, with NODE_NAME and the stub API server of the node
-// labels (the in-cluster KUBERNETES_SERVICE_* kubelet sets).
+// labels.
 func (r *liveRun) podEnv() []string {
-	return []string{"PATH=/bin:/usr/bin:/usr/local/bin", "NODE_NAME=" + podNodeName, "HOST_DEVICE_DIR=" + hostDevDir,
-		"DEVICE_COUNT=2000", "DEVICE_UID=65534", "DEVICE_GID=65534", "LOG_LEVEL=info",
+	return append([]string{"PATH=/bin:/usr/bin:/usr/local/bin", "HOST_DEVICE_DIR=" + hostDevDir,
+		"DEVICE_COUNT=2000", "DEVICE_UID=65534", "DEVICE_GID=65534", "LOG_LEVEL=info"}, r.labelEnv()...)
+}
+
+// labelEnv: NODE_NAME and the in-cluster KUBERNETES_SERVICE_* kubelet sets, naming the stub.
+func (r *liveRun) labelEnv() []string {
+	return []string{"NODE_NAME=" + podNodeName,
 		"KUBERNETES_SERVICE_HOST=" + r.api.Host, "KUBERNETES_SERVICE_PORT=" + r.api.PortString()}
 }
 
@@ -150,6 +155,9 @@ const (
 // startAPIStub serves the node labels' API (kubelet.APIStub: HTTPS on 127.0.0.1 with a CA of its
 // own) and mounts the pod's service account (token, the stub's CA) where kubelet would.
 func (r *liveRun) startAPIStub() {
+	if r.api != nil {
+		r.api.Close()
+	}
 	stub, err := kubelet.StartAPIStub(func(n int, q *kubelet.APIRequest) kubelet.APIAnswer {
 		return kubelet.APIAnswer{Status: 200, Body: `{"kind":"Node","apiVersion":"v1"}`}
 	})
@@ -158,9 +166,9 @@ func (r *liveRun) startAPIStub() {
 	r.check(kubelet.WriteServiceAccount("/", podSAToken, stub.CAPEM))
 }
 
-// podLabelled: the node-label child (exec'd by the daemon, confined by its own filter, over TLS
-// to the stub) patched the node's labels.
-func (r *liveRun) podLabelled() string {
+// labelled: the node-label child (exec'd by the daemon, confined by the filter it inherits, over
+// TLS to the stub) patched the node's labels.
+func (r *liveRun) labelled() string {
 	line := r.waitLog(0, `msg="node labelled"`)
 	reqs := r.api.Requests()
 	want := "/api/v1/nodes/" + podNodeName
