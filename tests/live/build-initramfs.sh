@@ -99,8 +99,9 @@ arm64)
 		kver=$(echo "$dep" | sed -n 's/^linux-image-\([^ ,]*\) (= \([^)]*\)).*/\2/p')
 	fi
 	bver=$(field busybox-static 2)
-	[ -n "$ver" ] && [ -n "$kver" ] && [ -n "$bver" ] ||
+	if [ -z "$ver" ] || [ -z "$kver" ] || [ -z "$bver" ]; then
 		die "apt knows no $kpkg:arm64 or busybox-static:arm64 (scripts/install-deps.sh arm64 adds the architecture; then apt-get update)"
+	fi
 	fetch "linux-image-$ver" "$kver" "./boot/vmlinuz-$ver" "./boot/config-$ver"
 	fetch busybox-static "$bver" ./bin/busybox
 	kernel="$pkg/boot/vmlinuz-$ver"

@@ -19,13 +19,13 @@ out="$build/live"
 case "$arch" in
 amd64)
 	name=test-live-kvm
-	qemu=qemu-system-x86_64
+	qemu="qemu-system-x86_64"
 	profile=live-kvm
 	boots="kvm"
 	;;
 arm64)
 	name=test-live-kvm-arm64
-	qemu=qemu-system-aarch64
+	qemu="qemu-system-aarch64"
 	profile=live-kvm-arm64
 	boots="kvm nokvm"
 	;;
