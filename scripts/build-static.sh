@@ -65,6 +65,10 @@ arm64)
 	exit 2
 	;;
 esac
+# Absolute: the compiler flags below name directories under it, and meson runs the compiler in
+# the build directory (a relative BUILD_DIR made every include path miss).
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 dyn=$out/musl-dynamic
 # Debian's nghttp2, protobuf-c, libseccomp and mbedtls headers live in /usr/include, next to
 # glibc's: musl-gcc sees only those of them, and the kernel's UAPI headers (linux/, asm/, which

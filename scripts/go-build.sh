@@ -1,7 +1,19 @@
 #!/bin/sh
 # Build the grpc-go side of the tests (mock kubelet, scenario tests, demo driver) in GOPATH
-# mode with Debian's grpc-go; no network. Usage: scripts/go-build.sh BUILD_DIR
+# mode with Debian's grpc-go; no network.
+#   scripts/go-build.sh BUILD_DIR
+#   scripts/go-build.sh --arch arm64 BUILD_DIR
+# --arch arm64: only the in-guest driver of make test-live-kvm-arm64 (live-kvm), cross-built
+# for aarch64 (GOARCH=arm64, CGO_ENABLED=0: a static binary), into BUILD_DIR (the arm64 build,
+# build-arm64); the other Go programs run on the host and stay amd64 (make test-arm64 takes
+# them from the native build).
 set -eu
+arch=""
+if [ "${1:-}" = --arch ]; then
+	arch=${2:-}
+	shift 2 || { echo "go-build: --arch needs a value (arm64)" >&2; exit 2; }
+	[ "$arch" = arm64 ] || { echo "go-build: --arch $arch: want arm64" >&2; exit 2; }
+fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=$(cd "$1" && pwd)
 gp="$out/gopath"
@@ -9,6 +21,10 @@ mkdir -p "$gp/src/sdp/v1beta1"
 ln -sfn "$src/tests/kubelet" "$gp/src/sdp/kubelet"
 protoc --go_out=plugins=grpc:"$gp/src/sdp/v1beta1" -I"$src/proto" "$src/proto/api.proto"
 export GOPATH="$gp:/usr/share/gocode" GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" GOPROXY=off
+if [ -n "$arch" ]; then
+	GOARCH=$arch CGO_ENABLED=0 go build -o "$out/live-kvm" sdp/kubelet/cmd/live-kvm
+	exit 0
+fi
 go build -o "$out/mock-kubelet" sdp/kubelet/cmd/mock-kubelet
 go build -o "$out/sdp-demo" sdp/kubelet/cmd/demo
 go build -o "$out/sdp-startup" sdp/kubelet/cmd/startup

@@ -6,7 +6,11 @@
 # table, and Node.js with npm for the manifest checks: npm is looked for with `command -v`, so a
 # Node.js from elsewhere, e.g. NodeSource's, which bundles npm, is used as it is).
 # Profile live-kvm: what `make test-live-kvm` adds (QEMU, Debian's kernel and modules,
-# busybox-static and cpio for the guest's initramfs).
+# busybox-static and cpio for the guest's initramfs, readelf).
+# Profile live-kvm-arm64: what `make test-live-kvm-arm64` adds to arm64: qemu-system-arm (its
+# qemu-system-aarch64), cpio, readelf. The guest's own packages, linux-image-<version>-arm64
+# and busybox-static:arm64, are not installed: tests/live/build-initramfs.sh fetches them with
+# apt-get download and unpacks them into the build directory.
 # Profile live-iommufd: what `make test-live-vfio-iommufd` adds to live-kvm: the kernel build
 # tools (bc, bison, flex, libelf-dev, libssl-dev, xz-utils, binutils) for the small guest kernel
 # built from linux-source-6.12 (bookworm-backports, fetched through a private apt list by
@@ -35,7 +39,8 @@ golang-go golang-google-grpc-dev golang-goprotobuf-dev golang-github-fsnotify-fs
 need_npm=0
 case "${1:-}" in
 "") need_npm=1 ;;
-live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio" ;;
+live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio binutils" ;;
+live-kvm-arm64) PKGS="qemu-system-arm qemu-user-static cpio binutils" ;;
 live-iommufd) PKGS="qemu-system-x86 busybox-static cpio bc bison flex libelf-dev libssl-dev xz-utils binutils" ;;
 lint) PKGS="clang-tidy cppcheck" ;;
 runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
@@ -43,7 +48,7 @@ static) PKGS="musl-tools" ;;
 arm64) PKGS="gcc-aarch64-linux-gnu libc6-dev:arm64 libnghttp2-dev:arm64 libprotobuf-c-dev:arm64 \
 libseccomp-dev:arm64 libmbedtls-dev:arm64 libcmocka-dev:arm64 musl-dev:arm64 qemu-user-static" ;;
 *)
-	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-iommufd, lint, runtime, static, arm64)" >&2
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-kvm-arm64, live-iommufd, lint, runtime, static, arm64)" >&2
 	exit 2
 	;;
 esac

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -24,6 +25,8 @@ const (
 	cdiPath     = cdiDir + "/" + kubelet.HyperlightCDIFile
 	kvmPath     = "/dev/kvm"
 	modulesDir  = "/lib/modules"
+	scprobeLib  = "/usr/local/lib/libscprobe.so" // tests/fakes/scprobe.c
+	scprobeOut  = "/tmp/scprobe.out"
 	cdiRWView   = "/tmp/cdi-rw" // a read-write bind mount of the CDI directory
 	nobody      = 65534
 	deviceCount = 2000 // the daemon's default DEVICE_COUNT
@@ -31,11 +34,12 @@ const (
 )
 
 // Bounds. Generous where the guest is slow (every check starts a probe helper under
-// QEMU's software emulation); the 1 s bound of the kvm_amd unload is the requirement itself.
+// QEMU's software emulation); the 1 s bound of the kvm_amd unload (arm64: the node's removal)
+// is the requirement itself.
 const (
 	startBound    = 30 * time.Second // daemon start to registered and Healthy
 	eventBound    = 5 * time.Second  // an inotify-driven change reaching the stream
-	unloadBound   = 1 * time.Second  // rmmod kvm_amd -> Unhealthy
+	unloadBound   = 1 * time.Second  // rmmod kvm_amd (arm64: rm /dev/kvm) -> Unhealthy
 	periodicBound = 40 * time.Second // a change the daemon only sees at its 30 s periodic check
 	stopBound     = 10 * time.Second
 )
@@ -51,32 +55,40 @@ type liveRun struct {
 	nextReg int    // the registration count the daemon started last brings
 	prevEp  string // the endpoint registered before it
 	kvmEv   *uevents
+	kvmNode unix.Stat_t // arm64: the node's /dev/kvm before its removal (arch.go)
 
 	// the pod layout (pod.go)
-	podT0       time.Time // the pod daemon's start
-	unloadStart time.Time // rmmod kvm_amd started (its successful attempt)
-	unloaded    time.Time // and returned
-	unloadMark  int       // the pod daemon's log lines before it
+	podDaemon   string           // the daemon the pod runs (arm64: the image's musl build)
+	api         *kubelet.APIStub // the node labels' API server
+	podT0       time.Time        // the pod daemon's start
+	unloadStart time.Time        // rmmod kvm_amd (arm64: rm /dev/kvm) started (its successful attempt)
+	unloaded    time.Time        // and returned
+	unloadWhat  string           // what it did
+	unloadMark  int              // the pod daemon's log lines before it
 }
 
 // probeResult is the probe's own result on success, logged by the daemon at info.
 const probeResult = `probe="KVM API version 12, VM created"`
 
-func runKVM() int {
-	r := &liveRun{kdir: kubeletDir, cdi: cdiPath, cdiName: kubelet.HyperlightCDIName}
+func newLiveRun(podDaemon string) *liveRun {
+	return &liveRun{kdir: kubeletDir, cdi: cdiPath, cdiName: kubelet.HyperlightCDIName, podDaemon: podDaemon}
+}
+
+func runKVM(podDaemon string) int {
+	r := newLiveRun(podDaemon)
+	n := thisNode
 	return r.run(func() {
 		r.step("preflight", r.preflight)
 		r.step("foreign-files", r.foreignFiles)
 		r.step("mock-kubelet", r.startKubelet)
 		r.step("daemon-start", func() string { return r.startDaemon(0) })
-		r.step("registered", r.registered)
-		r.step("healthy", func() string { return r.healthy(startBound) })
+		r.registeredHealthy()
 		r.step("probe-ran", r.probeRan)
 		r.step("cdi-spec", r.cdiSpec)
 		r.step("allocate", r.allocateOK)
-		r.step("rmmod-kvm_amd", r.unloadKVM)
-		r.step("allocate-unloaded", func() string { return r.allocateUnavailable("") })
-		r.step("insmod-kvm-amd", r.reloadKVM)
+		r.step(n.remove, r.unloadKVM)
+		r.step("allocate-"+n.gone, func() string { return r.allocateUnavailable("") })
+		r.step(n.restore, r.reloadKVM)
 		r.step("allocate", r.allocateOK)
 		r.step("cdi-deleted", r.cdiDeleted)
 		r.step("allocate", r.allocateOK)
@@ -92,20 +104,29 @@ func runKVM() int {
 		r.step("eacces-setup", r.eaccesSetup)
 		r.step("daemon-start", func() string { return r.startDaemon(nobody) })
 		r.step("registered", r.registered)
-		r.step("eacces-unhealthy", r.eaccesUnhealthy)
-		r.step("allocate-eacces", func() string { return r.allocateUnavailable("EACCES opening " + kvmPath) })
+		r.unusable("eacces", "EACCES opening "+kvmPath)
 		r.step("eacces-fixed", r.eaccesFixed)
 		r.step("allocate", r.allocateOK)
 		r.step("daemon-stop", r.stopDaemon)
 		r.step("eacces-restore", r.eaccesRestore)
 		r.step("daemon-start", func() string { return r.startDaemon(0) })
-		r.step("registered", r.registered)
-		r.step("healthy", func() string { return r.healthy(startBound) })
+		r.registeredHealthy()
 		r.step("allocate", r.allocateOK)
 		r.step("kubelet-restart", r.kubeletRestart)
 		r.step("allocate", r.allocateOK)
 		r.step("cdi-dir-untouched", r.untouched)
 		r.step("daemon-stop", r.stopDaemon)
+		// The filter enforced by this kernel: refused calls from inside a running daemon.
+		r.step("seccomp-start", r.startSeccompDaemon)
+		r.registeredHealthy()
+		r.step("seccomp-enforced", r.seccompEnforced)
+		r.step("allocate", r.allocateOK)
+		r.step("daemon-stop", r.stopDaemon)
+		// Nothing else refused: each daemon build in log mode (seccomp.go).
+		r.seccompLogSteps("seccomp-log", daemonPath, true)
+		if r.podDaemon != daemonPath {
+			r.seccompLogSteps("seccomp-log-pod-daemon", r.podDaemon, false)
+		}
 		// The pod layout (pod.go).
 		r.step("pod-start", r.podStart)
 		r.step("pod-registered", r.registered)
@@ -113,9 +134,10 @@ func runKVM() int {
 		r.step("pod-healthy", func() string { return r.healthy(startBound) })
 		r.step("pod-probe-ran", r.podProbeRan)
 		r.step("pod-allocate", r.allocateOK)
-		r.step("pod-rmmod", r.podUnload)
+		r.step("pod-labelled", r.labelled)
+		r.step(n.podRemove, r.podUnload)
 		r.step("pod-unhealthy", r.podUnhealthy)
-		r.step("pod-insmod", r.podReload)
+		r.step(n.podRestore, r.podReload)
 		r.step("pod-allocate", r.allocateOK)
 		r.step("pod-log", r.podLogChecked)
 		r.step("sigterm", r.sigterm)
@@ -124,6 +146,28 @@ func runKVM() int {
 }
 
 func (r *liveRun) daemon() *kubelet.Daemon { return r.daemons[len(r.daemons)-1].d }
+
+// registeredHealthy: the daemon started last registers and every device turns Healthy.
+func (r *liveRun) registeredHealthy() {
+	r.step("registered", r.registered)
+	r.step("healthy", func() string { return r.healthy(startBound) })
+}
+
+// unusable: every device turns Unhealthy with reason, and Allocate is refused naming it
+// (steps NAME-unhealthy, allocate-NAME).
+func (r *liveRun) unusable(name, reason string) {
+	r.step(name+"-unhealthy", func() string { return r.unhealthyFor(reason) })
+	r.step("allocate-"+name, func() string { return r.allocateUnavailable(reason) })
+}
+
+func (r *liveRun) unhealthyFor(reason string) string {
+	r.waitHealth(kubelet.Unhealthy, time.Now(), startBound)
+	line := r.waitLog(0, "device unusable")
+	if !strings.Contains(line, `reason="`+reason+`"`) {
+		r.fail("the daemon's reason is not %s: %s", reason, line)
+	}
+	return "every device Unhealthy; log: " + reasonOf(line)
+}
 
 func (r *liveRun) preflight() string {
 	maj, min, err := charDev(kvmPath)
@@ -159,7 +203,7 @@ func (r *liveRun) preflight() string {
 	if _, ok := os.LookupEnv("SDP_TEST_ROOT"); ok {
 		r.fail("SDP_TEST_ROOT is set: the guest is the node, the daemon must use the real paths")
 	}
-	return fmt.Sprintf("%s is a character device %d:%d; %s", kvmPath, maj, min, msg)
+	return fmt.Sprintf("%s is a character device %d:%d; %s%s", kvmPath, maj, min, msg, thisNode.preflight(r))
 }
 
 // probeRan: the daemon's probe helper really ran the ioctls. Its own result is in the log, and
@@ -258,6 +302,14 @@ func daemonEnv() []string {
 
 // startDaemon starts the daemon as root, or through the exec-as trampoline as uid.
 func (r *liveRun) startDaemon(uid int) string {
+	return r.startDaemonEnv(uid, daemonEnv())
+}
+
+func (r *liveRun) startDaemonEnv(uid int, env []string) string {
+	return r.startDaemonAt(daemonPath, uid, env)
+}
+
+func (r *liveRun) startDaemonAt(path string, uid int, env []string) string {
 	var d *kubelet.Daemon
 	var err error
 	r.nextReg = r.k.Registrations(resource) + 1
@@ -266,11 +318,11 @@ func (r *liveRun) startDaemon(uid int) string {
 		r.prevEp = p.Endpoint
 	}
 	if uid == 0 {
-		d, err = kubelet.StartDaemon(daemonPath, daemonEnv())
+		d, err = kubelet.StartDaemon(path, env)
 	} else {
 		self, e := os.Executable()
 		r.check(e)
-		d, err = kubelet.StartDaemon(self, daemonEnv(), "exec-as", fmt.Sprint(uid), fmt.Sprint(uid), daemonPath)
+		d, err = kubelet.StartDaemon(self, env, "exec-as", fmt.Sprint(uid), fmt.Sprint(uid), path)
 	}
 	r.check(err)
 	r.daemons = append(r.daemons, &started{d: d, uid: uid})
@@ -383,22 +435,10 @@ func (r *liveRun) cdiSpec() string {
 	return fmt.Sprintf("%s: %d bytes, cdiVersion %s, kind %s, device %s", cdiPath, len(b), spec.CDIVersion, spec.Kind, spec.Devices[0].Name)
 }
 
-// unloadKVM unloads kvm_amd and requires every device Unhealthy within 1 s of rmmod's return.
+// unloadKVM takes the node's KVM away (arch.go: rmmod kvm_amd; arm64 rm /dev/kvm) and requires
+// every device Unhealthy within 1 s of the action's return.
 func (r *liveRun) unloadKVM() string {
-	var err error
-	var start, returned time.Time
-	// A probe in flight holds /dev/kvm open (kvm_amd in use): retry, bounded.
-	if !kubelet.Poll(eventBound, func() bool {
-		start = time.Now()
-		err = command("rmmod", "kvm_amd")
-		returned = time.Now()
-		return err == nil
-	}) {
-		r.fail("%v", err)
-	}
-	if moduleLoaded("kvm_amd") {
-		r.fail("kvm_amd still loaded after rmmod")
-	}
+	start, returned, what := thisNode.take(r, false)
 	node := "/dev/kvm still present"
 	if !exists(kvmPath) {
 		node = "/dev/kvm removed"
@@ -406,26 +446,26 @@ func (r *liveRun) unloadKVM() string {
 	at := r.waitHealth(kubelet.Unhealthy, start, unloadBound)
 	lat := at.Sub(returned)
 	if lat > unloadBound {
-		r.fail("Unhealthy %s after rmmod returned, bound %v", ms(lat), unloadBound)
+		r.fail("Unhealthy %s after %s returned, bound %v", ms(lat), what, unloadBound)
 	}
-	when := fmt.Sprintf("%s after rmmod returned", ms(lat))
+	when := fmt.Sprintf("%s after it returned", ms(lat))
 	if lat < 0 {
-		when = fmt.Sprintf("%s before rmmod returned", ms(-lat))
+		when = fmt.Sprintf("%s before it returned", ms(-lat))
 	}
-	return fmt.Sprintf("rmmod took %s, %s; every device Unhealthy %s (bound %v)",
-		ms(returned.Sub(start)), node, when, unloadBound)
+	return fmt.Sprintf("%s took %s, %s%s; every device Unhealthy %s (bound %v)",
+		what, ms(returned.Sub(start)), node, thisNode.stays, when, unloadBound)
 }
 
 func (r *liveRun) reloadKVM() string {
 	start := time.Now()
-	r.check(command("insmod", filepath.Join(modulesDir, "kvm-amd.ko")))
+	what := thisNode.give(r, false)
 	returned := time.Now()
 	if _, _, err := charDev(kvmPath); err != nil {
-		r.fail("after insmod: %v", err)
+		r.fail("after %s: %v", what, err)
 	}
 	at := r.waitHealth(kubelet.Healthy, start, eventBound)
-	return fmt.Sprintf("insmod took %s, /dev/kvm back; every device Healthy %s after insmod returned",
-		ms(returned.Sub(start)), ms(at.Sub(returned)))
+	return fmt.Sprintf("%s took %s, /dev/kvm back; every device Healthy %s after it returned",
+		what, ms(returned.Sub(start)), ms(at.Sub(returned)))
 }
 
 // waitCanon waits until the CDI file holds the canonical bytes again.
@@ -560,16 +600,6 @@ func (r *liveRun) eaccesSetup() string {
 	return fmt.Sprintf("%s 0600 root:root; %s, kubelet.sock and %s owned by %d", kvmPath, kubeletDir, cdiDir, nobody)
 }
 
-func (r *liveRun) eaccesUnhealthy() string {
-	start := time.Now()
-	r.waitHealth(kubelet.Unhealthy, start, startBound)
-	line := r.waitLog(0, "device unusable")
-	if !strings.Contains(line, "reason=\"EACCES opening "+kvmPath+"\"") {
-		r.fail("the daemon's reason is not EACCES opening %s: %s", kvmPath, line)
-	}
-	return "every device Unhealthy; log: " + reasonOf(line)
-}
-
 // eaccesFixed removes the fault while the daemon runs: the node's mode change is an inotify
 // event on /dev.
 func (r *liveRun) eaccesFixed() string {
@@ -635,5 +665,8 @@ func sorted(s []string) []string {
 func (r *liveRun) sigterm() string {
 	s := r.stopDaemon()
 	r.k.Stop()
+	if r.api != nil {
+		r.api.Close()
+	}
 	return s
 }

@@ -1,9 +1,15 @@
-// Command live-kvm is the test driver of `make test-live-kvm`. It runs inside a QEMU guest
-// (tests/live) whose /dev/kvm is a real KVM: Debian's kvm and kvm-amd modules on QEMU's
-// emulated EPYC CPU with SVM. The guest is the node: the daemon runs without SDP_TEST_ROOT on
-// the real /dev, /var/lib/kubelet/device-plugins and /var/run/cdi, against the mock kubelet of
-// package sdp/kubelet running in this process. Each step prints one transcript line with its
-// timing; any failed step prints the logs and exits 1. Every wait is a bounded poll.
+// Command live-kvm is the test driver of `make test-live-kvm` and `make test-live-kvm-arm64`. It
+// runs inside a QEMU guest (tests/live) whose /dev/kvm is a real KVM: on amd64 Debian's kvm and
+// kvm-amd modules on QEMU's emulated EPYC CPU with SVM, on arm64 the KVM built into Debian's
+// arm64 kernel, booted at EL2 of QEMU's emulated virt machine. The guest is the node: the
+// daemon runs without SDP_TEST_ROOT on the real /dev, /var/lib/kubelet/device-plugins and
+// /var/run/cdi, against the mock kubelet of package sdp/kubelet running in this process. Each
+// step prints one transcript line with its timing; any failed step prints the logs and exits 1.
+// Every wait is a bounded poll. -pod-daemon names the daemon the pod layout runs (default: the
+// same daemon; on arm64 the image's musl build).
+//
+// With -no-kvm it runs the steps of a guest whose kernel has no KVM (nokvm.go: the second boot
+// of make test-live-kvm-arm64, at EL1).
 //
 // With -mshv it instead runs the short live check of `make test-live-mshv` on an MSHV host
 // (see mshv.go).
@@ -150,10 +156,12 @@ func main() {
 		os.Exit(podExec(os.Args[2:]))
 	}
 	mshv := flag.Bool("mshv", false, "run the MSHV live check on this host (needs /dev/mshv and root)")
+	noKVM := flag.Bool("no-kvm", false, "run the steps of a guest kernel without KVM")
+	podDaemon := flag.String("pod-daemon", daemonPath, "the daemon the pod layout runs")
 	build := flag.String("build", "", "with -mshv: the build directory holding "+kubelet.HyperlightBinary)
 	flag.Parse()
 	if flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: live-kvm [-mshv -build BUILD_DIR]")
+		fmt.Fprintln(os.Stderr, "usage: live-kvm [-no-kvm] [-pod-daemon PATH] | -mshv -build BUILD_DIR")
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {
@@ -163,5 +171,8 @@ func main() {
 	if *mshv {
 		os.Exit(runMSHV(*build))
 	}
-	os.Exit(runKVM())
+	if *noKVM {
+		os.Exit(runNoKVM(*podDaemon))
+	}
+	os.Exit(runKVM(*podDaemon))
 }

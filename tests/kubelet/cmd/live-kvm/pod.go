@@ -6,12 +6,12 @@ package main
 // the node's real /dev is bind-mounted read-only at /host-dev (HOST_DEVICE_DIR=/host-dev); the
 // kubelet and CDI directories are the node's (hostPath volumes); the root file system is
 // read-only; uid 0 with no capability and no_new_privs. The guest kernel is the host's: rmmod
-// on it removes the node's /dev/kvm (seen at /host-dev/kvm) while the pod's copy stays.
+// on it (arm64: rm of the node, arch.go) removes the node's /dev/kvm (seen at /host-dev/kvm)
+// while the pod's copy stays.
 
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -134,9 +134,49 @@ func dropPrivileges() error {
 
 // ---------------------------------------------------------------- the steps
 
-func podEnv() []string {
-	return []string{"PATH=/bin:/usr/bin:/usr/local/bin", "HOST_DEVICE_DIR=" + hostDevDir,
-		"DEVICE_COUNT=2000", "DEVICE_UID=65534", "DEVICE_GID=65534", "LOG_LEVEL=info"}
+// podEnv: the manifest's environment, with NODE_NAME and the stub API server of the node
+// labels.
+func (r *liveRun) podEnv() []string {
+	return append([]string{"PATH=/bin:/usr/bin:/usr/local/bin", "HOST_DEVICE_DIR=" + hostDevDir,
+		"DEVICE_COUNT=2000", "DEVICE_UID=65534", "DEVICE_GID=65534", "LOG_LEVEL=info"}, r.labelEnv()...)
+}
+
+// labelEnv: NODE_NAME and the in-cluster KUBERNETES_SERVICE_* kubelet sets, naming the stub.
+func (r *liveRun) labelEnv() []string {
+	return []string{"NODE_NAME=" + podNodeName,
+		"KUBERNETES_SERVICE_HOST=" + r.api.Host, "KUBERNETES_SERVICE_PORT=" + r.api.PortString()}
+}
+
+const (
+	podNodeName = "live-kvm-node"
+	podSAToken  = "live-kvm-token"
+)
+
+// startAPIStub serves the node labels' API (kubelet.APIStub: HTTPS on 127.0.0.1 with a CA of its
+// own) and mounts the pod's service account (token, the stub's CA) where kubelet would.
+func (r *liveRun) startAPIStub() {
+	if r.api != nil {
+		r.api.Close()
+	}
+	stub, err := kubelet.StartAPIStub(func(n int, q *kubelet.APIRequest) kubelet.APIAnswer {
+		return kubelet.APIAnswer{Status: 200, Body: `{"kind":"Node","apiVersion":"v1"}`}
+	})
+	r.check(err)
+	r.api = stub
+	r.check(kubelet.WriteServiceAccount("/", podSAToken, stub.CAPEM))
+}
+
+// labelled: the node-label child (exec'd by the daemon, confined by the filter it inherits, over
+// TLS to the stub) patched the node's labels.
+func (r *liveRun) labelled() string {
+	line := r.waitLog(0, `msg="node labelled"`)
+	reqs := r.api.Requests()
+	want := "/api/v1/nodes/" + podNodeName
+	if len(reqs) == 0 || reqs[0].Method != "PATCH" || reqs[0].Path != want || reqs[0].Status != 200 ||
+		reqs[0].Authorization != "Bearer "+podSAToken || !strings.Contains(string(reqs[0].Body), `"hyperlight.dev/hypervisor":"kvm"`) {
+		r.fail("the stub API server's requests %+v, want a PATCH %s with the token and the hypervisor label, answered 200", reqs, want)
+	}
+	return fmt.Sprintf("PATCH %s %s (answered 200); log: %s", want, reqs[0].Body, line[strings.Index(line, "msg="):])
 }
 
 func (r *liveRun) podStart() string {
@@ -147,11 +187,13 @@ func (r *liveRun) podStart() string {
 	}
 	self, err := os.Executable()
 	r.check(err)
+	r.startAPIStub()
 	r.podT0 = time.Now()
-	d, err := kubelet.StartDaemon(self, podEnv(), "pod-exec", daemonPath)
+	d, err := kubelet.StartDaemon(self, r.podEnv(), "pod-exec", r.podDaemon)
 	r.check(err)
 	r.daemons = append(r.daemons, &started{d: d, uid: 0})
-	return fmt.Sprintf("pid %d through pod-exec, HOST_DEVICE_DIR=%s, LOG_LEVEL=info (the manifest's environment)", d.Pid(), hostDevDir)
+	return fmt.Sprintf("%s pid %d through pod-exec, NODE_NAME=%s, HOST_DEVICE_DIR=%s, LOG_LEVEL=info (the manifest's environment), the API server a stub at %s",
+		r.podDaemon, d.Pid(), podNodeName, hostDevDir, r.api.Addr())
 }
 
 // proc is a path inside the pod daemon's view (its root, in its mount namespace).
@@ -164,8 +206,8 @@ func (r *liveRun) podLayoutChecked() string {
 	pid := r.daemon().Pid()
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	r.check(err)
-	if exe != daemonPath {
-		r.fail("pid %d runs %s, want %s", pid, exe, daemonPath)
+	if exe != r.podDaemon {
+		r.fail("pid %d runs %s, want %s", pid, exe, r.podDaemon)
 	}
 	mounts, err := topMounts(pid)
 	r.check(err)
@@ -199,8 +241,8 @@ func (r *liveRun) podLayoutChecked() string {
 			r.fail("pid %d status lacks %q:\n%s", pid, f, status)
 		}
 	}
-	return fmt.Sprintf("mounts: %s; /dev/kvm a copy %d:%d %v; no capabilities, no_new_privs",
-		strings.Join(seen, ", "), unix.Major(cs.Rdev), unix.Minor(cs.Rdev), copyNode.Mode().Perm())
+	return fmt.Sprintf("mounts: %s; /dev/kvm a copy %d:%d %v; no capabilities, no_new_privs; %s",
+		strings.Join(seen, ", "), unix.Major(cs.Rdev), unix.Minor(cs.Rdev), copyNode.Mode().Perm(), r.confined())
 }
 
 type mountEntry struct{ fstype, opts string }
@@ -233,40 +275,30 @@ func hasOpt(opts, o string) bool {
 	return false
 }
 
-// podUnload unloads kvm_amd and kvm from the guest kernel (the host of the pod).
+// podUnload takes KVM away from the guest kernel, the pod's host (arch.go: rmmod kvm_amd kvm;
+// arm64 rm /dev/kvm).
 func (r *liveRun) podUnload() string {
-	var start, first time.Time
 	r.unloadMark = len(r.daemon().Stderr.Lines())
-	for _, m := range []string{"kvm_amd", "kvm"} {
-		var err error
-		// A probe in flight holds /dev/kvm open (the module in use): retry, bounded.
-		if !kubelet.Poll(eventBound, func() bool {
-			start = time.Now()
-			err = command("rmmod", m)
-			return err == nil
-		}) {
-			r.fail("%v", err)
-		}
-		if r.unloaded.IsZero() {
-			// kvm_amd's unload removes the node's /dev/kvm
-			r.unloadStart, r.unloaded, first = start, time.Now(), start
-		}
-		if moduleLoaded(m) {
-			r.fail("%s still loaded after rmmod", m)
-		}
-	}
+	start, returned, what := thisNode.take(r, true)
+	r.unloadStart, r.unloaded, r.unloadWhat = start, returned, what
 	if exists(kvmPath) || exists(r.proc(hostDevDir+"/kvm")) {
 		r.fail("the node's /dev/kvm (or the pod's view of it at %s/kvm) is still there", hostDevDir)
 	}
 	if !exists(r.proc(kvmPath)) {
 		r.fail("the pod's copy of /dev/kvm is gone; it should stay (a tmpfs node)")
 	}
-	_, err := os.OpenFile(r.proc(kvmPath), os.O_RDWR, 0)
+	f, err := os.OpenFile(r.proc(kvmPath), os.O_RDWR, 0)
+	open := "ok"
 	if err == nil {
-		r.fail("the pod's copy of /dev/kvm still opens after rmmod")
+		f.Close()
+	} else {
+		open = errnoName(err)
 	}
-	return fmt.Sprintf("rmmod kvm_amd kvm in %s: the node's /dev/kvm and the pod's %s/kvm gone, the pod's copy stays (open: %v)",
-		ms(time.Since(first)), hostDevDir, errnoName(err))
+	if thisNode.copyOpens != (err == nil) {
+		r.fail("after %s the pod's copy of /dev/kvm opens: %s, want it to open: %v", what, open, thisNode.copyOpens)
+	}
+	return fmt.Sprintf("%s in %s%s: the node's /dev/kvm and the pod's %s/kvm gone, the pod's copy stays (open: %s)",
+		what, ms(time.Since(start)), thisNode.stays, hostDevDir, open)
 }
 
 func errnoName(err error) string {
@@ -294,22 +326,20 @@ func (r *liveRun) podUnhealthy() string {
 	if lat < 0 {
 		when = ms(-lat) + " before"
 	}
-	return fmt.Sprintf("every device Unhealthy %s rmmod kvm_amd returned (bound %v, not asserted; %s); log: %s",
-		when, podBound, path, reasonOf(line))
+	return fmt.Sprintf("every device Unhealthy %s %s returned (bound %v, not asserted; %s); log: %s",
+		when, thisNode.removes, podBound, path, reasonOf(line))
 }
 
 func (r *liveRun) podReload() string {
 	start := time.Now()
-	for _, m := range []string{"kvm", "kvm-amd"} {
-		r.check(command("insmod", filepath.Join(modulesDir, m+".ko")))
-	}
+	what := thisNode.give(r, true)
 	returned := time.Now()
 	if _, _, err := charDev(r.proc(hostDevDir + "/kvm")); err != nil {
-		r.fail("after insmod, in the pod: %v", err)
+		r.fail("after %s, in the pod: %v", what, err)
 	}
 	at := r.waitHealth(kubelet.Healthy, start, podBound)
-	return fmt.Sprintf("insmod kvm kvm-amd in %s, %s/kvm back; every device Healthy %s after insmod returned",
-		ms(returned.Sub(start)), hostDevDir, ms(at.Sub(returned)))
+	return fmt.Sprintf("%s in %s, %s/kvm back; every device Healthy %s after it returned",
+		what, ms(returned.Sub(start)), hostDevDir, ms(at.Sub(returned)))
 }
 
 // podLogChecked: the probe's result reached the log at info, once per change of verdict.
@@ -329,7 +359,7 @@ func (r *liveRun) podLogChecked() string {
 	// Once per change of verdict: the periodic checks in between log nothing. (The unusable
 	// reason may change while the modules go and come back: each distinct reason is a line.)
 	if usable != 2 || unusable < 1 {
-		r.fail("\"device usable\" logged %d times and \"device unusable\" %d times, want 2 (start, reload) and at least 1 (rmmod)", usable, unusable)
+		r.fail("\"device usable\" logged %d times and \"device unusable\" %d times, want 2 (start, reload) and at least 1 (%s)", usable, unusable, r.unloadWhat)
 	}
 	return fmt.Sprintf("%s twice (start, reload) at info, \"device unusable\" %d time(s), over %s",
 		probeResult, unusable, ms(time.Since(r.podT0)))
