@@ -159,7 +159,8 @@ images: build
 
 # The images run as their DaemonSets run them under podman + runc, the mock kubelet on the host
 # side of a bind-mounted temp device-plugins dir, CDI devices injected into busybox workload
-# containers (tests/runtime/README.md).
+# containers; then the arm64 images under qemu-user (bind-mounted qemu-aarch64-static as the
+# entrypoint), what they can do there, saying what not (tests/runtime/README.md).
 test-runtime: images
 	tests/runtime/run.sh $(BUILD)
 
