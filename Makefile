@@ -157,15 +157,20 @@ bench: build
 	scripts/install-deps.sh runtime || echo "make bench: the runtime packages (podman) are missing: the images are not measured"
 	$(BUILD)/sdp-bench -build $(BUILD) -out docs/benchmarks.md -idle $(BENCH_IDLE) -reliability docs/reliability.md -command "make bench BENCH_IDLE=$(BENCH_IDLE)"
 
-# Both plugin images, offline: podman build from images/*.Containerfile into the vfs store
-# $(BUILD)/podman (FROM scratch; OCI labels version/revision/source); prints their sizes.
+# Both plugin images, offline, for amd64 and arm64: podman build from images/*.Containerfile
+# into the vfs store $(BUILD)/podman (FROM scratch; OCI labels version/revision/source), each
+# pair joined in a manifest list localhost/NAME:VERSION (the images also tagged VERSION-amd64,
+# VERSION-arm64); fails if an image is over its bound (kata 1 MiB, hyperlight 2 MiB), prints
+# their sizes.
 images: build
 	scripts/install-deps.sh runtime
+	scripts/install-deps.sh arm64
 	images/build.sh $(BUILD)
 
 # The images run as their DaemonSets run them under podman + runc, the mock kubelet on the host
 # side of a bind-mounted temp device-plugins dir, CDI devices injected into busybox workload
-# containers (tests/runtime/README.md).
+# containers; then the arm64 images under qemu-user (bind-mounted qemu-aarch64-static as the
+# entrypoint), what they can do there, saying what not (tests/runtime/README.md).
 test-runtime: images
 	tests/runtime/run.sh $(BUILD)
 

@@ -17,11 +17,12 @@
 # tests/live/build-kernel-iommufd.sh, never by changing the machine's sources).
 # Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
 # Profile runtime: what `make images` and `make test-runtime` add (podman 4.3, runc, conmon,
-# uidmap, busybox-static for the workload image).
+# uidmap, busybox-static for the workload image), with the arm64 profile (the arm64 images'
+# cross builds; qemu-user-static, which test-runtime runs them under).
 # Profile static: what scripts/build-static.sh adds (musl-tools: musl libc and musl-gcc, for
 # the static kata binary).
-# Profile arm64: what `make build ARCH=arm64`, `scripts/build-static.sh --arch arm64` and
-# `make test-arm64` add: Debian's arm64 architecture (dpkg --add-architecture arm64), the cross
+# Profile arm64: what `make build ARCH=arm64`, `scripts/build-static.sh --arch arm64` (and so
+# `make images`) and `make test-arm64` add: Debian's arm64 architecture (dpkg --add-architecture arm64), the cross
 # compiler, the arm64 -dev packages of every library we link (their static libraries and
 # pkg-config files, installed beside the amd64 ones by multiarch; musl-dev:arm64 for the
 # static builds) and qemu-user-static to run the results. The protobuf-c generator (protoc-c),

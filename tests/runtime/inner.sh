@@ -102,18 +102,34 @@ echo "== root's open of the stand-in /dev/kvm: $kvm_open"
 [ -d /etc/cdi ] && { mount --bind "$T/empty" /etc/cdi || die "hide /etc/cdi"; }
 
 # --- images: copied from `make images`' store into this run's temporary store ---------------
+# localhost/NAME:VERSION is a manifest list of linux/amd64 and linux/arm64; podman save takes
+# this machine's image from it, as a node's runtime pulls its own. The arm64 images are taken by
+# their own tags (localhost/NAME:VERSION-arm64): podman 4.3 runs a local list's image for the
+# host's architecture even with --arch or --platform. One multi-image archive (podman save -m).
+case $(uname -m) in
+x86_64) host_arch=amd64 ;;
+aarch64) host_arch=arm64 ;;
+*) host_arch=$(uname -m) ;;
+esac
 for img in "$HL_IMAGE" "$KATA_IMAGE"; do
-	"${BUILD_STORE[@]}" save --format oci-archive -o "$T/image.tar" "$img" >/dev/null 2>"$T/err" ||
-		die "podman save $img from $build/podman: $(cat "$T/err") (make images)"
-	"${P[@]}" load -q -i "$T/image.tar" >/dev/null 2>"$T/err" || die "podman load $img: $(cat "$T/err")"
-	rm -f "$T/image.tar"
+	platforms=$("${BUILD_STORE[@]}" manifest inspect "$img" 2>"$T/err" | python3 -c 'import json, sys
+print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"])))')
+	check "$img is a manifest list of linux/amd64 and linux/arm64 $(cat "$T/err")" "$platforms" "linux/amd64 linux/arm64"
 done
+IMAGES=("$HL_IMAGE" "$KATA_IMAGE" "$HL_IMAGE-arm64" "$KATA_IMAGE-arm64")
+"${BUILD_STORE[@]}" save -m -o "$T/image.tar" "${IMAGES[@]}" >/dev/null 2>"$T/err" ||
+	die "podman save ${IMAGES[*]} from $build/podman: $(cat "$T/err") (make images)"
+"${P[@]}" load -q -i "$T/image.tar" >/dev/null 2>"$T/err" || die "podman load: $(cat "$T/err")"
+rm -f "$T/image.tar"
+check "the images loaded: ${IMAGES[*]}, by platform; the lists resolved to this machine's (linux/$host_arch)" \
+	"$("${P[@]}" image inspect --format '{{.Os}}/{{.Architecture}} {{.Id}}' "${IMAGES[@]}")" \
+	"$("${BUILD_STORE[@]}" image inspect --format '{{.Os}}/{{.Architecture}} {{.Id}}' "$HL_IMAGE-$host_arch" "$KATA_IMAGE-$host_arch" "$HL_IMAGE-arm64" "$KATA_IMAGE-arm64")"
 mkdir -p "$T/bb/bin"
 cp "$(command -v busybox)" "$T/bb/bin/busybox" || die "busybox-static not installed (scripts/install-deps.sh runtime)"
 file_is_static=$(LC_ALL=C readelf -lW "$T/bb/bin/busybox" | grep -c 'program interpreter')
 [ "$file_is_static" -eq 0 ] || die "$(command -v busybox) is not static (install busybox-static)"
 tar -C "$T/bb" -c . | "${P[@]}" import -q - "$BB_IMAGE" >/dev/null || die "podman import busybox"
-ok "images: $HL_IMAGE, $KATA_IMAGE loaded; $BB_IMAGE imported (busybox-static)"
+ok "images: $BB_IMAGE imported (busybox-static)"
 
 # --- helpers -----------------------------------------------------------------------------------
 # The DaemonSets' container security context: uid 0, no capability, read-only root without
@@ -122,7 +138,12 @@ PLUGIN_RUN=("${RUN[@]}" -d --user 0:0 --cap-drop=ALL --security-opt no-new-privi
 	--read-only --read-only-tmpfs=false --memory 64m
 	-v "$DP:/var/lib/kubelet/device-plugins" -v "$CDI:/var/run/cdi")
 
-plugin_log() { "${P[@]}" logs "$1" 2>&1 | sed 's/^/   | /'; }
+plugin_log() { # NAME: prints the container's log, kept in $T/NAME.log
+	"${P[@]}" logs "$1" >"$T/$1.log" 2>&1
+	sed 's/^/   | /' "$T/$1.log"
+}
+# The program, version and commit a plugin container's daemon logged at start.
+started() { sed -n 's/.*msg=starting \(program=[^ ]* version=[^ ]* commit=[^ ]*\).*/\1/p' "$T/$1.log" | head -n1; }
 
 plugin_checks() { # NAME
 	local caps ro
@@ -145,18 +166,24 @@ kubelet_stop() {
 		wait "$pid"
 	fi
 }
-# allocate NAME: one Allocate through the running kubelet, JSON answer in $T/NAME.json.
-allocate() {
+# kubelet_ask COMMAND NAME WHAT: one command to the running kubelet (runtime-e2e), its JSON
+# answer in $T/NAME.json.
+kubelet_ask() {
 	local line=""
-	echo allocate >&"${KUBELET[1]}" && read -r -t 45 line <&"${KUBELET[0]}"
+	echo "$1" >&"${KUBELET[1]}" && read -r -t 45 line <&"${KUBELET[0]}"
 	if [ -n "$line" ]; then
-		echo "$line" >"$T/$1.json"
-		ok "$1: registered across the container boundary, ListAndWatch, Allocate: $line"
+		echo "$line" >"$T/$2.json"
+		ok "$2: registered across the container boundary, $3: $line"
 		return 0
 	fi
-	bad "$1: kubelet side failed: $(cat "$T/$kname.kubelet")"
+	bad "$2: kubelet side failed: $(cat "$T/$kname.kubelet")"
 	return 1
 }
+# allocate NAME: one Allocate.
+allocate() { kubelet_ask allocate "$1" "ListAndWatch, Allocate"; }
+# list_devices NAME: what the endpoint advertises, of any health:
+# {"resource":...,"devices":N,"health":{"Healthy":N,...}}.
+list_devices() { kubelet_ask devices "$1" ListAndWatch; }
 json() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); $2" "$T/$1.json"; }
 cdi_names() { json "$1" 'print(" ".join(d["cdi"]))'; }
 
@@ -309,14 +336,10 @@ plugin_log sdp-rt-hyperlight
 "${P[@]}" rm -f -t 0 sdp-rt-hyperlight >/dev/null 2>&1
 
 # ============================== kata ======================================================
-echo "== kata-device-plugin container"
-"${P[@]}" "${PLUGIN_RUN[@]}" --name sdp-rt-kata -v "$VFIO:/dev/vfio:ro" -v "$SYS:/sys:ro" \
-	-e LOG_LEVEL=info "$KATA_IMAGE" >/dev/null 2>"$T/err" || die "podman run $KATA_IMAGE: $(cat "$T/err")"
-plugin_checks sdp-rt-kata
 kata_spec=$CDI/kata.nvidia.com-gpu.yaml
-kata_workload() { # OUT
+kata_workload() { # ALLOC OUT: a workload with the CDI devices of ALLOC's answer
 	# shellcheck disable=SC2046,SC2016
-	workload "$1" $(for n in $(cdi_names kata-alloc); do echo --device "$n"; done) "$BB_IMAGE" \
+	workload "$2" $(for n in $(cdi_names "$1"); do echo --device "$n"; done) "$BB_IMAGE" \
 		/bin/busybox sh -c 'for f in /dev/vfio/devices/*; do stat -c "%n|%F|%t:%T" "$f"; done'
 }
 kata_verify() { # OUT WHAT
@@ -330,39 +353,63 @@ kata_verify() { # OUT WHAT
 	done
 	check "$2: /dev/vfio/devices holds exactly the allocated device's node(s): $(tr '\n' ' ' <"$T/$1")" "$(cat "$T/$1")" "${want%$'\n'}"
 }
-kubelet_start kata-kubelet nvidia.com/gpu 1
-if allocate kata-alloc; then
-	kdev=$(cdi_names kata-alloc)
-	case $kdev in
-	nvidia.com/gpu=*) ok "kata: Allocate answers one CDI name ($kdev)" ;;
-	*) bad "kata: Allocate's CDI names: '$kdev'" ;;
-	esac
-	if [ -f "$kata_spec" ]; then ok "kata: spec $kata_spec written"; else bad "kata: no $kata_spec: $(ls "$CDI")"; fi
-	paths=$(spec_paths "$kata_spec" "${kdev#*=}")
-	check "kata: the spec maps $kdev to one GPU node" "$(echo "$paths" | grep -c '^/dev/vfio/devices/vfio[01]$')" 1
-	if "${P[@]}" exec sdp-rt-kata /kata-device-plugin --health-check=readiness 2>"$T/err"; then
-		ok "kata: readiness probe (exec in the container) passes"
-	else
-		bad "kata: readiness probe: $(cat "$T/err")"
+# kata_plugin TAG IMAGE [PODMAN RUN OPTIONS...]: the kata plugin container sdp-rt-TAG, the
+# mock kubelet, two Allocates (the spec corrupted in between), readiness and two workloads;
+# TAG names the checks and files. $VIA: the command that runs the image's binary in an exec
+# (empty natively; the emulator for the arm64 image). $SAME_AS: another TAG whose run had the
+# workloads; instead of its own, this run's spec must be byte-identical to that one's.
+kata_plugin() {
+	local tag=$1 image=$2 ctr=sdp-rt-$1
+	shift 2
+	rm -f "$CDI"/kata.nvidia.com-*.yaml # a previous run's: this plugin must write its own
+	"${P[@]}" "${PLUGIN_RUN[@]}" --name "$ctr" -v "$VFIO:/dev/vfio:ro" -v "$SYS:/sys:ro" \
+		-e LOG_LEVEL=info "$@" "$image" >/dev/null 2>"$T/err" || die "podman run $image: $(cat "$T/err")"
+	plugin_checks "$ctr"
+	kubelet_start "$tag-kubelet" nvidia.com/gpu 1
+	if allocate "$tag-alloc"; then
+		kdev=$(cdi_names "$tag-alloc")
+		case $kdev in
+		nvidia.com/gpu=*) ok "$tag: Allocate answers one CDI name ($kdev)" ;;
+		*) bad "$tag: Allocate's CDI names: '$kdev'" ;;
+		esac
+		if [ -f "$kata_spec" ]; then ok "$tag: spec $kata_spec written"; else bad "$tag: no $kata_spec: $(ls "$CDI")"; fi
+		paths=$(spec_paths "$kata_spec" "${kdev#*=}")
+		check "$tag: the spec maps $kdev to one GPU node" "$(echo "$paths" | grep -c '^/dev/vfio/devices/vfio[01]$')" 1
+		if "${P[@]}" exec "$ctr" ${VIA:+"$VIA"} /kata-device-plugin --health-check=readiness 2>"$T/err"; then
+			ok "$tag: readiness probe (exec in the container) passes"
+		else
+			bad "$tag: readiness probe: $(cat "$T/err")"
+		fi
+		cp "$kata_spec" "$T/$tag-good.yaml"
+		if [ -n "$SAME_AS" ]; then
+			check "$tag: the spec is byte-identical to the $SAME_AS plugin's (whose workloads got their device above)" \
+				"$(cmp "$T/$tag-good.yaml" "$T/$SAME_AS-good.yaml" 2>&1)" ""
+		else
+			kata_workload "$tag-alloc" "$tag-w1"
+			kata_verify "$tag-w1" "$tag workload 1"
+		fi
+		printf 'cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\ndevices: [\n' >"$kata_spec"
+		allocate "$tag-alloc2"
+		if wait_same "$kata_spec" "$T/$tag-good.yaml" 10; then
+			ok "$tag: the plugin container repaired the corrupt spec"
+		else
+			bad "$tag: spec not repaired within 10 s: $(head -c 300 "$kata_spec")"
+		fi
+		if [ -z "$SAME_AS" ]; then
+			kata_workload "$tag-alloc" "$tag-w2"
+			kata_verify "$tag-w2" "$tag workload 2 (after repair)"
+		fi
 	fi
-	cp "$kata_spec" "$T/kata-good.yaml"
-	kata_workload kata-w1
-	kata_verify kata-w1 "kata workload 1"
-	printf 'cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\ndevices: [\n' >"$kata_spec"
-	allocate kata-alloc2
-	if wait_same "$kata_spec" "$T/kata-good.yaml" 10; then
-		ok "kata: the plugin container repaired the corrupt spec"
-	else
-		bad "kata: spec not repaired within 10 s: $(head -c 300 "$kata_spec")"
-	fi
-	kata_workload kata-w2
-	kata_verify kata-w2 "kata workload 2 (after repair)"
-fi
-kubelet_stop
-"${P[@]}" stop -t 10 sdp-rt-kata >/dev/null 2>&1
-echo "   kata-device-plugin log:"
-plugin_log sdp-rt-kata
-"${P[@]}" rm -f -t 0 sdp-rt-kata >/dev/null 2>&1
+	kubelet_stop
+	"${P[@]}" stop -t 10 "$ctr" >/dev/null 2>&1
+	echo "   $ctr log:"
+	plugin_log "$ctr"
+	"${P[@]}" rm -f -t 0 "$ctr" >/dev/null 2>&1
+}
+echo "== kata-device-plugin container"
+VIA=
+SAME_AS=
+kata_plugin kata "$KATA_IMAGE"
 
 # ============================== kata, RESOURCE_NAMING=sku =================================
 # One resource per model: the A100 (vfio1) is the only device of nvidia.com/GA100_A100_SXM4_40GB,
@@ -403,10 +450,78 @@ echo "   kata-device-plugin (sku) log:"
 plugin_log sdp-rt-kata-sku
 "${P[@]}" rm -f -t 0 sdp-rt-kata-sku >/dev/null 2>&1
 
+# ============================== arm64 images, under qemu-user ==============================
+# This machine is amd64 and may have no binfmt_misc entry for aarch64 (a Debian 12 CI machine
+# has none); this test neither needs nor changes the machine's. Debian's static
+# qemu-aarch64-static is bind-mounted read-only into the plugin container and is its entrypoint,
+# with the image's binary as its first argument; the image stays the one `make images` built.
+# qemu-aarch64 runs nothing but an aarch64 program; each daemon must log the program, version
+# and commit of its amd64 counterpart. What cannot hold there, and is not checked:
+#  - the daemons' seccomp filter: qemu-user answers a guest's prctl(PR_SET_SECCOMP) with EINVAL,
+#    so they run with SDP_SECCOMP=off (the default, enforce, exits 1: "cannot confine the
+#    daemon"); the arm64 filters are checked by make test-arm64;
+#  - every program a daemon execs: qemu-user hands an exec to the kernel, which runs an aarch64
+#    binary only through binfmt_misc. hyperlight's device check runs in such a child (an exec of
+#    its own binary): without an aarch64 entry on the machine it cannot start, and the plugin
+#    advertises its devices Unhealthy (with one, the child runs through it, and the stand-in
+#    /dev/kvm still fails it where the machine has no KVM). So the arm64 hyperlight plugin gets
+#    no Allocate (kubelet allocates only Healthy devices) and is not ready; it is checked up to
+#    ListAndWatch, its CDI spec and liveness, and the test prints the devices' health and the
+#    check's reason. The kata plugin execs nothing: it runs the amd64 sequence above, but for
+#    the workloads: its spec must be byte-identical to the amd64 plugin's, which they used;
+#  - kata with RESOURCE_NAMING=sku: not repeated on arm64, to keep the run short.
+arm64_start=$SECONDS
+QEMU=/usr/bin/qemu-aarch64-static
+qemu_version=$("$QEMU" --version 2>/dev/null | head -n1) || die "$QEMU missing (scripts/install-deps.sh arm64)"
+EMU=(-v "$QEMU:/qemu-aarch64-static:ro" -e SDP_SECCOMP=off)
+entry() { printf '["/qemu-aarch64-static","%s"]' "$1"; }
+echo "== arm64 images under qemu-user: $qemu_version, bind-mounted read-only as /qemu-aarch64-static, the entrypoint; SDP_SECCOMP=off"
+echo "   run: hyperlight: start, registration, ListAndWatch, CDI spec, liveness; kata: start, registration, Allocate, CDI spec, readiness, spec repair"
+echo "   not run: hyperlight's device check (an exec of an aarch64 binary: binfmt_misc), hence its readiness and Allocate; the seccomp filters; kata's workloads (its spec is compared instead) and RESOURCE_NAMING=sku (reasons: tests/runtime/inner.sh)"
+same_start() { # ARM64-CONTAINER AMD64-CONTAINER
+	check "$1: the daemon (under qemu-aarch64) started as $2's: $(started "$2")" "$(started "$1")" "$(started "$2")"
+}
+
+echo "== hyperlight-device-plugin container, arm64"
+rm -f "$hl_spec" # the amd64 plugin's: this plugin must write its own
+"${P[@]}" "${PLUGIN_RUN[@]}" --name sdp-rt-hyperlight-arm64 --device /dev/kvm -v "$HOSTDEV:/host-dev:ro" \
+	-e NODE_NAME=sdp-runtime-node -e HOST_DEVICE_DIR=/host-dev -e DEVICE_COUNT=2000 \
+	-e DEVICE_UID=65534 -e DEVICE_GID=65534 -e LOG_LEVEL=info "${EMU[@]}" \
+	--entrypoint "$(entry /hyperlight-device-plugin)" "$HL_IMAGE-arm64" >/dev/null 2>"$T/err" ||
+	die "podman run $HL_IMAGE-arm64: $(cat "$T/err")"
+plugin_checks sdp-rt-hyperlight-arm64
+kubelet_start hl-arm64-kubelet hyperlight.dev/hypervisor 2000
+if list_devices hl-arm64-list; then
+	check "hyperlight arm64: ListAndWatch advertises DEVICE_COUNT devices" "$(json hl-arm64-list 'print(d["devices"])')" 2000
+	wait_same "$hl_spec" "$T/hl-good.json" 10
+	check "hyperlight arm64: spec $hl_spec written, byte-identical to the amd64 plugin's" "$(cmp "$hl_spec" "$T/hl-good.json" 2>&1)" ""
+	# Liveness (the loop answers gRPC health), not readiness, which also needs the last device
+	# check healthy: the check could not run (printed below).
+	if "${P[@]}" exec sdp-rt-hyperlight-arm64 /qemu-aarch64-static /hyperlight-device-plugin --health-check 2>"$T/err"; then
+		ok "hyperlight arm64: liveness probe (exec in the container, under qemu) passes"
+	else
+		bad "hyperlight arm64: liveness probe: $(cat "$T/err")"
+	fi
+fi
+kubelet_stop
+"${P[@]}" stop -t 10 sdp-rt-hyperlight-arm64 >/dev/null 2>&1
+echo "   sdp-rt-hyperlight-arm64 log:"
+plugin_log sdp-rt-hyperlight-arm64
+same_start sdp-rt-hyperlight-arm64 sdp-rt-hyperlight
+echo "   hyperlight arm64: devices by health $(json hl-arm64-list 'print(json.dumps(d["health"]))' 2>/dev/null); the device check: $(sed -n 's/.*msg="device unusable[^"]*" .*reason="\([^"]*\)".*/\1/p' "$T/sdp-rt-hyperlight-arm64.log" | head -n1)"
+"${P[@]}" rm -f -t 0 sdp-rt-hyperlight-arm64 >/dev/null 2>&1
+
+echo "== kata-device-plugin container, arm64"
+VIA=/qemu-aarch64-static
+SAME_AS=kata
+kata_plugin kata-arm64 "$KATA_IMAGE-arm64" "${EMU[@]}" --entrypoint "$(entry /kata-device-plugin)"
+same_start sdp-rt-kata-arm64 sdp-rt-kata
+echo "== arm64 images under qemu-user: $((SECONDS - arm64_start)) s"
+
 # ============================== nothing left ==============================================
 left=$("${P[@]}" ps -a -q | wc -l)
 check "no container left in the run's store" "$left" 0
-"${P[@]}" rmi -f "$HL_IMAGE" "$KATA_IMAGE" "$BB_IMAGE" >/dev/null 2>&1
+"${P[@]}" rmi -f "$HL_IMAGE" "$KATA_IMAGE" "$HL_IMAGE-arm64" "$KATA_IMAGE-arm64" "$BB_IMAGE" >/dev/null 2>&1
 check "no image left in the run's store" "$("${P[@]}" images -q | wc -l)" 0
 others=$(find "$CDI" -mindepth 1 ! -name hyperlight.json ! -name 'kata.nvidia.com-*.yaml' -printf '%f ')
 check "the CDI directory holds only the plugins' own specs" "$others" ""

@@ -8,6 +8,10 @@
 //	           the answer as one JSON line on stdout:
 //	           {"resource":"...","devices":[...],"calls":[...],"cdi":["vendor/class=name",...],
 //	            "envs":{...},"annotations":{...},"mounts":N,"deviceSpecs":N}
+//	devices    waits until the current endpoint advertises at least -count devices, of any
+//	           health, and prints how many, by health, as one JSON line on stdout:
+//	           {"resource":"...","devices":N,"health":{"Healthy":N,"Unhealthy":N}}
+//	           (the arm64 hyperlight plugin under qemu-user, which cannot run its probe)
 //
 // The kubelet keeps serving between commands (the plugin stays registered, as on a node).
 // The event log goes to stderr. Exit status 1 (with the reason on stderr) on any failure.
@@ -73,6 +77,8 @@ func main() {
 		switch in.Text() {
 		case "allocate":
 			allocate(k, *resource, *count, *timeout)
+		case "devices":
+			devices(k, *resource, *count, *timeout)
 		default:
 			fail(k, "unknown command %q", in.Text())
 		}
@@ -102,6 +108,28 @@ func allocate(k *kubelet.MockKubelet, resource string, count int, timeout time.D
 		Mounts: len(a.Response.Mounts), DeviceSpecs: len(a.Response.Devices)}
 	for _, c := range a.Response.CdiDevices {
 		out.CDI = append(out.CDI, c.Name)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		fail(k, "%v", err)
+	}
+	fmt.Println(string(b))
+}
+
+type listing struct {
+	Resource string         `json:"resource"`
+	Devices  int            `json:"devices"`
+	Health   map[string]int `json:"health"`
+}
+
+func devices(k *kubelet.MockKubelet, resource string, count int, timeout time.Duration) {
+	devs, err := k.WaitDevices(resource, func(d []*api.Device) bool { return len(d) >= count }, timeout)
+	if err != nil {
+		fail(k, "%v", err)
+	}
+	out := listing{Resource: resource, Devices: len(devs), Health: map[string]int{}}
+	for _, d := range devs {
+		out.Health[d.Health]++
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
