@@ -41,6 +41,12 @@ if [ "${1:-}" = --arch ]; then
 	arch=${2:-}
 	shift 2 || { echo "build-static: --arch needs a value (amd64, arm64)" >&2; exit 2; }
 fi
+# The output directory is removed and rebuilt: an option in its place (--help) is refused.
+case ${1:-} in -*)
+	echo "usage: build-static.sh [--arch amd64|arm64] [BUILD_DIR] (unknown option $1)" >&2
+	exit 2
+	;;
+esac
 case $arch in
 amd64)
 	out=${1:-$src/build-static}
