@@ -28,6 +28,9 @@ const (
 )
 
 func TestHyperlightUnknownMethodsReported(t *testing.T) {
+	// promtool first: on a fresh build directory scripts/debian-tool.sh fetches it (seconds),
+	// which must not eat the calls' deadline (it did once, in a fresh clone's make test)
+	debianTool(t, "prometheus", "promtool")
 	s := newScenario(t, "DEVICE_COUNT=3", metricsEnv)
 	addr := metricsAddr(t, s.d)
 	p := s.ready(3)
@@ -78,8 +81,11 @@ func TestHyperlightUnknownMethodsReported(t *testing.T) {
 	if strings.Contains(text, "guess.Svc") || strings.Contains(text, "evil.Svc") {
 		t.Errorf("a method name became a label:\n%s", text)
 	}
-	// The connection and the daemon keep serving.
-	if _, err := api.NewDevicePluginClient(conn).Allocate(ctx, &api.AllocateRequest{
+	// The connection and the daemon keep serving (a deadline of its own: the scrape and
+	// promtool took some of ctx's).
+	actx, acancel := context.WithTimeout(context.Background(), eventBound)
+	defer acancel()
+	if _, err := api.NewDevicePluginClient(conn).Allocate(actx, &api.AllocateRequest{
 		ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{"hyperlight-0"}}}}); err != nil {
 		t.Errorf("Allocate on the same connection afterwards: %v", err)
 	}
