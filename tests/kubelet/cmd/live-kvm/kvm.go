@@ -46,16 +46,17 @@ const (
 
 type liveRun struct {
 	transcript
-	kdir    string      // the kubelet device-plugins directory
-	cdi     string      // the daemon's CDI spec file
-	cdiName string      // the CDI device name Allocate must return
-	canon   []byte      // the daemon's CDI spec, as first written
-	foreign []fileState // files in the CDI directory the daemon does not own
-	allocs  int
-	nextReg int    // the registration count the daemon started last brings
-	prevEp  string // the endpoint registered before it
-	kvmEv   *uevents
-	kvmNode unix.Stat_t // arm64: the node's /dev/kvm before its removal (arch.go)
+	kdir      string      // the kubelet device-plugins directory
+	cdi       string      // the daemon's CDI spec file
+	cdiName   string      // the CDI device name Allocate must return
+	canon     []byte      // the daemon's CDI spec, as first written
+	foreign   []fileState // files in the CDI directory the daemon does not own
+	allocs    int
+	nextReg   int    // the registration count the daemon started last brings
+	prevEp    string // the endpoint registered before it
+	kvmEv     *uevents
+	driverTID int         // the thread of the driver's own KVM_CREATE_VM (kvmSelfTest)
+	kvmNode   unix.Stat_t // arm64: the node's /dev/kvm before its removal (arch.go)
 
 	// the pod layout (pod.go)
 	podDaemon   string           // the daemon the pod runs (arm64: the image's musl build)
@@ -179,18 +180,19 @@ func (r *liveRun) preflight() string {
 	r.check(err)
 	r.kvmEv = ev
 	since := time.Now()
-	msg, err := kvmSelfTest(kvmPath)
+	msg, tid, err := kvmSelfTest(kvmPath)
 	r.check(err)
-	// The kernel reports the driver's own KVM_CREATE_VM: the uevent proof works in this guest.
-	self := os.Getpid()
+	r.driverTID = tid
+	// The kernel reports the driver's own KVM_CREATE_VM (PID: the calling thread's ID): the
+	// uevent proof works in this guest.
 	var e kvmEvent
 	if !kubelet.Poll(eventBound, func() bool {
 		var ok bool
-		e, ok = ev.find(since, func(e kvmEvent) bool { return e.event == "create" && e.pid == self })
+		e, ok = ev.find(since, func(e kvmEvent) bool { return e.event == "create" && e.pid == tid })
 		return ok
 	}) {
 		list, rerr := ev.events()
-		r.fail("no KVM uevent EVENT=create PID=%d for the driver's own KVM_CREATE_VM within %v (got %v, reader error %v)", self, eventBound, list, rerr)
+		r.fail("no KVM uevent EVENT=create PID=%d for the driver's own KVM_CREATE_VM within %v (got %v, reader error %v)", tid, eventBound, list, rerr)
 	}
 	msg += fmt.Sprintf("; kernel uevent %v (the driver)", e)
 	for _, d := range []string{kubeletDir, cdiDir} {
@@ -257,7 +259,9 @@ func (r *liveRun) podProbeRan() string {
 	var e kvmEvent
 	if !kubelet.Poll(eventBound, func() bool {
 		var ok bool
-		e, ok = r.kvmEv.find(r.podT0, func(e kvmEvent) bool { return e.event == "create" && e.pid != self })
+		e, ok = r.kvmEv.find(r.podT0, func(e kvmEvent) bool {
+			return e.event == "create" && e.pid != self && e.pid != r.driverTID
+		})
 		return ok
 	}) {
 		list, err := r.kvmEv.events()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -18,8 +19,18 @@ const (
 )
 
 // kvmSelfTest is the driver's own proof that the guest's KVM is real: open the device,
-// KVM_GET_API_VERSION, KVM_CREATE_VM(0), close both.
-func kvmSelfTest(path string) (string, error) {
+// KVM_GET_API_VERSION, KVM_CREATE_VM(0), close both. It returns the thread ID that made the
+// calls: the PID the kernel's KVM uevent reports is the creating task's, a thread of this Go
+// program (not always the main one), so the goroutine stays on one thread throughout.
+func kvmSelfTest(path string) (string, int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	msg, err := kvmCalls(path)
+	return msg, tid, err
+}
+
+func kvmCalls(path string) (string, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open %s: %v", path, err)
