@@ -14,8 +14,6 @@
 #include "dp/paths.h"
 #include "scan_internal.h"
 
-#define MEMBERS_MAX 4096 /* members looked at in one group, at most */
-
 static bool ends_with(const char *s, const char *suffix)
 {
 	size_t n = strlen(s), k = strlen(suffix);
@@ -32,19 +30,24 @@ bool kata_driver_dma_ok(const char *drv)
 	return !drv[0] || kata_driver_is_vfio(drv) || strcmp(drv, "pci-stub") == 0 || strcmp(drv, "pcieport") == 0;
 }
 
-/* The driver of member name of the group directory gfd into drv (64 bytes; "" for none). */
+/* The driver of member name of the group directory gfd into drv (KATA_DRIVER_MAX bytes; "" for
+ * none). A name is never cut: a link not found because its name was cut would read as "no
+ * driver", which VFIO accepts. -ENAMETOOLONG for a driver name that does not fit. */
 static int member_driver(int gfd, const char *name, char *drv)
 {
-	char link[64], target[PATH_MAX];
-	snprintf(link, sizeof(link), "%.40s/driver", name);
+	char link[NAME_MAX + sizeof("/driver")], target[PATH_MAX];
+	drv[0] = '\0';
+	if ((size_t)snprintf(link, sizeof(link), "%s/driver", name) >= sizeof(link))
+		return -ENAMETOOLONG;
 	ssize_t n = readlinkat(gfd, link, target, sizeof(target) - 1);
-	if (n < 0) {
-		drv[0] = '\0';
+	if (n < 0)
 		return errno == ENOENT ? 0 : -errno;
-	}
 	target[n] = '\0';
 	const char *slash = strrchr(target, '/');
-	snprintf(drv, 64, "%.63s", slash ? slash + 1 : target);
+	const char *base = slash ? slash + 1 : target;
+	if (strlen(base) >= KATA_DRIVER_MAX)
+		return -ENAMETOOLONG;
+	memcpy(drv, base, strlen(base) + 1);
 	return 0;
 }
 
@@ -70,10 +73,10 @@ static int members_ok(int gfd, unsigned group, struct kata_group_verdict *v)
 	struct dir_iter it = { .fd = openat(gfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) };
 	_cleanup_close_ int fd = it.fd;
 	const char *name;
-	char drv[64] = "";
+	char drv[KATA_DRIVER_MAX] = "";
 	if (fd < 0)
 		return verdict(v, -errno, "", "", "cannot read IOMMU group %u: %s", group, strerror(errno));
-	for (size_t k = 0; k < MEMBERS_MAX && (name = scan_dir_next(&it)); k++) {
+	while ((name = scan_dir_next(&it))) { /* every member: any one can make the group unusable */
 		int e = member_driver(gfd, name, drv);
 		if (e < 0)
 			return verdict(v, e, name, "", "IOMMU group %u: cannot read the driver of member %s: %s", group,
@@ -83,12 +86,14 @@ static int members_ok(int gfd, unsigned group, struct kata_group_verdict *v)
 				       "IOMMU group %u is not viable: member %s is bound to %s (a host driver; "
 				       "bind it to vfio-pci or unbind it)", group, name, drv);
 	}
+	if (it.err) /* a member not seen could be the one VFIO refuses */
+		return verdict(v, -it.err, "", "", "cannot read IOMMU group %u: %s", group, strerror(it.err));
 	return 0;
 }
 
 int kata_group_check(unsigned group, const char *const *pcis, size_t n, struct kata_group_verdict *ret)
 {
-	char rel[64], path[PATH_MAX], drv[64] = "";
+	char rel[64], path[PATH_MAX], drv[KATA_DRIVER_MAX] = "";
 	*ret = (struct kata_group_verdict){ 0 };
 	snprintf(rel, sizeof(rel), KATA_GROUPS_DIR "/%u/devices", group);
 	if (dp_path(path, sizeof(path), rel) < 0)

@@ -16,6 +16,7 @@
  */
 #pragma once
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -26,10 +27,11 @@ bool kata_driver_is_vfio(const char *drv);
 bool kata_driver_dma_ok(const char *drv);
 
 #define KATA_GROUP_REASON_MAX 320
+#define KATA_DRIVER_MAX 64 /* a driver's name and its NUL, at most (the kernel's are far shorter) */
 
 struct kata_group_verdict {
-	char member[24];  /* the member that makes the group unusable ("" when viable) */
-	char driver[64];  /* its driver ("" when none) */
+	char member[NAME_MAX + 1]; /* the member that makes the group unusable ("" when viable) */
+	char driver[KATA_DRIVER_MAX]; /* its driver ("" when none) */
 	char reason[KATA_GROUP_REASON_MAX];
 };
 

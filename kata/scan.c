@@ -114,12 +114,13 @@ static bool dot(const char *name)
 	return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
 }
 
-/* The next name other than "." and "..", or NULL at the end (or on a read error, as readdir). */
+/* The next name other than "." and "..", or NULL at the end or on a read error (it->err). */
 const char *scan_dir_next(struct dir_iter *it)
 {
 	for (;;) {
 		if (it->pos >= it->len) {
 			ssize_t n = getdents64(it->fd, (void *)it->buf, sizeof(it->buf));
+			it->err = n < 0 ? errno : 0;
 			if (n <= 0)
 				return NULL;
 			it->pos = 0;
@@ -130,15 +131,6 @@ const char *scan_dir_next(struct dir_iter *it)
 		if (!dot(de->d_name))
 			return de->d_name;
 	}
-}
-
-static void too_many(const struct ctx *c, struct dir_iter *it, const char *shown)
-{
-	size_t total = c->max + 1;
-	while (scan_dir_next(it))
-		total++;
-	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "too many entries, ignoring the rest",
-	       "dir=%s entries=%zu considered=%zu", shown, total, c->max);
 }
 
 /* No KATA_DEV_DIR: say which directory is missing (/dev/vfio itself, or only its devices/) and
@@ -161,29 +153,44 @@ static void log_missing_dev_dir(const struct ctx *c)
 		       "device is bound to vfio-pci\"", KATA_DEV_DIR);
 }
 
-static int walk_dev(struct ctx *c, char *err, size_t errlen)
+int scan_open_dir(const char *dir, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
-	struct dir_iter it = { 0 };
-	const char *name;
-	int r = dp_path(path, sizeof(path), KATA_DEV_DIR);
+	int r = dp_path(path, sizeof(path), dir);
 	if (r < 0) {
 		snprintf(err, errlen, "invalid %s", DP_TEST_ROOT_ENV);
 		return r;
 	}
-	_cleanup_close_ int fd = it.fd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == ENOENT) {
-			log_missing_dev_dir(c);
-			return 0;
-		}
-		r = -errno;
-		snprintf(err, errlen, "cannot read %s: %s", KATA_DEV_DIR, strerror(-r));
-		return r;
+	int fd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0 || errno == ENOENT)
+		return fd >= 0 ? fd : -ENOENT;
+	r = -errno;
+	snprintf(err, errlen, "cannot read %s: %s", dir, strerror(-r));
+	return r;
+}
+
+static int walk_dev(struct ctx *c, char *err, size_t errlen)
+{
+	struct dir_iter it = { 0 };
+	const char *name;
+	_cleanup_close_ int fd = it.fd = scan_open_dir(KATA_DEV_DIR, err, errlen);
+	if (fd == -ENOENT) {
+		log_missing_dev_dir(c);
+		return 0;
 	}
+	if (fd < 0)
+		return fd;
 	while ((name = scan_dir_next(&it)))
 		consider(c, fd, name); /* every entry: which are kept is decided by PCI address */
-	return 0;
+	return scan_dir_failed(&it, KATA_DEV_DIR, err, errlen);
+}
+
+int scan_dir_failed(const struct dir_iter *it, const char *dir, char *err, size_t errlen)
+{
+	if (!it->err)
+		return 0;
+	snprintf(err, errlen, "cannot read %s: %s", dir, strerror(it->err));
+	return -it->err;
 }
 
 static int cmp_num(const void *a, const void *b)
@@ -211,11 +218,10 @@ static bool found(const struct ctx *c, unsigned num)
 /* sysfs entries whose name has no entry (of any type) in /dev/vfio/devices. */
 static void walk_sysfs(struct ctx *c)
 {
-	char cdev[PATH_MAX], why[WHY_MAX];
+	char cdev[PATH_MAX], why[WHY_MAX], q[NAME_MAX * 4 + 3];
 	struct dir_iter it = { 0 };
 	const char *name;
 	struct stat st;
-	size_t k = 0;
 	unsigned num;
 
 	if (dp_path(cdev, sizeof(cdev), KATA_DEV_DIR) < 0)
@@ -231,12 +237,8 @@ static void walk_sysfs(struct ctx *c)
 	if (c->n > 1)
 		qsort(c->devs, c->n, sizeof(*c->devs), cmp_num);
 	while ((name = scan_dir_next(&it))) {
-		if (k++ == c->max) {
-			too_many(c, &it, KATA_SYSFS_DIR);
-			break;
-		}
 		if (!scan_parse_name(name, &num)) {
-			dp_debug("ignoring sysfs entry", "dir=%s name=%s", KATA_SYSFS_DIR, name);
+			dp_debug("ignoring sysfs entry", "dir=%s name=%s", KATA_SYSFS_DIR, dp_logq(q, sizeof(q), name));
 			continue;
 		}
 		if (found(c, num))

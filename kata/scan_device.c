@@ -236,17 +236,24 @@ static int check_device_link(int entry_fd, const char *shown, char *why)
 
 static void read_numa(const struct ctx *c, int fd, struct kata_device *d, const char *dir)
 {
-	char buf[ATTR_MAX + 1], why[WHY_MAX], q[WHY_MAX + 64];
+	char buf[ATTR_MAX + 1], why[WHY_MAX], q[WHY_MAX + 64], qn[64];
 	size_t n = 0;
+	int node;
 
 	d->numa_node = -1;
 	if (read_attr(fd, "numa_node", dir, buf, &n, NULL, why) == 0) {
-		if (scan_parse_numa(buf, n, &d->numa_node))
+		if (!scan_parse_numa(buf, n, &node))
+			scan_whyf(why, "%s/numa_node is not \"-1\\n\" or a node number + newline", dir);
+		else if (node > KATA_NUMA_NODE_MAX)
+			scan_whyf(why, "%s/numa_node is %d, above the highest node number a kernel can have (%d)", dir,
+				  node, KATA_NUMA_NODE_MAX);
+		else {
+			d->numa_node = node;
 			return;
-		scan_whyf(why, "%s/numa_node is not \"-1\\n\" or a node number + newline", dir);
+		}
 	}
 	dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "NUMA node unknown, advertising without topology",
-	       "device=%s pci=%s reason=%s", d->name, d->pci, dp_logq(q, sizeof(q), why));
+	       "device=%s pci=%s reason=%s", dp_logq(qn, sizeof(qn), d->name), d->pci, dp_logq(q, sizeof(q), why));
 }
 
 /* One identity attribute: "0x" + digits hex digits + newline; a malformed one says so in why. */

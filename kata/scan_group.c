@@ -110,23 +110,31 @@ int scan_read_topology(const struct ctx *c, int pcifd, struct kata_device *d, co
 /* ---- legacy: /dev/vfio/<group> ---- */
 
 /* Member name of group g's directory gfd (shown: its path): kept when a table row matches it
- * and it is bound to a VFIO driver. */
+ * and it is bound to a VFIO driver. The kernel names a member by the address of the function it
+ * links to: a member that links elsewhere is skipped (its health check would look for it by its
+ * own name). */
 static void consider_member(struct ctx *c, int gfd, const char *name, const struct kata_device *g)
 {
 	struct kata_device d = *g;
-	char shown[96], why[WHY_MAX], drv[64], q[64];
+	char shown[96], why[WHY_MAX], drv[64], q[64], qd[200];
 	uint64_t key;
 
-	snprintf(shown, sizeof(shown), KATA_GROUPS_DIR "/%u/devices/%.40s", g->group, name);
 	if (!scan_parse_pci(name, &key)) {
-		scan_skip(c, DP_LOG_WARN, name, "IOMMU group member not named by a PCI address");
+		scan_whyf(why, "IOMMU group %u: member not named by a PCI address", g->group);
+		scan_skip(c, DP_LOG_WARN, name, why);
 		return;
 	}
+	snprintf(shown, sizeof(shown), KATA_GROUPS_DIR "/%u/devices/%s", g->group, name);
+	snprintf(d.name, sizeof(d.name), "%s", name); /* parse_pci: at most 16 characters */
 	if (scan_read_function(c, gfd, name, shown, &d, drv, why) < 0) {
 		scan_skip(c, DP_LOG_WARN, name, why);
 		return;
 	}
-	snprintf(d.name, sizeof(d.name), "%s", d.pci);
+	if (strcmp(d.pci, name) != 0) {
+		scan_whyf(why, "%s links to PCI device %s, not to its own address", shown, d.pci);
+		scan_skip(c, DP_LOG_WARN, name, why);
+		return;
+	}
 	if (d.group != g->group) {
 		scan_whyf(why, "listed in IOMMU group %u, but its iommu_group link names group %u", g->group, d.group);
 		scan_skip(c, DP_LOG_WARN, name, why);
@@ -137,7 +145,7 @@ static void consider_member(struct ctx *c, int gfd, const char *name, const stru
 		dp_log(c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG, "skipping VFIO device",
 		       "device=%s reason=%s group=%u vendor=0x%04x class=0x%06x driver=%s",
 		       dp_logq(q, sizeof(q), name), "\"not in the table\"", g->group, d.vendor, d.pci_class,
-		       drv[0] ? drv : "none");
+		       dp_logq(qd, sizeof(qd), drv[0] ? drv : "none"));
 		return;
 	}
 	if (!kata_driver_is_vfio(drv)) {
@@ -149,25 +157,41 @@ static void consider_member(struct ctx *c, int gfd, const char *name, const stru
 	scan_keep(c, &d);
 }
 
+/* A group whose members could not all be read is not advertised: a member not seen could be
+ * the one VFIO refuses. */
+static void drop_group(struct ctx *c, const struct kata_device *g, const char *rel, int err)
+{
+	char why[WHY_MAX];
+	size_t o = 0;
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(c->devs[i].path, g->path) != 0)
+			c->devs[o++] = c->devs[i];
+	c->matched -= c->n - o;
+	c->n = o;
+	scan_whyf(why, "cannot read every member of %s: %s", rel, strerror(err));
+	scan_skip(c, DP_LOG_WARN, g->path, why);
+}
+
+/* Every member of g's group: a member past any count could be the one that makes the group
+ * unusable. */
 static void walk_members(struct ctx *c, const struct kata_device *g)
 {
-	char rel[64], path[PATH_MAX];
+	char rel[64], why[WHY_MAX];
 	struct dir_iter it = { 0 };
 	const char *name;
-	size_t k = 0;
 
 	snprintf(rel, sizeof(rel), KATA_GROUPS_DIR "/%u/devices", g->group);
-	if (dp_path(path, sizeof(path), rel) < 0)
-		return;
-	_cleanup_close_ int fd = it.fd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int fd = it.fd = scan_open_dir(rel, why, sizeof(why));
 	if (fd < 0) {
-		char why[WHY_MAX];
-		scan_whyf(why, "cannot read %s: %s", rel, strerror(errno));
+		if (fd == -ENOENT)
+			scan_whyf(why, "cannot read %s: %s", rel, strerror(ENOENT));
 		scan_skip(c, DP_LOG_WARN, g->path, why);
 		return;
 	}
-	while ((name = scan_dir_next(&it)) && k++ < c->max)
+	while ((name = scan_dir_next(&it)))
 		consider_member(c, fd, name, g);
+	if (it.err)
+		drop_group(c, g, rel, it.err);
 }
 
 /* /dev/vfio/<name>: a group node (char device, numbered as its sysfs class entry says). */
@@ -185,7 +209,8 @@ static void consider_group(struct ctx *c, int dfd, const char *name)
 		return;
 	}
 	if (!parse_group(name, &g.group)) {
-		dp_debug("ignoring entry", "dir=%s name=%s", KATA_VFIO_DIR, name);
+		char q[NAME_MAX * 4 + 3];
+		dp_debug("ignoring entry", "dir=%s name=%s", KATA_VFIO_DIR, dp_logq(q, sizeof(q), name));
 		return;
 	}
 	g.num = g.group;
@@ -205,30 +230,20 @@ static void consider_group(struct ctx *c, int dfd, const char *name)
 
 int scan_walk_groups(struct ctx *c, char *err, size_t errlen)
 {
-	char path[PATH_MAX];
 	struct dir_iter it = { 0 };
 	const char *name;
-	size_t k = 0;
-	int r = dp_path(path, sizeof(path), KATA_VFIO_DIR);
-	if (r < 0) {
-		snprintf(err, errlen, "invalid %s", DP_TEST_ROOT_ENV);
-		return r;
+	_cleanup_close_ int fd = it.fd = scan_open_dir(KATA_VFIO_DIR, err, errlen);
+	if (fd == -ENOENT) {
+		dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "VFIO directory missing, nothing to scan",
+		       "dir=%s reason=\"the vfio-pci module is not loaded, no device is bound to vfio-pci, "
+		       "or the hostPath " KATA_VFIO_DIR " is not mounted\"", KATA_VFIO_DIR);
+		return 0;
 	}
-	_cleanup_close_ int fd = it.fd = openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == ENOENT) {
-			dp_log(c->o->verbose ? DP_LOG_WARN : DP_LOG_DEBUG, "VFIO directory missing, nothing to scan",
-			       "dir=%s reason=\"the vfio-pci module is not loaded, no device is bound to vfio-pci, "
-			       "or the hostPath " KATA_VFIO_DIR " is not mounted\"", KATA_VFIO_DIR);
-			return 0;
-		}
-		r = -errno;
-		snprintf(err, errlen, "cannot read %s: %s", KATA_VFIO_DIR, strerror(-r));
-		return r;
-	}
-	while ((name = scan_dir_next(&it)) && k++ < c->max)
+	if (fd < 0)
+		return fd;
+	while ((name = scan_dir_next(&it))) /* every entry: a count would drop groups silently */
 		consider_group(c, fd, name);
-	return 0;
+	return scan_dir_failed(&it, KATA_VFIO_DIR, err, errlen);
 }
 
 /* ---- one resource per group ---- */

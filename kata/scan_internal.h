@@ -14,6 +14,10 @@
 
 #define ATTR_MAX 64 /* bytes read from one attribute, at most */
 #define WHY_MAX 768
+/* The highest NUMA node number a kernel can have: MAX_NUMNODES is 1 << CONFIG_NODES_SHIFT, and
+ * NODES_SHIFT is at most 10 on x86 and arm64 (arch/x86/Kconfig, arch/arm64/Kconfig: range 1 10).
+ * A larger numa_node (65535: a firmware's "none") is no node. */
+#define KATA_NUMA_NODE_MAX 1023
 
 /* One scan's state. */
 struct ctx {
@@ -36,13 +40,19 @@ struct ctx {
  * rescan (musl: an mmap and a munmap of 8 KiB, and the page fault between). */
 struct dir_iter {
 	int fd;
+	int err; /* the read error that ended the walk (positive errno), 0 at the end */
 	size_t pos, len;
 	_Alignas(8) char buf[4096];
 };
 
 /* scan.c */
-/* The next name other than "." and "..", or NULL at the end (or on a read error, as readdir). */
+/* The next name other than "." and "..", or NULL at the end or on a read error (it->err). */
 const char *scan_dir_next(struct dir_iter *it);
+/* Open dir (under the root prefix) to read it: its fd; -ENOENT (err untouched) when it does not
+ * exist; another negative errno with err ("cannot read <dir>: <reason>"). */
+int scan_open_dir(const char *dir, char *err, size_t errlen);
+/* 0 when the walk of dir read it to its end; else its negative errno, with err saying so. */
+int scan_dir_failed(const struct dir_iter *it, const char *dir, char *err, size_t errlen);
 /* One "skipping VFIO device" line for name (verbose: at lvl, else debug). */
 void scan_skip(const struct ctx *c, enum dp_log_level lvl, const char *name, const char *why);
 /* Keep d (a table row matched it): c->oom when memory is short. */

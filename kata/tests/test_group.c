@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -298,6 +300,162 @@ static void iommufd_devices_have_groups(void **state)
 
 /* ---- viability ---- */
 
+static int check(unsigned g, const char *pci, struct kata_group_verdict *v);
+
+/* ---- large and hostile trees (issue 27): every entry looked at, nothing failing open ---- */
+
+/* The root on a tmpfs of its own (in this test's mount namespace): tmpfs lists a directory
+ * newest first, so what a test creates first is read last, past any count a walk might keep. */
+static int setup_tmpfs(void **state)
+{
+	if (setup(state) < 0 || mount("sdp-test", root, "tmpfs", 0, "mode=0755") < 0)
+		return -1;
+	mkdirs(at("dev/vfio"));
+	mkdirs(at("sys/devices/pci0000:00"));
+	return 0;
+}
+
+static int teardown_tmpfs(void **state)
+{
+	(void)umount2(root, MNT_DETACH);
+	return teardown(state);
+}
+
+/* A GPU group read after hundreds of NIC groups on vfio-pci (a host with many VFs): advertised. */
+static void legacy_scan_reads_every_group(void **state)
+{
+	struct kata_scan s;
+	char err[256];
+	struct kata_scan_opts o = opts;
+	o.backend = KATA_BACKEND_LEGACY;
+	o.max_entries = 2; /* the kept devices; no bound on the entries looked at */
+	o.verbose = false;
+	gpu("0000:c1:00.0", 1, 9000);
+	group_node(9000);
+	for (unsigned g = 100; g < 400; g++) {
+		char bdf[32];
+		snprintf(bdf, sizeof(bdf), "0000:%02x:%02x.%u", 0x10 + g / 256, (g / 8) % 32, g % 8);
+		function(bdf, 0x8086, 0x020000, 0, g, "vfio-pci");
+		group_node(g);
+	}
+	assert_int_equal(kata_scan_run(&o, &s, err, sizeof(err)), 0);
+	assert_int_equal(s.n_devices, 1);
+	assert_string_equal(s.devices[0].pci, "0000:c1:00.0");
+	kata_scan_done(&s);
+}
+
+/* A group with thousands of members: the GPU read last is found, and a companion on a host
+ * driver read last makes the group not viable. */
+static void group_members_all_read(void **state)
+{
+	struct kata_scan s;
+	struct kata_group_verdict v;
+	char err[256];
+	struct kata_scan_opts o = opts;
+	o.backend = KATA_BACKEND_LEGACY;
+	o.max_entries = 2;
+	o.verbose = false;
+	function("0000:41:00.1", 0x10de, 0x040300, 0, 12, "snd_hda_intel"); /* read last */
+	gpu("0000:41:00.0", 0, 12);
+	for (unsigned i = 0; i < 5000; i++) { /* functions without a driver: VFIO accepts them */
+		char bdf[32];
+		snprintf(bdf, sizeof(bdf), "0001:%02x:%02x.%u", i / 256, (i / 8) % 32, i % 8);
+		function(bdf, 0x1234, 0x058000, -1, 12, NULL);
+	}
+	group_node(12);
+	assert_int_equal(kata_scan_run(&o, &s, err, sizeof(err)), 0);
+	assert_int_equal(s.n_devices, 1);
+	assert_string_equal(s.devices[0].pci, "0000:41:00.0");
+	kata_scan_done(&s);
+	assert_int_equal(check(12, "0000:41:00.0", &v), -EPERM);
+	assert_string_equal(v.member, "0000:41:00.1");
+	assert_string_equal(v.driver, "snd_hda_intel");
+}
+
+/* A member whose name is longer than any PCI address, on a host driver: its driver is read
+ * whole, and the group is not viable (a cut name would find no driver link: "no driver"). */
+static void long_member_name_read_whole(void **state)
+{
+	static const char longname[] = "platform-device-with-a-name-longer-than-forty-bytes.0";
+	struct kata_group_verdict v;
+	gpu("0000:41:00.0", 0, 12);
+	mkdirs(at("sys/devices/platform/%s", longname));
+	relink("../../../bus/platform/drivers/host-dma-engine", at("sys/devices/platform/%s/driver", longname));
+	relink("../../../../devices/platform/platform-device-with-a-name-longer-than-forty-bytes.0",
+	       at("sys/kernel/iommu_groups/12/devices/%s", longname));
+	assert_int_equal(check(12, "0000:41:00.0", &v), -EPERM);
+	assert_string_equal(v.member, longname);
+	assert_string_equal(v.driver, "host-dma-engine");
+	/* a driver name too long to hold is not taken for "none" either */
+	char drv[200];
+	memset(drv, 'd', sizeof(drv) - 1);
+	drv[sizeof(drv) - 1] = '\0';
+	char target[256];
+	snprintf(target, sizeof(target), "../../../bus/platform/drivers/%s", drv);
+	relink(target, at("sys/devices/platform/%s/driver", longname));
+	assert_true(check(12, "0000:41:00.0", &v) < 0);
+	assert_non_null(strstr(v.reason, "cannot read the driver of member"));
+}
+
+/* A member named by one address that links to another function: skipped, saying so (the health
+ * check looks a member up by its name); the function it links to is advertised once, and no
+ * line says a device is claimed by itself. */
+static void member_linking_elsewhere_skipped(void **state)
+{
+	struct kata_scan s;
+	gpu("0000:41:00.0", 0, 12);
+	relink("../../../../devices/pci0000:00/0000:41:00.0", at("sys/kernel/iommu_groups/12/devices/0000:41:00.1"));
+	group_node(12);
+	const char *log = scan(KATA_BACKEND_LEGACY, &s);
+	assert_int_equal(s.n_devices, 1);
+	assert_string_equal(s.devices[0].pci, "0000:41:00.0");
+	assert_int_equal(dpt_count(log, "device=0000:41:00.1 reason=\"/sys/kernel/iommu_groups/12/devices/0000:41:00.1 "
+					"links to PCI device 0000:41:00.0, not to its own address\""), 1);
+	assert_int_equal(dpt_count(log, "claimed by"), 0);
+	assert_int_equal(dpt_count(log, "\n"), 1);
+	kata_scan_done(&s);
+}
+
+/* numa_node 65535 (a firmware's "none") is no NUMA node; the line names the device. */
+static void numa_node_out_of_range(void **state)
+{
+	struct kata_scan s;
+	gpu("0000:41:00.0", 0, 12);
+	write_file(at("sys/devices/pci0000:00/0000:41:00.0/numa_node"), "65535\n");
+	gpu("0000:42:00.0", 0, 13);
+	write_file(at("sys/devices/pci0000:00/0000:42:00.0/numa_node"), "one\n");
+	gpu("0000:43:00.0", 1023, 14);
+	group_node(12);
+	group_node(13);
+	group_node(14);
+	const char *log = scan(KATA_BACKEND_LEGACY, &s);
+	assert_int_equal(s.n_devices, 3);
+	assert_int_equal(s.devices[0].numa_node, -1);
+	assert_int_equal(s.devices[1].numa_node, -1);
+	assert_int_equal(s.devices[2].numa_node, 1023);
+	assert_int_equal(dpt_count(log, "msg=\"NUMA node unknown, advertising without topology\" device=0000:41:00.0 "
+					"pci=0000:41:00.0 reason=\"/sys/devices/pci0000:00/0000:41:00.0/numa_node is 65535, "
+					"above the highest node number a kernel can have (1023)\""), 1);
+	assert_int_equal(dpt_count(log, "device=0000:42:00.0 pci=0000:42:00.0 reason="), 1);
+	assert_int_equal(dpt_count(log, "device= "), 0);
+	kata_scan_done(&s);
+}
+
+/* Names from the host never forge a log record: a driver name holding a newline is quoted. */
+static void host_names_quoted(void **state)
+{
+	struct kata_scan s;
+	function("0000:03:00.0", 0x8086, 0x020000, 0, 17, "evil\nlevel=error msg=forged");
+	group_node(17);
+	const char *log = scan(KATA_BACKEND_LEGACY, &s);
+	assert_int_equal(s.n_devices, 0);
+	assert_int_equal(dpt_count(log, "\nlevel=error msg=forged"), 0);
+	assert_int_equal(dpt_count(log, "driver=\"evil\\nlevel=error msg=forged\""), 1);
+	assert_int_equal(dpt_count(log, "\n"), 1);
+	kata_scan_done(&s);
+}
+
+
 static int check(unsigned g, const char *pci, struct kata_group_verdict *v)
 {
 	const char *pcis[] = { pci };
@@ -390,6 +548,11 @@ static void spec_per_group(void **state)
 
 int main(void)
 {
+	/* a mount namespace of this test's own, for the tmpfs roots */
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+		perror("test_group: a private mount namespace (needs root)");
+		return 1;
+	}
 	opts = (struct kata_scan_opts){ .table = kata_table, .n_rows = kata_table_len, .verbose = true };
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(legacy_scan_reads_groups, setup, teardown),
@@ -398,6 +561,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(group_viability, setup, teardown),
 		cmocka_unit_test(driver_rules),
 		cmocka_unit_test_setup_teardown(spec_per_group, setup, teardown),
+		cmocka_unit_test_setup_teardown(legacy_scan_reads_every_group, setup_tmpfs, teardown_tmpfs),
+		cmocka_unit_test_setup_teardown(group_members_all_read, setup_tmpfs, teardown_tmpfs),
+		cmocka_unit_test_setup_teardown(long_member_name_read_whole, setup, teardown),
+		cmocka_unit_test_setup_teardown(member_linking_elsewhere_skipped, setup, teardown),
+		cmocka_unit_test_setup_teardown(numa_node_out_of_range, setup, teardown),
+		cmocka_unit_test_setup_teardown(host_names_quoted, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

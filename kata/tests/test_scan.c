@@ -658,8 +658,7 @@ static void entries_are_bounded(void **state)
 	assert_int_equal(s.n_devices, 4);
 	assert_int_equal(count_lines(log, "too many VFIO devices, advertising the first by PCI address",
 				     "devices=12 advertised=4 last=0000:05:00.0"), 1);
-	assert_int_equal(count_lines(log, "too many entries", "dir=/sys/class/vfio-dev entries=12 considered=4"), 1);
-	assert_int_equal(count_all(log), 2);
+	assert_int_equal(count_all(log), 1); /* every sysfs entry was looked at, none reported */
 	free(log);
 	kata_scan_done(&s);
 }
