@@ -4,11 +4,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dp/log.h"
 #include "dp/paths.h"
@@ -31,47 +33,50 @@ int kata_backend_from_env(enum kata_backend_setting *ret, char *err, size_t errl
 	return -EINVAL;
 }
 
-/* Whether dir (under the root prefix) exists and holds an entry; *ret_errno why not. */
-static bool has_entry(const char *dir, int *ret_errno)
+int kata_backend_cdevs(dp_buf *names)
 {
 	char path[PATH_MAX];
-	bool found = false;
-	*ret_errno = 0;
-	if (dp_path(path, sizeof(path), dir) < 0) {
-		*ret_errno = EINVAL;
-		return false;
-	}
-	DIR *d = opendir(path);
-	if (!d) {
-		*ret_errno = errno;
-		return false;
-	}
+	struct stat st;
 	const struct dirent *de;
-	while (!found && (de = readdir(d)))
-		found = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+	int n = 0;
+	if (dp_path(path, sizeof(path), KATA_DEV_DIR) < 0)
+		return -EINVAL;
+	DIR *d = opendir(path);
+	if (!d)
+		return -errno;
+	errno = 0;
+	while ((de = readdir(d))) {
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISCHR(st.st_mode))
+			continue; /* ".", "..", a stray file or directory, or gone meanwhile */
+		if (names)
+			dp_buf_printf(names, "%s%s", names->len ? "," : "", de->d_name);
+		n++;
+		errno = 0;
+	}
+	int r = errno ? -errno : n;
 	closedir(d);
-	return found;
+	return r;
 }
 
 enum kata_backend kata_backend_choose(enum kata_backend_setting setting, char *reason, size_t size)
 {
-	int e;
 	if (setting != KATA_BACKEND_AUTO) {
 		snprintf(reason, size, KATA_BACKEND_ENV "=%s",
 			 setting == KATA_BACKEND_SET_LEGACY ? "legacy" : "iommufd");
 		return setting == KATA_BACKEND_SET_LEGACY ? KATA_BACKEND_LEGACY : KATA_BACKEND_IOMMUFD;
 	}
-	if (has_entry(KATA_DEV_DIR, &e)) {
+	int n = kata_backend_cdevs(NULL);
+	if (n > 0) {
 		snprintf(reason, size, "auto: " KATA_DEV_DIR " has IOMMUFD cdevs");
 		return KATA_BACKEND_IOMMUFD;
 	}
-	if (e == ENOENT)
+	if (n == -ENOENT)
 		snprintf(reason, size, "auto: no " KATA_DEV_DIR " (a kernel without CONFIG_IOMMUFD and "
 			 "CONFIG_VFIO_DEVICE_CDEV, as Debian's, or no device bound to vfio-pci)");
-	else if (e)
-		snprintf(reason, size, "auto: cannot read " KATA_DEV_DIR ": %s", strerror(e));
+	else if (n < 0)
+		snprintf(reason, size, "auto: cannot read " KATA_DEV_DIR ": %s", strerror(-n));
 	else
-		snprintf(reason, size, "auto: " KATA_DEV_DIR " is empty");
+		snprintf(reason, size, "auto: " KATA_DEV_DIR " holds no character device");
 	return KATA_BACKEND_LEGACY;
 }
 

@@ -184,9 +184,12 @@ static void check_all(struct kata_daemon *d)
 		kata_plugin_request_check(d->plugins[i]);
 }
 
+/* A rescan found the set as it was, or smaller: the plugins' checks say which IDs are usable. */
 static void on_removed(const char *removed, void *userdata)
 {
-	dp_debug("VFIO devices gone, checking", "removed=%s", removed);
+	char q[1024];
+	if (removed[0])
+		dp_debug("VFIO devices gone, checking", "removed=%s", dp_logq(q, sizeof(q), removed));
 	check_all(userdata);
 }
 

@@ -51,10 +51,33 @@ struct kata_plugin {
 	dp_source *recheck; /* while an ID is down: check again after KATA_RECHECK_USEC */
 };
 
+/* The node directory opened again when the one at its path is no longer the one open (removed
+ * with its last node and made again by the kernel, or replaced: a vfio module reload). True when
+ * it was. */
+static bool refresh_devdir(kata_plugin *p)
+{
+	char path[PATH_MAX];
+	struct stat now, open_st;
+	if (dp_path(path, sizeof(path), kata_backend_dir(p->backend)) < 0 || stat(path, &now) < 0)
+		return false;
+	if (p->devdir >= 0 && fstat(p->devdir, &open_st) == 0 && open_st.st_ino == now.st_ino &&
+	    open_st.st_dev == now.st_dev)
+		return false;
+	int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (p->devdir >= 0)
+		close(p->devdir);
+	p->devdir = fd;
+	dp_debug("VFIO node directory opened again", "resource=%s dir=%s", p->resource, kata_backend_dir(p->backend));
+	return true;
+}
+
 /* The cdev is still the character device with the number the scan saw. By its name in the
  * directory opened at start: a stat of one path component, not of the whole path, on every
- * Allocate (a replaced directory is a changed device set: the VFIO watch ends the daemon). */
-static int verify_node(const kata_plugin *p, const struct kata_device *d, char *reason, size_t size)
+ * Allocate; when that fails, the directory at the path is checked and, if it is another one
+ * now, opened and asked again. */
+static int verify_node(kata_plugin *p, const struct kata_device *d, char *reason, size_t size)
 {
 	char path[PATH_MAX];
 	struct stat st;
@@ -64,7 +87,10 @@ static int verify_node(const kata_plugin *p, const struct kata_device *d, char *
 		return r;
 	}
 	const char *name = strrchr(d->path, '/') + 1; /* in kata_backend_dir() */
-	if ((p->devdir >= 0 ? fstatat(p->devdir, name, &st, AT_SYMLINK_NOFOLLOW) : lstat(path, &st)) < 0) {
+	r = p->devdir >= 0 ? fstatat(p->devdir, name, &st, AT_SYMLINK_NOFOLLOW) : lstat(path, &st);
+	if ((r < 0 || !S_ISCHR(st.st_mode) || st.st_rdev != d->rdev) && p->devdir >= 0 && refresh_devdir(p))
+		r = fstatat(p->devdir, name, &st, AT_SYMLINK_NOFOLLOW);
+	if (r < 0) {
 		r = -errno;
 		snprintf(reason, size, "%s: %s", d->path, strerror(-r));
 		return r;
@@ -79,7 +105,7 @@ static int verify_node(const kata_plugin *p, const struct kata_device *d, char *
 
 /* The unit's nodes, and its group as the kernel judges it (group.h). 0, or negative errno with
  * the reason; v gets the group's verdict. */
-static int check_unit(const kata_plugin *p, const struct unit *u, struct kata_group_verdict *v)
+static int check_unit(kata_plugin *p, const struct unit *u, struct kata_group_verdict *v)
 {
 	const char *pcis[64];
 	*v = (struct kata_group_verdict){ 0 };
@@ -101,18 +127,20 @@ static int check_unit(const kata_plugin *p, const struct unit *u, struct kata_gr
 	return 0;
 }
 
-/* Log a unit's change of state once: unusable at warn (a group that is not viable names the
- * member and its driver), usable again at info. */
-static void tell_unit(const kata_plugin *p, size_t id, struct unit *u, bool down, const struct kata_group_verdict *v)
+/* Log a unit's change of state once: unusable at warn (a group that is not viable, r -EPERM,
+ * names the member and its driver), usable again at info. */
+static void tell_unit(const kata_plugin *p, size_t id, struct unit *u, int r, const struct kata_group_verdict *v)
 {
-	char q[KATA_GROUP_REASON_MAX + 64];
+	char q[KATA_GROUP_REASON_MAX + 64], qm[NAME_MAX * 4 + 3], qd[KATA_DRIVER_MAX * 4 + 3];
+	bool down = r < 0;
 	if (down == u->down && (!down || strcmp(u->why, v->reason) == 0))
 		return;
 	const struct kata_device *d = &p->devs[u->first];
-	if (down && v->member[0] && v->driver[0] && !kata_driver_dma_ok(v->driver))
+	if (r == -EPERM)
 		dp_warn("IOMMU group not viable, advertising the device Unhealthy",
 			"resource=%s id=%zu group=%u member=%s driver=%s reason=%s", p->resource, id, d->group,
-			v->member, v->driver, dp_logq(q, sizeof(q), v->reason));
+			dp_logq(qm, sizeof(qm), v->member), dp_logq(qd, sizeof(qd), v->driver),
+			dp_logq(q, sizeof(q), v->reason));
 	else if (down)
 		dp_warn("device unusable, advertising it Unhealthy", "resource=%s id=%zu group=%u pci=%s reason=%s",
 			p->resource, id, d->group, d->pci, dp_logq(q, sizeof(q), v->reason));
@@ -140,8 +168,9 @@ static void publish(kata_plugin *p)
 static void check_units(kata_plugin *p)
 {
 	struct kata_group_verdict v;
+	(void)refresh_devdir(p); /* a rebuilt directory: its nodes are found again */
 	for (size_t i = 0; i < p->n_units; i++)
-		tell_unit(p, i, &p->units[i], check_unit(p, &p->units[i], &v) < 0, &v);
+		tell_unit(p, i, &p->units[i], check_unit(p, &p->units[i], &v), &v);
 	publish(p);
 }
 
@@ -168,9 +197,9 @@ static int verify_requested(kata_plugin *p, dp_alloc *a, char *reason, size_t si
 			size_t k = id_index(p, ids[i]);
 			if (k == p->n_units)
 				continue; /* the endpoint validated every ID */
-			bool down = check_unit(p, &p->units[k], &v) < 0;
-			bool was = p->units[k].down;
-			tell_unit(p, k, &p->units[k], down, &v);
+			int r = check_unit(p, &p->units[k], &v);
+			bool down = r < 0, was = p->units[k].down;
+			tell_unit(p, k, &p->units[k], r, &v);
 			if (down != was)
 				publish(p);
 			if (down) {
@@ -182,13 +211,27 @@ static int verify_requested(kata_plugin *p, dp_alloc *a, char *reason, size_t si
 	return 0;
 }
 
-/* The legacy container node /dev/vfio/vfio is a character device. */
-static int verify_container_node(char *reason, size_t size)
+/* The legacy container node /dev/vfio/vfio is a character device (in the node directory, as
+ * the group nodes: the legacy backend's directory is /dev/vfio). */
+static int stat_container_node(const kata_plugin *p, struct stat *st)
 {
 	char path[PATH_MAX];
+	if (p->devdir >= 0)
+		return fstatat(p->devdir, "vfio", st, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	if (dp_path(path, sizeof(path), KATA_CONTAINER_NODE) < 0)
+		return -EINVAL;
+	return lstat(path, st) < 0 ? -errno : 0;
+}
+
+static int verify_container_node(kata_plugin *p, char *reason, size_t size)
+{
 	struct stat st;
-	if (dp_path(path, sizeof(path), KATA_CONTAINER_NODE) < 0 || lstat(path, &st) < 0 || !S_ISCHR(st.st_mode)) {
-		snprintf(reason, size, KATA_CONTAINER_NODE " (the VFIO container node) is missing or not a character device");
+	int r = stat_container_node(p, &st);
+	if ((r < 0 || !S_ISCHR(st.st_mode)) && refresh_devdir(p))
+		r = stat_container_node(p, &st);
+	if (r < 0 || !S_ISCHR(st.st_mode)) {
+		snprintf(reason, size, KATA_CONTAINER_NODE " (the VFIO container node): %s",
+			 r < 0 ? strerror(-r) : "not a character device");
 		return -ENODEV;
 	}
 	return 0;
@@ -200,7 +243,7 @@ static bool check(kata_plugin *p, char *reason, size_t size)
 	reason[0] = '\0';
 	p->cdi_changed = false;
 	check_units(p);
-	if (p->backend == KATA_BACKEND_LEGACY && verify_container_node(reason, size) < 0)
+	if (p->backend == KATA_BACKEND_LEGACY && verify_container_node(p, reason, size) < 0)
 		goto unhealthy;
 	if (dp_cdi_file_sync(p->cdi, &repaired) < 0) {
 		snprintf(reason, size, "%s", dp_cdi_file_error(p->cdi));
@@ -232,9 +275,11 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
 	 * The CDI spec has a watch (any change of the file or its directory triggers a check that
 	 * repairs it), so while the last check passed and no change is pending, the spec is not
 	 * re-read here: its open/read/close would be a large part of an Allocate's time (make
-	 * bench's Allocate figures, sdp-bench). Otherwise the full check runs.
+	 * bench's Allocate figures, sdp-bench). Otherwise the full check runs. The legacy container
+	 * node, named in every spec entry, is looked at on every Allocate (one stat).
 	 */
-	bool ok = dp_endpoint_healthy(ep) && !p->cdi_changed;
+	bool ok = dp_endpoint_healthy(ep) && !p->cdi_changed &&
+		  (p->backend != KATA_BACKEND_LEGACY || verify_container_node(p, reason, sizeof(reason)) == 0);
 	if (!ok)
 		ok = check(p, reason, sizeof(reason));
 	if (ok)

@@ -2,7 +2,6 @@
 /* watch: notices when the node's VFIO device set differs from the one fixed at start. */
 #include "watch.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -42,31 +41,15 @@ static void on_watch(dp_watch *dw, dp_watch_kind kind, const char *name, uint32_
 		(void)dp_timer_set_asap(w->kick); /* a change, or events lost: rescan after the batch */
 }
 
-/* The entries of /dev/vfio/devices, comma-separated (none: empty). */
-static void cdev_entries(dp_buf *out)
-{
-	char path[PATH_MAX];
-	if (dp_path(path, sizeof(path), KATA_DEV_DIR) < 0)
-		return;
-	DIR *d = opendir(path);
-	const struct dirent *de;
-	if (!d)
-		return;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-			dp_buf_printf(out, "%s%s", out->len ? "," : "", de->d_name);
-	closedir(d);
-}
-
-/* auto chose legacy for want of cdevs: cdevs now are a change (auto picks iommufd at restart). */
+/* auto chose legacy for want of cdevs: cdevs now are a change (auto picks iommufd at restart);
+ * a stray file or directory there is not. */
 static bool cdevs_appeared(kata_watch *w)
 {
 	_cleanup_(dp_buf_done) dp_buf names = { 0 };
 	if (!w->cdevs)
 		return false;
 	(void)dp_watch_rearm(w->cdevs);
-	cdev_entries(&names);
-	if (!names.len)
+	if (kata_backend_cdevs(&names) <= 0)
 		return false;
 	w->fired = true;
 	w->changed("", names.oom ? KATA_DEV_DIR : names.data, "", w->userdata);
@@ -91,12 +74,16 @@ int kata_watch_rescan(kata_watch *w)
 	if (r > 0 && w->grow && !removed.len && !changed.len && w->grow(&now, w->grow_userdata))
 		return r; /* now is the caller's */
 	kata_scan_done(&now);
-	if (r <= 0)
+	if (r < 0)
 		return r;
 	if (w->removed && !added.len && !changed.len) {
-		w->removed(removed.data, w->removed_userdata); /* the IDs stay: their checks fail */
+		/* the IDs stay: their checks fail, or pass again (a device back, a node directory made
+		 * again, the container node gone or back: nothing the set compares) */
+		w->removed(removed.len ? removed.data : "", w->removed_userdata);
 		return r;
 	}
+	if (r == 0)
+		return 0;
 	w->fired = true;
 	w->changed(removed.len ? removed.data : "", added.len ? added.data : "",
 		   changed.len ? changed.data : "", w->userdata);

@@ -40,16 +40,18 @@ int kata_watch_new(dp_loop *loop, const struct kata_scan_opts *opts, const struc
  * changed() is called as for any other difference. */
 typedef bool (*kata_grow_fn)(struct kata_scan *now, void *userdata);
 void kata_watch_set_grow(kata_watch *w, kata_grow_fn grow, void *userdata);
-/* A difference that only removes devices (unbound from vfio-pci, node deleted) is given to
- * removed() when set, with the comma-separated names, instead of changed(): the IDs stay
- * advertised and their checks turn them Unhealthy (plugin.h); the watch goes on watching, and
- * calls removed() again on each rescan that still differs that way. A device that comes back
- * as it was is no difference. */
+/* A rescan whose set differs from the initial one only by removals (unbound from vfio-pci,
+ * node deleted), or not at all, calls removed() when set, with the comma-separated names
+ * removed ("" for none), instead of changed(): the IDs stay advertised and their checks turn
+ * them Unhealthy, or Healthy again (plugin.h): a device back as it was, a node directory the
+ * kernel made again, the legacy container node gone or back are no difference of the set, but
+ * each needs a check. The watch goes on watching. */
 typedef void (*kata_removed_fn)(const char *removed, void *userdata);
 void kata_watch_set_removed(kata_watch *w, kata_removed_fn removed, void *userdata);
 /* VFIO_BACKEND=auto chose legacy (no cdevs at start): /dev/vfio/devices is watched too, and an
- * entry there is a change: changed("", "<its entries>", "") (at restart auto picks iommufd; a
- * kernel with cdevs creates them when a device binds to vfio-pci, maybe with no group node). */
+ * character device there is a change: changed("", "<their names>", "") (at restart auto picks
+ * iommufd; a kernel with cdevs creates them when a device binds to vfio-pci, maybe with no group
+ * node). A stray file or directory there is no cdev. */
 int kata_watch_add_cdevs(kata_watch *w);
 kata_watch *kata_watch_free(kata_watch *w);
 DP_DEFINE_CLEANUP(kata_watch, kata_watch_free)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -96,14 +97,25 @@ static void auto_choice(void **state)
 	assert_non_null(strstr(why, "auto: no /dev/vfio/devices (a kernel without CONFIG_IOMMUFD"));
 	assert_int_equal(mkdir(at("dev/vfio/devices"), 0755), 0);
 	assert_int_equal(kata_backend_choose(KATA_BACKEND_AUTO, why, sizeof(why)), KATA_BACKEND_LEGACY);
-	assert_string_equal(why, "auto: /dev/vfio/devices is empty");
+	assert_string_equal(why, "auto: /dev/vfio/devices holds no character device");
+	/* a stray file or directory is no cdev: a legacy node with it still gets legacy */
 	int fd = open(at("dev/vfio/devices/vfio0"), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
 	assert_true(fd >= 0);
 	close(fd);
+	assert_int_equal(mkdir(at("dev/vfio/devices/vfio1"), 0755), 0);
+	assert_int_equal(kata_backend_choose(KATA_BACKEND_AUTO, why, sizeof(why)), KATA_BACKEND_LEGACY);
+	assert_string_equal(why, "auto: /dev/vfio/devices holds no character device");
+	assert_int_equal(mknod(at("dev/vfio/devices/vfio2"), S_IFCHR | 0600, makedev(237, 2)), 0);
 	assert_int_equal(kata_backend_choose(KATA_BACKEND_AUTO, why, sizeof(why)), KATA_BACKEND_IOMMUFD);
 	assert_string_equal(why, "auto: /dev/vfio/devices has IOMMUFD cdevs");
+	dp_buf names = { 0 };
+	assert_int_equal(kata_backend_cdevs(&names), 1);
+	assert_string_equal(names.data, "vfio2");
+	dp_buf_done(&names);
 	/* unreadable: said, and legacy (root reads anything: a file in its place instead) */
 	assert_int_equal(unlink(at("dev/vfio/devices/vfio0")), 0);
+	assert_int_equal(rmdir(at("dev/vfio/devices/vfio1")), 0);
+	assert_int_equal(unlink(at("dev/vfio/devices/vfio2")), 0);
 	assert_int_equal(rmdir(at("dev/vfio/devices")), 0);
 	fd = open(at("dev/vfio/devices"), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
 	assert_true(fd >= 0);

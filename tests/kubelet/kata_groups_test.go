@@ -115,7 +115,7 @@ func TestKataLegacyAdvertise(t *testing.T) {
 		noDevicesDir      bool
 	}{
 		{"auto-no-devices-dir", "VFIO_BACKEND=auto", "auto: no /dev/vfio/devices", true},
-		{"auto-empty-devices-dir", "", "auto: /dev/vfio/devices is empty", false},
+		{"auto-empty-devices-dir", "", "auto: /dev/vfio/devices holds no character device", false},
 		{"legacy", "VFIO_BACKEND=legacy", "VFIO_BACKEND=legacy", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
