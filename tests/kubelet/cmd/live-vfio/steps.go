@@ -38,6 +38,7 @@ type vfioRun struct {
 	l       *layout
 	groups  []int            // expected: ID i is groups[i]
 	members map[int][]string // the pci-testdevs of each group
+	rebound []string         // unbind-all-unhealthy: the functions it unbound from vfio-pci
 	idOf    map[string]string
 }
 
@@ -72,6 +73,8 @@ func runVFIO(iommufd bool) int {
 		r.step("prefer-2-numa1", func() string { return r.prefer(2, ptr(1), r.l.numa1[0], r.l.switched[0]) })
 		r.step("unbind-unhealthy", r.unbindUnhealthy)
 		r.step("rebind-healthy", r.rebindHealthy)
+		r.step("unbind-all-unhealthy", r.unbindAll)
+		r.step("rebind-all-healthy", r.rebindAll)
 		r.step("remove-unhealthy", r.removeUnhealthy)
 		r.step("sigterm", r.sigterm)
 		fmt.Printf("%s live-vfio: every step passed\n", r.stamp())
@@ -505,6 +508,97 @@ func (r *vfioRun) rebindHealthy() string {
 	at := r.waitID(id, kubelet.Healthy, t0, healBound)
 	msg := r.allocateOpen(id)
 	return fmt.Sprintf("%s bound to vfio-pci again; ID %s Healthy %s after; %s", bdf, id, ms(at.Sub(t0)), msg)
+}
+
+// waitAll waits until every advertised ID has health h; the arrival time of that snapshot.
+func (r *vfioRun) waitAll(h string, bound time.Duration) time.Time {
+	all := func(devs []*api.Device) bool {
+		for _, d := range devs {
+			if d.Health != h {
+				return false
+			}
+		}
+		return len(devs) == len(r.groups)
+	}
+	if _, err := r.k.WaitDevices(resource, all, bound); err != nil {
+		r.fail("not every ID %s: %v (daemon %s)", h, err, r.daemon.ExitDescription())
+	}
+	snaps := r.k.Current(resource).Snapshots()
+	for i := len(snaps) - 1; i > 0; i-- {
+		if !all(snaps[i-1].Devices) {
+			return snaps[i].Time
+		}
+	}
+	return snaps[0].Time
+}
+
+// nodeDir is the directory the kernel makes for the backend's nodes, and what it holds.
+func (r *vfioRun) nodeDir() (string, []string) {
+	dir := "/dev/vfio"
+	if r.iommufd {
+		dir = cdevDir
+	}
+	names, _ := os.ReadDir(dir)
+	var list []string
+	for _, n := range names {
+		list = append(list, n.Name())
+	}
+	return dir, list
+}
+
+// vfioBound: every function of the layout on vfio-pci (the devices and the companion bound to
+// it by companion-to-vfio).
+func (r *vfioRun) vfioBound() []string {
+	var out []string
+	for _, bdf := range append(append([]string{}, r.l.all...), r.l.hda) {
+		if driverOf(bdf) == "vfio-pci" {
+			out = append(out, bdf)
+		}
+	}
+	return out
+}
+
+// Every device unbound from vfio-pci, as a drain does: the kernel removes every node (with the
+// cdev backend the last cdev takes /dev/vfio/devices with it); every ID Unhealthy.
+func (r *vfioRun) unbindAll() string {
+	r.rebound = r.vfioBound()
+	t0 := time.Now()
+	for _, bdf := range r.rebound {
+		r.check(writeSys(filepath.Join(sysPCI, "drivers", "vfio-pci", "unbind"), bdf))
+	}
+	at := r.waitAll(kubelet.Unhealthy, changeBound)
+	dir, left := r.nodeDir()
+	gone := "removed by the kernel"
+	if _, err := os.Stat(dir); err == nil {
+		gone = fmt.Sprintf("still there, holding %q", left)
+		if r.iommufd {
+			r.fail("%s %s after every cdev was unbound: the kernel removes it with its last cdev", dir, gone)
+		}
+		for _, n := range left {
+			if n != "vfio" {
+				r.fail("%s still holds %s after every device was unbound", dir, n)
+			}
+		}
+	}
+	if r.daemon.Exited() {
+		r.fail("daemon exited: %s", r.daemon.ExitDescription())
+	}
+	return fmt.Sprintf("%d functions unbound; every ID Unhealthy %s after the first unbind; %s %s",
+		len(r.rebound), ms(at.Sub(t0)), dir, gone)
+}
+
+// Every device bound to vfio-pci again: the kernel makes the nodes (and the directory) again;
+// every ID Healthy, and one opens through VFIO as a container would.
+func (r *vfioRun) rebindAll() string {
+	t0 := time.Now()
+	for _, bdf := range r.rebound {
+		r.check(writeSys(filepath.Join(sysPCI, "drivers_probe"), bdf)) // driver_override says vfio-pci
+	}
+	at := r.waitAll(kubelet.Healthy, healBound)
+	dir, list := r.nodeDir()
+	msg := r.allocateOpen(r.idOf[r.l.bridged[0]])
+	return fmt.Sprintf("%d functions bound to vfio-pci again; every ID Healthy %s after the first bind; %s: %s; %s",
+		len(r.rebound), ms(at.Sub(t0)), dir, strings.Join(list, " "), msg)
 }
 
 func (r *vfioRun) removeUnhealthy() string {
