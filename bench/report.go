@@ -119,6 +119,10 @@ func main() {
 		asDeployedOnlyMode(src, build)
 		return
 	}
+	if *largeScanOnly {
+		largeScanOnlyMode(build)
+		return
+	}
 	if *restartsOnly != "" {
 		restartsOnlyMode(kinds, build)
 		return
@@ -231,8 +235,9 @@ func main() {
 	measureIdle(kinds, res, *idleSec)
 	host.part("idle", "the idle figures (the four daemons side by side, so their ratios share it)")
 	scan := []scanPoint{scanBench(build, 2001, 0), scanBench(build, 21, 1000)}
+	large := measureLargeScan(build)
 	prefer := preferBench(build)
-	host.part("scan, prefer", "kata's rescan and GetPreferredAllocation alone (the Idle and GetPreferredAllocation (kata) sections)")
+	host.part("scan, prefer", "kata's rescan (also on 10,000 IOMMU groups) and GetPreferredAllocation alone (the Idle and GetPreferredAllocation (kata) sections)")
 	imgNote := buildImages(src, build)
 	img := map[string]int64{}
 	for _, n := range []string{"kata-device-plugin", "hyperlight-device-plugin"} {
@@ -241,7 +246,7 @@ func main() {
 			img[n] = imageSize(src, build, n)
 		}
 	}
-	write(res, host, probe, ceil, scale, enc, scan, prefer, staticSize, img, imgNote, time.Since(began))
+	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, time.Since(began))
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
 	}
@@ -384,7 +389,7 @@ func writeRoundRatios(d *doc, res map[string]*results, host *hostLog) {
 	d.p("")
 }
 
-func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, prefer []preferPoint,
+func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, large largeScan, prefer []preferPoint,
 	staticSize int64, img map[string]int64, imgNote string, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	var d doc
@@ -610,6 +615,7 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 
 	writeScale(&d, probe, ceil, scale, enc)
 	writeIdle(&d, ks, kata, hl, ref, scan)
+	writeLargeScan(&d, large)
 	writeSizes(&d, res, staticSize, img, imgNote)
 	hp := func(f func(rssParts) int64) int64 {
 		return int64(medianOf(hl.runs, func(s startup) float64 { return float64(f(s.smaps)) }))

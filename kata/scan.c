@@ -61,10 +61,31 @@ static bool make_room(struct ctx *c)
 	return true;
 }
 
+/* The cdev name is no device: said at info at start, at debug on the rescans; the PCI address
+ * (d->pci, or its "device" link's last component) read for the line only when it is logged. */
+static void not_in_table(const struct ctx *c, const char *name, const struct kata_device *d)
+{
+	enum dp_log_level lvl = c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG;
+	char link[32], target[PATH_MAX], q[64], qp[96];
+	if (!dp_log_enabled(lvl))
+		return;
+	const char *pci = d->pci;
+	if (!pci[0]) {
+		snprintf(link, sizeof(link), "%.15s/device", name);
+		ssize_t n = c->classfd >= 0 ? readlinkat(c->classfd, link, target, sizeof(target) - 1) : -1;
+		target[n > 0 ? n : 0] = '\0';
+		const char *slash = strrchr(target, '/');
+		pci = n > 0 ? (slash ? slash + 1 : target) : "unknown";
+	}
+	dp_log(lvl, "skipping VFIO device", "device=%s reason=%s pci=%s vendor=0x%04x class=0x%06x",
+	       dp_logq(q, sizeof(q), name), "\"not in the table\"", dp_logq(qp, sizeof(qp), pci), d->vendor,
+	       d->pci_class);
+}
+
 static void consider(struct ctx *c, int dfd, const char *name)
 {
 	struct kata_device d = { 0 };
-	char why[WHY_MAX], q[64];
+	char why[WHY_MAX];
 	struct stat st;
 	unsigned num;
 
@@ -86,15 +107,18 @@ static void consider(struct ctx *c, int dfd, const char *name)
 		return;
 	}
 	d.rdev = st.st_rdev;
+	snprintf(why, sizeof(why), "%s/device", name);
+	if (scan_not_in_table(c, c->classfd, why, &d.vendor, &d.pci_class)) {
+		not_in_table(c, name, &d);
+		return;
+	}
 	if (scan_inspect(c, &d, why) < 0) {
 		scan_skip(c, DP_LOG_WARN, name, why);
 		return;
 	}
 	int row = kata_table_match(c->o->table, c->o->n_rows, d.vendor, d.pci_class);
-	if (row < 0) {
-		dp_log(c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG, "skipping VFIO device",
-		       "device=%s reason=%s pci=%s vendor=0x%04x class=0x%06x", dp_logq(q, sizeof(q), name),
-		       "\"not in the table\"", d.pci, d.vendor, d.pci_class);
+	if (row < 0) { /* the quick read could not decide it: it can now */
+		not_in_table(c, name, &d);
 		return;
 	}
 	d.row = (size_t)row;

@@ -92,6 +92,24 @@ static int attr_value(const struct ctx *c, int dirfd, const char *name, const ch
 	return 0;
 }
 
+/* ---- the quick "not in the table" ---- */
+
+bool scan_not_in_table(const struct ctx *c, int dirfd, const char *fn, uint16_t *ret_vendor, uint32_t *ret_class)
+{
+	char path[PATH_MAX], why[WHY_MAX];
+	uint64_t vendor, cls;
+	if (dirfd < 0 || (size_t)snprintf(path, sizeof(path), "%s/vendor", fn) >= sizeof(path) ||
+	    attr_value(c, dirfd, path, fn, KATA_CACHE_VENDOR, scan_parse_vendor, &vendor, why) < 0)
+		return false;
+	snprintf(path, sizeof(path), "%s/class", fn);
+	if (attr_value(c, dirfd, path, fn, KATA_CACHE_CLASS, scan_parse_class, &cls, why) < 0 ||
+	    kata_table_match(c->o->table, c->o->n_rows, (uint16_t)vendor, (uint32_t)cls) >= 0)
+		return false;
+	*ret_vendor = (uint16_t)vendor;
+	*ret_class = (uint32_t)cls;
+	return true;
+}
+
 /* ---- one device ---- */
 
 /* The path fd is open at, as the kernel names it (/proc/self/fd/<fd>): buf (PATH_MAX). Length, or

@@ -109,6 +109,23 @@ int scan_read_topology(const struct ctx *c, int pcifd, struct kata_device *d, co
 
 /* ---- legacy: /dev/vfio/<group> ---- */
 
+/* The member name of group d->group is no device: said at info at start (its driver read for
+ * the line only then, or at debug), at debug on the rescans. */
+static void not_in_table(const struct ctx *c, int gfd, const char *name, const struct kata_device *d)
+{
+	enum dp_log_level lvl = c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG;
+	char link[NAME_MAX + sizeof("/driver")], drv[64], q[64], qd[200];
+	if (!dp_log_enabled(lvl))
+		return;
+	snprintf(link, sizeof(link), "%s/driver", name);
+	int r = link_base(gfd, link, drv, sizeof(drv));
+	if (r < 0)
+		snprintf(drv, sizeof(drv), "%s", r == -ENOENT ? "none" : "unknown");
+	dp_log(lvl, "skipping VFIO device", "device=%s reason=%s group=%u vendor=0x%04x class=0x%06x driver=%s",
+	       dp_logq(q, sizeof(q), name), "\"not in the table\"", d->group, d->vendor, d->pci_class,
+	       dp_logq(qd, sizeof(qd), drv));
+}
+
 /* Member name of group g's directory gfd (shown: its path): kept when a table row matches it
  * and it is bound to a VFIO driver. The kernel names a member by the address of the function it
  * links to: a member that links elsewhere is skipped (its health check would look for it by its
@@ -116,12 +133,16 @@ int scan_read_topology(const struct ctx *c, int pcifd, struct kata_device *d, co
 static void consider_member(struct ctx *c, int gfd, const char *name, const struct kata_device *g)
 {
 	struct kata_device d = *g;
-	char shown[96], why[WHY_MAX], drv[64], q[64], qd[200];
+	char shown[96], why[WHY_MAX], drv[64];
 	uint64_t key;
 
 	if (!scan_parse_pci(name, &key)) {
 		scan_whyf(why, "IOMMU group %u: member not named by a PCI address", g->group);
 		scan_skip(c, DP_LOG_WARN, name, why);
+		return;
+	}
+	if (scan_not_in_table(c, gfd, name, &d.vendor, &d.pci_class)) {
+		not_in_table(c, gfd, name, &d);
 		return;
 	}
 	snprintf(shown, sizeof(shown), KATA_GROUPS_DIR "/%u/devices/%s", g->group, name);
@@ -141,11 +162,8 @@ static void consider_member(struct ctx *c, int gfd, const char *name, const stru
 		return;
 	}
 	int row = kata_table_match(c->o->table, c->o->n_rows, d.vendor, d.pci_class);
-	if (row < 0) {
-		dp_log(c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG, "skipping VFIO device",
-		       "device=%s reason=%s group=%u vendor=0x%04x class=0x%06x driver=%s",
-		       dp_logq(q, sizeof(q), name), "\"not in the table\"", g->group, d.vendor, d.pci_class,
-		       dp_logq(qd, sizeof(qd), drv[0] ? drv : "none"));
+	if (row < 0) { /* the quick read could not decide it: it can now */
+		not_in_table(c, gfd, name, &d);
 		return;
 	}
 	if (!kata_driver_is_vfio(drv)) {
@@ -157,18 +175,15 @@ static void consider_member(struct ctx *c, int gfd, const char *name, const stru
 	scan_keep(c, &d);
 }
 
-/* A group whose members could not all be read is not advertised: a member not seen could be
- * the one VFIO refuses. */
-static void drop_group(struct ctx *c, const struct kata_device *g, const char *rel, int err)
+/* The devices of g's group found so far are not advertised (why: the reason, logged once). */
+static void drop_group(struct ctx *c, const struct kata_device *g, const char *why)
 {
-	char why[WHY_MAX];
 	size_t o = 0;
 	for (size_t i = 0; i < c->n; i++)
 		if (strcmp(c->devs[i].path, g->path) != 0)
 			c->devs[o++] = c->devs[i];
 	c->matched -= c->n - o;
 	c->n = o;
-	scan_whyf(why, "cannot read every member of %s: %s", rel, strerror(err));
 	scan_skip(c, DP_LOG_WARN, g->path, why);
 }
 
@@ -190,8 +205,10 @@ static void walk_members(struct ctx *c, const struct kata_device *g)
 	}
 	while ((name = scan_dir_next(&it)))
 		consider_member(c, fd, name, g);
-	if (it.err)
-		drop_group(c, g, rel, it.err);
+	if (it.err) { /* a member not seen could be the one VFIO refuses */
+		scan_whyf(why, "cannot read every member of %s: %s", rel, strerror(it.err));
+		drop_group(c, g, why);
+	}
 }
 
 /* /dev/vfio/<name>: a group node (char device, numbered as its sysfs class entry says). */
@@ -220,12 +237,13 @@ static void consider_group(struct ctx *c, int dfd, const char *name)
 		return;
 	}
 	g.rdev = st.st_rdev;
-	_cleanup_close_ int entry = scan_open_class_entry(c, name, &g, why);
-	if (entry < 0) {
-		scan_skip(c, DP_LOG_WARN, g.path, why);
-		return;
-	}
+	size_t matched = c->matched;
 	walk_members(c, &g);
+	if (c->matched == matched)
+		return; /* no device (a NIC VF's group): its node need not be checked */
+	_cleanup_close_ int entry = scan_open_class_entry(c, name, &g, why);
+	if (entry < 0)
+		drop_group(c, &g, why);
 }
 
 int scan_walk_groups(struct ctx *c, char *err, size_t errlen)

@@ -101,6 +101,11 @@ int scan_walk_groups(struct ctx *c, char *err, size_t errlen);
  * unit_key. */
 void scan_split_groups(struct ctx *c);
 
+/* Whether the PCI function fn (relative to dirfd, every link followed) has a vendor and class
+ * that no table row matches, read as the full read does (through the cache): most functions of a
+ * host with thousands of VFs are not devices, and need no more than these two. False when they
+ * cannot be read or parsed, or a row matches: the full read decides, and says why. */
+bool scan_not_in_table(const struct ctx *c, int dirfd, const char *fn, uint16_t *ret_vendor, uint32_t *ret_class);
 /* Fill d (name, path, rdev set) for its cdev; 0 when it is a well-formed VFIO PCI device
  * (matching or not), else negative errno with why. */
 int scan_inspect(const struct ctx *c, struct kata_device *d, char *why);

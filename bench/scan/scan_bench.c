@@ -5,11 +5,15 @@
  * (not verbose, with the cache each rescan leaves to the next: kata/scan_cache.h), REPS times,
  * and prints
  *
- *   devices=N reps=R median_us=M min_us=A max_us=Z
+ *   devices=N reps=R median_us=M min_us=A max_us=Z rss_before_kib=B maxrss_kib=P
  *
- * (CLOCK_MONOTONIC around each scan). make bench runs it on the kata node's tree (bench/).
+ * (CLOCK_MONOTONIC around each scan; the process's resident set before the first scan and its
+ * peak, getrusage's ru_maxrss, after the last). make bench runs it on the kata node's tree and on
+ * a legacy tree of 10,000 IOMMU groups (bench/).
  *
- *   SDP_TEST_ROOT=<root> sdp-scan-bench [REPS [GAP_MS]]
+ *   SDP_TEST_ROOT=<root> [VFIO_BACKEND=legacy|iommufd] sdp-scan-bench [REPS [GAP_MS]]
+ *
+ * VFIO_BACKEND as the daemon reads it (default, and auto: as the daemon would choose on the tree).
  *
  * GAP_MS: a pause before each scan (default 0), so that each one starts, as the daemon's does
  * every 30 s, with caches its neighbours have cooled.
@@ -18,11 +22,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "scan.h"
 #include "table.h"
 #include "timing.h"
+
+/* VmRSS of this process (kB), or -1. */
+static long rss_kib(void)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
 
 int main(int argc, char **argv)
 {
@@ -34,6 +55,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: SDP_TEST_ROOT=<root> sdp-scan-bench [REPS (1..1000000) [GAP_MS (0..60000)]]\n");
 		return 2;
 	}
+	enum kata_backend_setting setting;
+	char why[256];
+	if (kata_backend_from_env(&setting, err, sizeof(err)) < 0) {
+		fprintf(stderr, "sdp-scan-bench: %s\n", err);
+		return 2;
+	}
 	double *t = calloc(reps, sizeof(*t));
 	_cleanup_(kata_cache_freep) kata_cache *cache = NULL;
 	struct kata_scan_opts o = { .table = kata_table, .n_rows = kata_table_len };
@@ -41,6 +68,8 @@ int main(int argc, char **argv)
 	if (!t || kata_cache_new(&cache) < 0)
 		return 1;
 	o.cache = cache;
+	o.backend = kata_backend_choose(setting, why, sizeof(why));
+	long before = rss_kib();
 	for (unsigned long r = 0; r < reps; r++) {
 		struct kata_scan s;
 		if (gap)
@@ -57,8 +86,11 @@ int main(int argc, char **argv)
 		kata_scan_done(&s);
 	}
 	bench_sort(t, reps);
-	printf("devices=%zu reps=%lu median_us=%.1f min_us=%.1f max_us=%.1f\n", n, reps, bench_pct(t, reps, 50),
-	       bench_pct(t, reps, 0), bench_pct(t, reps, 100));
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) < 0)
+		ru.ru_maxrss = -1;
+	printf("devices=%zu reps=%lu median_us=%.1f min_us=%.1f max_us=%.1f rss_before_kib=%ld maxrss_kib=%ld\n", n,
+	       reps, bench_pct(t, reps, 50), bench_pct(t, reps, 0), bench_pct(t, reps, 100), before, ru.ru_maxrss);
 	free(t);
 	return 0;
 }
