@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"time"
@@ -56,15 +54,8 @@ func largeTree(kt *k.KataTree) {
 }
 
 func measureLargeScan(build string) largeScan {
-	n, err := k.NewNode()
-	if err != nil {
-		fatal("%v", err)
-	}
+	n, kt := benchTree()
 	defer n.Remove()
-	kt, err := k.NewKataTree(n.Root)
-	if err != nil {
-		fatal("%v", err)
-	}
 	if err := os.Remove(kt.DevicesDir); err != nil {
 		fatal("%v", err)
 	}
@@ -72,19 +63,12 @@ func measureLargeScan(build string) largeScan {
 	t0 := time.Now()
 	largeTree(kt)
 	ls.build = time.Since(t0)
-	time.Sleep(2500 * time.Millisecond) // past the scan cache's settle time (kata/scan_cache.h)
-	cmd := exec.Command(filepath.Join(build, "bench/scan/sdp-scan-bench"), strconv.Itoa(ls.reps), "0")
-	cmd.Env = append(os.Environ(), "SDP_TEST_ROOT="+n.Root, "VFIO_BACKEND=legacy")
-	out, err := cmd.Output()
-	m, r := scanRe.FindStringSubmatch(string(out)), rssRe.FindStringSubmatch(string(out))
-	if err != nil || m == nil || r == nil {
-		fatal("sdp-scan-bench on the large tree: %v: %s", err, out)
+	p, out := runScanBench(build, n.Root, ls.reps, 0, "VFIO_BACKEND=legacy")
+	r := rssRe.FindStringSubmatch(out)
+	if r == nil {
+		fatal("sdp-scan-bench on the large tree: no resident set figures: %s", out)
 	}
-	ls.scan.devices, _ = strconv.Atoi(m[1])
-	ls.scan.reps, _ = strconv.Atoi(m[2])
-	ls.scan.med, _ = strconv.ParseFloat(m[3], 64)
-	ls.scan.min, _ = strconv.ParseFloat(m[4], 64)
-	ls.scan.max, _ = strconv.ParseFloat(m[5], 64)
+	ls.scan = p
 	ls.rssBefore, _ = strconv.Atoi(r[1])
 	ls.rssPeak, _ = strconv.Atoi(r[2])
 	if ls.scan.devices != largeGPUs {
