@@ -177,3 +177,66 @@ func hyperlightAllocated() func(*Allocation) error {
 		return nil
 	}
 }
+
+// kubelet.sock recreated in a loop (a socket node nobody listens on) while kubelet is down: the
+// plugin keeps serving between its re-registrations (the exec liveness probe answers), which are
+// spaced (100 ms after the first, doubling to 5 s) rather than one per creation, each told by one
+// "re-registering" line; once a kubelet serves again it registers with it; SIGTERM during the
+// flood: exit 0. Before, every creation restarted the server and logged a line at info (over
+// 100000 lines a second), and the probe found no socket that stayed long enough to answer.
+func TestFloodKubeletSockCreated(t *testing.T) {
+	s, p := floodHyperlight(t)
+	s.k.Stop()
+	if !s.wait(eventBound, func() bool { return len(linesNaming(s.d, "kubelet.sock")) > 0 }) {
+		s.fatalf("the daemon did not notice kubelet going away")
+	}
+	sock := filepath.Join(s.node.KubeletDir, "kubelet.sock")
+	before := len(s.d.Stderr.Lines())
+	start := time.Now()
+	f := StartFlood(sock, syscall.S_IFSOCK|0o600, 0)
+	defer f.Stop()
+	if !f.Running(floodChanges, eventBound) {
+		s.fatalf("the flood of %s made %d changes within %v: %v", sock, f.Changes(), eventBound, f.Stop())
+	}
+	env := DaemonEnv(s.node.Root, "DEVICE_COUNT=3")
+	for i := 0; i < 5; i++ {
+		if r := s.run(env, "--health-check"); r.Code != 0 {
+			t.Errorf("liveness probe %d during the flood: exit %d: %s", i+1, r.Code, r.Stderr)
+		}
+	}
+	if err := f.Stop(); err != nil {
+		t.Fatalf("the flood ended early: %v", err)
+	}
+	took := time.Since(start)
+	restarts := 0
+	for _, l := range s.d.Stderr.Lines()[before:] {
+		if logField(l, "level") == "info" && logField(l, "msg") == "re-registering" {
+			restarts++
+		}
+	}
+	t.Logf("%d creations of kubelet.sock in %v: %d re-registrations", f.Changes()/2, took.Round(time.Millisecond), restarts)
+	if limit := 1 + int(took/(100*time.Millisecond)); restarts > limit {
+		t.Errorf("%d re-registrations during %v of creations, want at most %d (100 ms apart at least)",
+			restarts, took.Round(time.Millisecond), limit)
+	}
+
+	// a kubelet again: registered, within the spacing (5 s at most)
+	if err := s.k.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	s.settled(p.Seq, p.Endpoint, 3, backoffBound)
+
+	// SIGTERM while kubelet.sock is recreated again
+	s.k.Stop()
+	f = StartFlood(sock, syscall.S_IFSOCK|0o600, 0)
+	defer f.Stop()
+	if !f.Running(floodChanges, eventBound) {
+		s.fatalf("the second flood made %d changes within %v: %v", f.Changes(), eventBound, f.Stop())
+	}
+	if err := s.d.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.d.Wait(exitBound); err != nil || code != 0 {
+		s.fatalf("SIGTERM during the flood of kubelet.sock: exit %d %v (%s)", code, err, s.d.ExitDescription())
+	}
+}

@@ -26,9 +26,11 @@
 #define LISTEN_WAIT_MIN_USEC (1 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_MAX_USEC (16 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_LIMIT_USEC (1 * DP_USEC_PER_SEC)
+#define CHURN_MIN_USEC (100 * DP_USEC_PER_MSEC)
+#define CHURN_MAX_USEC (5 * DP_USEC_PER_SEC)
 
 static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
-static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
+static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
 static void ep_stream_ended(dp_endpoint *ep);
 static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st);
 
@@ -310,6 +312,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	}
 	ep->state = EP_REGISTERED;
 	ep->backoff = 0;
+	ep->churn_gap = 0;
 	ep->registered_at = dp_now_usec();
 	ep->reason_register[0] = '\0';
 	dp_endpoint_watch_remember(ep);
@@ -441,6 +444,7 @@ static void ep_register_now(dp_endpoint *ep)
 static int ep_on_register_timer(dp_source *s, void *userdata)
 {
 	dp_endpoint *ep = userdata;
+	ep->restart_pending = false;
 	if (ep->state == EP_WAIT_LISTEN)
 		ep_try_register(ep);
 	else
@@ -448,18 +452,32 @@ static int ep_on_register_timer(dp_source *s, void *userdata)
 	return 0;
 }
 
+/* Any new schedule replaces the restart scheduled before. */
 static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
 {
+	ep->restart_pending = false;
 	if (usec == 0)
 		(void)dp_timer_set_asap(ep->register_timer);
 	else
 		(void)dp_timer_set(ep->register_timer, usec, 0);
 }
 
-static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
+/*
+ * Restart in usec: stop serving and register a fresh server then. A restart already scheduled
+ * no later than that does the same work: this one joins it (not told again), so the causes
+ * one kubelet restart raises together (its stream ends, our socket and kubelet.sock are
+ * deleted, kubelet.sock is created) and a burst of events make one restart. True when this
+ * call scheduled one.
+ */
+static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 {
+	uint64_t at = dp_now_usec() + usec;
 	if (ep->stopping)
-		return;
+		return false;
+	if (ep->restart_pending && ep->restart_at <= at) {
+		dp_debug("re-registering already scheduled", "resource=%s reason=%s", ep->resource, why);
+		return false;
+	}
 	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
 		 (unsigned long long)usec);
 	if (ep->events.on_restart)
@@ -468,15 +486,41 @@ static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 	ep->backoff = 0;
 	dp_ep_metrics_state(ep);
 	ep_schedule_register(ep, usec);
+	ep->restart_pending = true;
+	ep->restart_at = at;
 	if (ep->health)
 		dp_health_changed(ep->health);
+	return true;
 }
 
 /* kubelet restarted (or our socket went): at once, and not counted as contention. */
 void dp_endpoint_restart(dp_endpoint *ep, const char *why)
 {
 	ep->quick_ends = 0;
-	ep_restart_after(ep, why, 0);
+	(void)ep_restart_after(ep, why, 0);
+}
+
+/*
+ * kubelet.sock created: a kubelet started, register with it at once. A kubelet takes seconds
+ * to start, so kubelet.sock created again before the registration that followed succeeded is
+ * something recreating it in a loop: those restarts are spaced, CHURN_MIN_USEC after the one
+ * before, doubling to CHURN_MAX_USEC while it goes on, until a registration succeeds. A flood of
+ * creations then costs a few restarts (and "re-registering" lines) per second at most, instead
+ * of one per turn of the loop, and the plugin keeps serving (liveness probes, RPCs) between them.
+ */
+void dp_endpoint_kubelet_created(dp_endpoint *ep)
+{
+	uint64_t now = dp_now_usec(), next = ep->churn_at + ep->churn_gap;
+	uint64_t wait = ep->churn_gap && now < next ? next - now : 0;
+
+	ep->kubelet_created = true; /* bound: it may not listen yet */
+	ep->quick_ends = 0;
+	if (!ep_restart_after(ep, "kubelet.sock created", wait))
+		return;
+	ep->churn_at = now + wait;
+	ep->churn_gap = !ep->churn_gap		    ? CHURN_MIN_USEC
+			: ep->churn_gap * 2 > CHURN_MAX_USEC ? CHURN_MAX_USEC
+							     : ep->churn_gap * 2;
 }
 
 /* ---- public ---- */

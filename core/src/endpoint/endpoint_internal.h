@@ -85,6 +85,9 @@ struct dp_endpoint {
 	uint64_t contend_backoff;
 	uint64_t listen_since; /* when kubelet.sock, just created, first refused */
 	uint64_t listen_wait;  /* the next wait for it to listen */
+	uint64_t restart_at;   /* when the restart scheduled (restart_pending) runs */
+	uint64_t churn_at;     /* when the last restart for kubelet.sock created ran or runs */
+	uint64_t churn_gap;    /* the least time from it to the next one (0: none) */
 	struct ep_stream *streams;
 	struct ep_stream *kubelet_stream; /* the first stream opened since Register was sent */
 
@@ -115,6 +118,7 @@ struct dp_endpoint {
 	bool stopping;
 	bool stream_ended_registering; /* a stream ended before Register returned */
 	bool kubelet_created;          /* kubelet.sock created since the last Register was sent */
+	bool restart_pending;          /* the register timer runs a restart (ep_restart_after) */
 
 	char socket_name[DP_SOCKET_NAME_MAX + 1];
 	char reason[512];
@@ -124,6 +128,9 @@ struct dp_endpoint {
 
 /* endpoint.c */
 void dp_endpoint_restart(dp_endpoint *ep, const char *why);
+/* kubelet.sock created (inotify): a restart, spaced while kubelet.sock is created again and again
+ * without a registration in between (endpoint.c). */
+void dp_endpoint_kubelet_created(dp_endpoint *ep);
 int dp_endpoint_health_status(const char *service, void *userdata);
 /* endpoint_state.c: the metrics (dp/metrics.h) of ep's current state; of a health change (first:
  * the first check); of a registration attempt (EP_FAIL_NONE: registered). */
