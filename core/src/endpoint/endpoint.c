@@ -466,8 +466,8 @@ static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
  * Restart in usec: stop serving and register a fresh server then. A restart already scheduled
  * no later than that does the same work: this one joins it (not told again), so the causes
  * one kubelet restart raises together (its stream ends, our socket and kubelet.sock are
- * deleted, kubelet.sock is created) and a burst of events make one restart. True when this
- * call scheduled one.
+ * deleted, kubelet.sock is created) and a burst of events make one restart (the first cause
+ * that joins is said at debug). True when this call scheduled one.
  */
 static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 {
@@ -475,7 +475,9 @@ static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 	if (ep->stopping)
 		return false;
 	if (ep->restart_pending && ep->restart_at <= at) {
-		dp_debug("re-registering already scheduled", "resource=%s reason=%s", ep->resource, why);
+		if (!ep->restart_joined) /* once per restart: a flood makes one per event */
+			dp_debug("re-registering already scheduled", "resource=%s reason=%s", ep->resource, why);
+		ep->restart_joined = true;
 		return false;
 	}
 	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
@@ -487,6 +489,7 @@ static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 	dp_ep_metrics_state(ep);
 	ep_schedule_register(ep, usec);
 	ep->restart_pending = true;
+	ep->restart_joined = false;
 	ep->restart_at = at;
 	if (ep->health)
 		dp_health_changed(ep->health);

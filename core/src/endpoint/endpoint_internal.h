@@ -119,6 +119,7 @@ struct dp_endpoint {
 	bool stream_ended_registering; /* a stream ended before Register returned */
 	bool kubelet_created;          /* kubelet.sock created since the last Register was sent */
 	bool restart_pending;          /* the register timer runs a restart (ep_restart_after) */
+	bool restart_joined;           /* a cause joined it (said once) */
 
 	char socket_name[DP_SOCKET_NAME_MAX + 1];
 	char reason[512];
