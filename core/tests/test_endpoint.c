@@ -286,7 +286,8 @@ static void kubelet_sock_flood_spaced(void **state)
 	}
 	uint64_t took = dp_now_usec() - start;
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	assert_in_range(restarts, 1, took / (100 * DP_USEC_PER_MSEC) + 1);
+	/* the first at once, the next told when scheduled (100 ms later), then one per 100 ms at most */
+	assert_in_range(restarts, 1, took / (100 * DP_USEC_PER_MSEC) + 2);
 	dp_endpoint_free(ep);
 	dp_loop_free(loop);
 }
