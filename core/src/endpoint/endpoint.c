@@ -476,7 +476,8 @@ static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 		return false;
 	if (ep->restart_pending && ep->restart_at <= at) {
 		if (!ep->restart_joined) /* once per restart: a flood makes one per event */
-			dp_debug("re-registering already scheduled", "resource=%s reason=%s", ep->resource, why);
+			dp_debug("re-registering already scheduled", "resource=%s reason=%s", ep->resource,
+				 why);
 		ep->restart_joined = true;
 		return false;
 	}
@@ -520,10 +521,9 @@ void dp_endpoint_kubelet_created(dp_endpoint *ep)
 	ep->quick_ends = 0;
 	if (!ep_restart_after(ep, "kubelet.sock created", wait))
 		return;
+	uint64_t gap = ep->churn_gap ? 2 * ep->churn_gap : CHURN_MIN_USEC;
 	ep->churn_at = now + wait;
-	ep->churn_gap = !ep->churn_gap		    ? CHURN_MIN_USEC
-			: ep->churn_gap * 2 > CHURN_MAX_USEC ? CHURN_MAX_USEC
-							     : ep->churn_gap * 2;
+	ep->churn_gap = gap > CHURN_MAX_USEC ? CHURN_MAX_USEC : gap;
 }
 
 /* ---- public ---- */
