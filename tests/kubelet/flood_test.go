@@ -133,26 +133,26 @@ func floodHyperlight(t *testing.T) (*scenario, *Plugin) {
 	return s, s.ready(3)
 }
 
-func TestFloodKataVFIO(t *testing.T) {
+func TestKataFloodVFIO(t *testing.T) {
 	s, p := floodKata(t)
 	// group 99 has no sysfs entry: not a device, and the rescans the flood asks for find nothing new
 	s.underFlood(p, filepath.Join(s.node.DevDir, "vfio/99"), syscall.S_IFCHR|0o600,
 		int(unix.Mkdev(KataVFIOMajor, 99)), KataGPU, []string{"1"}, kataAllocated("1"))
 }
 
-func TestFloodKataKubeletDir(t *testing.T) {
+func TestKataFloodKubeletDir(t *testing.T) {
 	s, p := floodKata(t)
 	s.underFlood(p, filepath.Join(s.node.KubeletDir, "flood"), syscall.S_IFREG|0o600, 0,
 		KataGPU, []string{"1"}, kataAllocated("1"))
 }
 
-func TestFloodHyperlightDev(t *testing.T) {
+func TestHyperlightFloodDev(t *testing.T) {
 	s, p := floodHyperlight(t)
 	s.underFlood(p, filepath.Join(s.node.DevDir, "flood0"), syscall.S_IFCHR|0o600, int(unix.Mkdev(1, 3)),
 		HyperlightResource, []string{"hyperlight-0"}, hyperlightAllocated())
 }
 
-func TestFloodHyperlightKubeletDir(t *testing.T) {
+func TestHyperlightFloodKubeletDir(t *testing.T) {
 	s, p := floodHyperlight(t)
 	s.underFlood(p, filepath.Join(s.node.KubeletDir, "flood"), syscall.S_IFREG|0o600, 0,
 		HyperlightResource, []string{"hyperlight-0"}, hyperlightAllocated())
@@ -185,7 +185,7 @@ func hyperlightAllocated() func(*Allocation) error {
 // with it; SIGTERM during the flood: exit 0. Before, every creation restarted the server and
 // logged a line at info (over 100000 lines a second), and the probe found no socket that stayed
 // long enough to answer.
-func TestFloodKubeletSockCreated(t *testing.T) {
+func TestHyperlightFloodKubeletSock(t *testing.T) {
 	s, p := floodHyperlight(t)
 	s.k.Stop()
 	if !s.wait(eventBound, func() bool { return len(linesNaming(s.d, "kubelet.sock")) > 0 }) {
