@@ -20,18 +20,10 @@
 #define BACKOFF_MAX_USEC (5 * DP_USEC_PER_SEC)
 #define DEFAULT_CHECK_USEC (30 * DP_USEC_PER_SEC)
 #define FAIL_RETELL_USEC (300 * DP_USEC_PER_SEC)
-#define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
-#define CONTEND_MAX_USEC (60 * DP_USEC_PER_SEC)
-#define STABLE_USEC (30 * DP_USEC_PER_SEC)
 #define LISTEN_WAIT_MIN_USEC (1 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_MAX_USEC (16 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_LIMIT_USEC (1 * DP_USEC_PER_SEC)
-#define CHURN_MIN_USEC (100 * DP_USEC_PER_MSEC)
-#define CHURN_MAX_USEC (5 * DP_USEC_PER_SEC)
 
-static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
-static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
-static void ep_stream_ended(dp_endpoint *ep);
 static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st);
 
 /* ---- devices ---- */
@@ -163,7 +155,7 @@ static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st)
 	if (ep->state == EP_REGISTERING)
 		ep->stream_ended_registering = true;
 	if (ep->state == EP_REGISTERED && !ep->stopping)
-		ep_stream_ended(ep);
+		dp_ep_stream_ended(ep);
 }
 
 static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
@@ -266,31 +258,7 @@ static void ep_backoff(dp_endpoint *ep, bool keep)
 		ep_stop_server(ep, "plugin re-registering");
 	uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
 	ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
-	ep_schedule_register(ep, b);
-}
-
-/* ---- two plugins registering one resource: each Register ends the other's stream ---- */
-
-static void ep_stream_ended(dp_endpoint *ep)
-{
-	const char *why = "ListAndWatch stream ended";
-	if (dp_now_usec() - ep->registered_at >= STABLE_USEC) {
-		ep->quick_ends = 0;
-		ep->contend_backoff = 0;
-	}
-	/* One quick end is kubelet restarting or a replaced registration: register at once. */
-	if (++ep->quick_ends < 2) {
-		ep_restart_after(ep, why, 0);
-		return;
-	}
-	uint64_t d = ep->contend_backoff ? ep->contend_backoff : CONTEND_MIN_USEC;
-	ep->contend_backoff = d * 2 > CONTEND_MAX_USEC ? CONTEND_MAX_USEC : d * 2;
-	snprintf(ep->reason_register, sizeof(ep->reason_register),
-		 "another plugin is registering %s: re-registering in %llu ms", ep->resource,
-		 (unsigned long long)(d / DP_USEC_PER_MSEC));
-	if (ep->quick_ends == 2 && ep->events.on_contended)
-		ep->events.on_contended(ep, d, ep->events.userdata);
-	ep_restart_after(ep, why, d);
+	dp_ep_schedule_register(ep, b);
 }
 
 /* ---- registration ---- */
@@ -327,7 +295,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	ep->fail_kind = EP_FAIL_NONE;
 	if (ep->stream_ended_registering && !ep->kubelet_stream && ep->state == EP_REGISTERED &&
 	    !ep->stopping)
-		ep_stream_ended(ep);
+		dp_ep_stream_ended(ep);
 }
 
 static int ep_send_register(dp_endpoint *ep)
@@ -376,7 +344,7 @@ static bool ep_wait_listen(dp_endpoint *ep)
 	uint64_t d = ep->listen_wait ? ep->listen_wait : LISTEN_WAIT_MIN_USEC;
 	ep->listen_wait = d * 2 > LISTEN_WAIT_MAX_USEC ? LISTEN_WAIT_MAX_USEC : d * 2;
 	ep->state = EP_WAIT_LISTEN;
-	ep_schedule_register(ep, d);
+	dp_ep_schedule_register(ep, d);
 	return true;
 }
 
@@ -450,80 +418,6 @@ static int ep_on_register_timer(dp_source *s, void *userdata)
 	else
 		ep_register_now(ep);
 	return 0;
-}
-
-/* Any new schedule replaces the restart scheduled before. */
-static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
-{
-	ep->restart_pending = false;
-	if (usec == 0)
-		(void)dp_timer_set_asap(ep->register_timer);
-	else
-		(void)dp_timer_set(ep->register_timer, usec, 0);
-}
-
-/*
- * Restart in usec: stop serving and register a fresh server then. A restart already scheduled
- * no later than that does the same work: this one joins it (not told again), so the causes
- * one kubelet restart raises together (its stream ends, our socket and kubelet.sock are
- * deleted, kubelet.sock is created) and a burst of events make one restart (the first cause
- * that joins is said at debug). True when this call scheduled one.
- */
-static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
-{
-	uint64_t at = dp_now_usec() + usec;
-	if (ep->stopping)
-		return false;
-	if (ep->restart_pending && ep->restart_at <= at) {
-		if (!ep->restart_joined) /* once per restart: a flood makes one per event */
-			dp_debug("re-registering already scheduled", "resource=%s reason=%s", ep->resource,
-				 why);
-		ep->restart_joined = true;
-		return false;
-	}
-	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
-		 (unsigned long long)usec);
-	if (ep->events.on_restart)
-		ep->events.on_restart(ep, why, ep->events.userdata);
-	ep->state = EP_IDLE;
-	ep->backoff = 0;
-	dp_ep_metrics_state(ep);
-	ep_schedule_register(ep, usec);
-	ep->restart_pending = true;
-	ep->restart_joined = false;
-	ep->restart_at = at;
-	if (ep->health)
-		dp_health_changed(ep->health);
-	return true;
-}
-
-/* kubelet restarted (or our socket went): at once, and not counted as contention. */
-void dp_endpoint_restart(dp_endpoint *ep, const char *why)
-{
-	ep->quick_ends = 0;
-	(void)ep_restart_after(ep, why, 0);
-}
-
-/*
- * kubelet.sock created: a kubelet started, register with it at once. A kubelet takes seconds
- * to start, so kubelet.sock created again before the registration that followed succeeded is
- * something recreating it in a loop: those restarts are spaced, CHURN_MIN_USEC after the one
- * before, doubling to CHURN_MAX_USEC while it goes on, until a registration succeeds. A flood of
- * creations then costs a few restarts (and "re-registering" lines) per second at most, instead
- * of one per turn of the loop, and the plugin keeps serving (liveness probes, RPCs) between them.
- */
-void dp_endpoint_kubelet_created(dp_endpoint *ep)
-{
-	uint64_t now = dp_now_usec(), next = ep->churn_at + ep->churn_gap;
-	uint64_t wait = ep->churn_gap && now < next ? next - now : 0;
-
-	ep->kubelet_created = true; /* bound: it may not listen yet */
-	ep->quick_ends = 0;
-	if (!ep_restart_after(ep, "kubelet.sock created", wait))
-		return;
-	uint64_t gap = ep->churn_gap ? 2 * ep->churn_gap : CHURN_MIN_USEC;
-	ep->churn_at = now + wait;
-	ep->churn_gap = gap > CHURN_MAX_USEC ? CHURN_MAX_USEC : gap;
 }
 
 /* ---- public ---- */

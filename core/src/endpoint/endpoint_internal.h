@@ -128,11 +128,16 @@ struct dp_endpoint {
 };
 
 /* endpoint.c */
-void dp_endpoint_restart(dp_endpoint *ep, const char *why);
-/* kubelet.sock created (inotify): a restart, spaced while kubelet.sock is created again and again
- * without a registration in between (endpoint.c). */
-void dp_endpoint_kubelet_created(dp_endpoint *ep);
 int dp_endpoint_health_status(const char *service, void *userdata);
+/* endpoint_restart.c: arm the register timer (usec 0: as soon as possible), replacing a restart
+ * scheduled; start over now (kubelet restarted, our socket went: not counted as contention); for
+ * kubelet.sock created (spaced while it is created again and again without a registration in
+ * between); for kubelet's ListAndWatch stream ended (backs off when it keeps ending soon after
+ * registering). */
+void dp_ep_schedule_register(dp_endpoint *ep, uint64_t usec);
+void dp_endpoint_restart(dp_endpoint *ep, const char *why);
+void dp_endpoint_kubelet_created(dp_endpoint *ep);
+void dp_ep_stream_ended(dp_endpoint *ep);
 /* endpoint_state.c: the metrics (dp/metrics.h) of ep's current state; of a health change (first:
  * the first check); of a registration attempt (EP_FAIL_NONE: registered). */
 void dp_ep_metrics_state(const dp_endpoint *ep);
