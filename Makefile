@@ -149,7 +149,8 @@ lint: build
 # the host's steal and load recorded per round), the ListAndWatch encoder alone, both images
 # (podman); regenerates
 # docs/benchmarks.md, and the "As deployed" figures of docs/reliability.md (both daemons in their
-# pod shape; alone: $(BUILD)/sdp-bench -build $(BUILD) -asdeployed-only). BENCH_IDLE sets the
+# pod shape; alone: $(BUILD)/sdp-bench -build $(BUILD) -asdeployed-only) and its flood figures
+# (a node recreated in a loop; alone: $(BUILD)/sdp-bench -build $(BUILD) -flood-only). BENCH_IDLE sets the
 # idle period in seconds (default 60). Profiling one
 # daemon: $(BUILD)/sdp-bench -build $(BUILD) -profile kata-static -profile-wait 5 -profile-hold 60
 BENCH_IDLE ?= 60

@@ -96,6 +96,11 @@ func main() {
 	if wd, err := os.Getwd(); err == nil {
 		src = wd
 	}
+	if *floodOnly { // the build's daemons only
+		privateMountNS()
+		floodOnlyMode(build)
+		return
+	}
 	began := time.Now()
 	host := newHostLog() // before anything of the run: the load it starts in
 	bin := func(n string) string {
@@ -249,6 +254,9 @@ func main() {
 	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, time.Since(began))
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
+		floodBegan, floodHost := time.Now(), newHostLog()
+		floods := measureFloods(build, floodHost)
+		writeFlood(floods, floodHost, build, time.Since(floodBegan))
 	}
 }
 

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -240,6 +241,53 @@ static void refused_kubelet_told_once(void **state)
 	/* Served meanwhile for liveness probes (kubelet never saw it): one socket, not one per try. */
 	assert_non_null(dp_endpoint_socket(ep));
 	assert_int_equal(count_plugin_sockets(), 1);
+	dp_endpoint_free(ep);
+	dp_loop_free(loop);
+}
+
+static int restarts;
+
+static void on_restart_count(dp_endpoint *ep, const char *why, void *ud)
+{
+	restarts++;
+}
+
+/* kubelet.sock created again and again (a child recreates it, a socket node nobody listens
+ * on, in a loop for 500 ms): the re-registrations are spaced (100 ms after the first, doubling),
+ * not one per event, nor one per turn of the loop; the endpoint serves its socket meanwhile. */
+static void kubelet_sock_flood_spaced(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_endpoint *ep = NULL;
+	dp_endpoint_config c = dpt_stub_config();
+	dp_endpoint_events ev = { .on_restart = on_restart_count };
+	char path[128];
+	int status;
+
+	restarts = 0;
+	snprintf(path, sizeof(path), "%s/kubelet.sock", dir);
+	assert_int_equal(dp_loop_new(&loop), 0);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
+	dp_endpoint_set_events(ep, &ev);
+	assert_int_equal(dp_endpoint_start(ep), 0);
+	assert_true(dpt_run_until_cond(loop, checked, 2 * DP_USEC_PER_SEC));
+	uint64_t start = dp_now_usec();
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (uint64_t end = start + 500 * DP_USEC_PER_MSEC; dp_now_usec() < end;)
+			if (mknod(path, S_IFSOCK | 0600, 0) < 0 || unlink(path) < 0)
+				_exit(1);
+		_exit(0);
+	}
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		assert_true(dp_loop_run_once(loop, 10) >= 0);
+		assert_int_equal(count_plugin_sockets(), 1);
+	}
+	uint64_t took = dp_now_usec() - start;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* the first at once, the next told when scheduled (100 ms later), then one per 100 ms at most */
+	assert_in_range(restarts, 1, took / (100 * DP_USEC_PER_MSEC) + 2);
 	dp_endpoint_free(ep);
 	dp_loop_free(loop);
 }
@@ -637,6 +685,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(waits_for_kubelet, setup, teardown),
 		cmocka_unit_test_setup_teardown(failed_register_removes_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(refused_kubelet_told_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(kubelet_sock_flood_spaced, setup, teardown),
 		cmocka_unit_test_setup_teardown(sweeps_only_own_stale_sockets, setup, teardown),
 		cmocka_unit_test_setup_teardown(bind_collision, setup, teardown),
 		cmocka_unit_test_setup_teardown(socket_names_and_sweep, setup, teardown),

@@ -20,16 +20,10 @@
 #define BACKOFF_MAX_USEC (5 * DP_USEC_PER_SEC)
 #define DEFAULT_CHECK_USEC (30 * DP_USEC_PER_SEC)
 #define FAIL_RETELL_USEC (300 * DP_USEC_PER_SEC)
-#define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
-#define CONTEND_MAX_USEC (60 * DP_USEC_PER_SEC)
-#define STABLE_USEC (30 * DP_USEC_PER_SEC)
 #define LISTEN_WAIT_MIN_USEC (1 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_MAX_USEC (16 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_LIMIT_USEC (1 * DP_USEC_PER_SEC)
 
-static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
-static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
-static void ep_stream_ended(dp_endpoint *ep);
 static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st);
 
 /* ---- devices ---- */
@@ -161,7 +155,7 @@ static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st)
 	if (ep->state == EP_REGISTERING)
 		ep->stream_ended_registering = true;
 	if (ep->state == EP_REGISTERED && !ep->stopping)
-		ep_stream_ended(ep);
+		dp_ep_stream_ended(ep);
 }
 
 static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
@@ -264,31 +258,7 @@ static void ep_backoff(dp_endpoint *ep, bool keep)
 		ep_stop_server(ep, "plugin re-registering");
 	uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
 	ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
-	ep_schedule_register(ep, b);
-}
-
-/* ---- two plugins registering one resource: each Register ends the other's stream ---- */
-
-static void ep_stream_ended(dp_endpoint *ep)
-{
-	const char *why = "ListAndWatch stream ended";
-	if (dp_now_usec() - ep->registered_at >= STABLE_USEC) {
-		ep->quick_ends = 0;
-		ep->contend_backoff = 0;
-	}
-	/* One quick end is kubelet restarting or a replaced registration: register at once. */
-	if (++ep->quick_ends < 2) {
-		ep_restart_after(ep, why, 0);
-		return;
-	}
-	uint64_t d = ep->contend_backoff ? ep->contend_backoff : CONTEND_MIN_USEC;
-	ep->contend_backoff = d * 2 > CONTEND_MAX_USEC ? CONTEND_MAX_USEC : d * 2;
-	snprintf(ep->reason_register, sizeof(ep->reason_register),
-		 "another plugin is registering %s: re-registering in %llu ms", ep->resource,
-		 (unsigned long long)(d / DP_USEC_PER_MSEC));
-	if (ep->quick_ends == 2 && ep->events.on_contended)
-		ep->events.on_contended(ep, d, ep->events.userdata);
-	ep_restart_after(ep, why, d);
+	dp_ep_schedule_register(ep, b);
 }
 
 /* ---- registration ---- */
@@ -310,6 +280,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	}
 	ep->state = EP_REGISTERED;
 	ep->backoff = 0;
+	ep->churn_gap = 0;
 	ep->registered_at = dp_now_usec();
 	ep->reason_register[0] = '\0';
 	dp_endpoint_watch_remember(ep);
@@ -324,7 +295,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	ep->fail_kind = EP_FAIL_NONE;
 	if (ep->stream_ended_registering && !ep->kubelet_stream && ep->state == EP_REGISTERED &&
 	    !ep->stopping)
-		ep_stream_ended(ep);
+		dp_ep_stream_ended(ep);
 }
 
 static int ep_send_register(dp_endpoint *ep)
@@ -373,7 +344,7 @@ static bool ep_wait_listen(dp_endpoint *ep)
 	uint64_t d = ep->listen_wait ? ep->listen_wait : LISTEN_WAIT_MIN_USEC;
 	ep->listen_wait = d * 2 > LISTEN_WAIT_MAX_USEC ? LISTEN_WAIT_MAX_USEC : d * 2;
 	ep->state = EP_WAIT_LISTEN;
-	ep_schedule_register(ep, d);
+	dp_ep_schedule_register(ep, d);
 	return true;
 }
 
@@ -441,42 +412,12 @@ static void ep_register_now(dp_endpoint *ep)
 static int ep_on_register_timer(dp_source *s, void *userdata)
 {
 	dp_endpoint *ep = userdata;
+	ep->restart_pending = false;
 	if (ep->state == EP_WAIT_LISTEN)
 		ep_try_register(ep);
 	else
 		ep_register_now(ep);
 	return 0;
-}
-
-static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
-{
-	if (usec == 0)
-		(void)dp_timer_set_asap(ep->register_timer);
-	else
-		(void)dp_timer_set(ep->register_timer, usec, 0);
-}
-
-static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
-{
-	if (ep->stopping)
-		return;
-	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
-		 (unsigned long long)usec);
-	if (ep->events.on_restart)
-		ep->events.on_restart(ep, why, ep->events.userdata);
-	ep->state = EP_IDLE;
-	ep->backoff = 0;
-	dp_ep_metrics_state(ep);
-	ep_schedule_register(ep, usec);
-	if (ep->health)
-		dp_health_changed(ep->health);
-}
-
-/* kubelet restarted (or our socket went): at once, and not counted as contention. */
-void dp_endpoint_restart(dp_endpoint *ep, const char *why)
-{
-	ep->quick_ends = 0;
-	ep_restart_after(ep, why, 0);
 }
 
 /* ---- public ---- */

@@ -85,6 +85,9 @@ struct dp_endpoint {
 	uint64_t contend_backoff;
 	uint64_t listen_since; /* when kubelet.sock, just created, first refused */
 	uint64_t listen_wait;  /* the next wait for it to listen */
+	uint64_t restart_at;   /* when the restart scheduled (restart_pending) runs */
+	uint64_t churn_at;     /* when the last restart for kubelet.sock created ran or runs */
+	uint64_t churn_gap;    /* the least time from it to the next one (0: none) */
 	struct ep_stream *streams;
 	struct ep_stream *kubelet_stream; /* the first stream opened since Register was sent */
 
@@ -115,6 +118,8 @@ struct dp_endpoint {
 	bool stopping;
 	bool stream_ended_registering; /* a stream ended before Register returned */
 	bool kubelet_created;          /* kubelet.sock created since the last Register was sent */
+	bool restart_pending;          /* the register timer runs a restart (ep_restart_after) */
+	bool restart_joined;           /* a cause joined it (said once) */
 
 	char socket_name[DP_SOCKET_NAME_MAX + 1];
 	char reason[512];
@@ -123,8 +128,16 @@ struct dp_endpoint {
 };
 
 /* endpoint.c */
-void dp_endpoint_restart(dp_endpoint *ep, const char *why);
 int dp_endpoint_health_status(const char *service, void *userdata);
+/* endpoint_restart.c: arm the register timer (usec 0: as soon as possible), replacing a restart
+ * scheduled; start over now (kubelet restarted, our socket went: not counted as contention); for
+ * kubelet.sock created (spaced while it is created again and again without a registration in
+ * between); for kubelet's ListAndWatch stream ended (backs off when it keeps ending soon after
+ * registering). */
+void dp_ep_schedule_register(dp_endpoint *ep, uint64_t usec);
+void dp_endpoint_restart(dp_endpoint *ep, const char *why);
+void dp_endpoint_kubelet_created(dp_endpoint *ep);
+void dp_ep_stream_ended(dp_endpoint *ep);
 /* endpoint_state.c: the metrics (dp/metrics.h) of ep's current state; of a health change (first:
  * the first check); of a registration attempt (EP_FAIL_NONE: registered). */
 void dp_ep_metrics_state(const dp_endpoint *ep);

@@ -36,10 +36,9 @@ static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t
 								 : "device-plugins directory removed");
 		break;
 	case DP_WATCH_ENTRY:
-		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0) {
-			ep->kubelet_created = true; /* bound: it may not listen yet */
-			dp_endpoint_restart(ep, "kubelet.sock created");
-		} else if ((mask & (IN_DELETE | IN_MOVED_FROM)) && ep->socket_name[0] &&
+		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0)
+			dp_endpoint_kubelet_created(ep);
+		else if ((mask & (IN_DELETE | IN_MOVED_FROM)) && ep->socket_name[0] &&
 			   strcmp(name, ep->socket_name) == 0 &&
 			   (ep->state == EP_REGISTERED || ep->state == EP_REGISTERING ||
 			    ep->state == EP_WAIT_LISTEN))
