@@ -21,6 +21,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -32,11 +33,11 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -52,6 +53,7 @@ var (
 	jsonOut    = flag.String("json", "", "write every restart's figures to this file (JSON)")
 	daemonLog  = flag.String("daemon-log", "", "write the daemon's output to this file")
 	kubeletLog = flag.String("kubelet-log", "", "write the kubelet code's log (klog, -v 4) to this file")
+	countLine  = flag.String("count", "", "count the daemon's output lines containing this string, per restart (e.g. 'level=info msg=re-registering')")
 )
 
 // registration is one Register a server accepted.
@@ -64,9 +66,30 @@ type registration struct {
 
 // recorder collects what every server generation saw.
 type recorder struct {
-	mu     sync.Mutex
-	regs   []*registration
-	notify chan struct{}
+	mu       sync.Mutex
+	regs     []*registration
+	arrivals []time.Time // every Register that reached a server (the kubelet's own log line)
+	lines    []time.Time // the daemon's lines matching -count
+	notify   chan struct{}
+}
+
+func (r *recorder) add(list *[]time.Time) {
+	r.mu.Lock()
+	*list = append(*list, time.Now())
+	r.mu.Unlock()
+}
+
+// between counts the times in [from, to).
+func (r *recorder) between(list *[]time.Time, from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, t := range *list {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *recorder) poke() {
@@ -155,9 +178,12 @@ func (h *handler) PluginListAndWatchReceiver(_ klog.Logger, name string, _ *plug
 
 // restart is one restart's figures.
 type restart struct {
-	MS            float64 `json:"ms"`            // Start() to the first accepted Register
-	Registrations int     `json:"registrations"` // Registers the new server accepted
-	Stopping      int     `json:"stopping"`      // Registers the stopping server accepted during Stop()
+	MS            float64 `json:"ms"`               // Start() to the first accepted Register
+	Registrations int     `json:"registrations"`    // Registers the new server accepted
+	Stopping      int     `json:"stopping"`         // Registers the stopping server accepted during Stop()
+	Arrived       int     `json:"arrived"`          // Registers that reached the new server (accepted or not)
+	ArrivedStop   int     `json:"arrived_stopping"` // Registers that reached the stopping server during Stop()
+	Lines         int     `json:"lines"`            // the daemon's lines matching -count, from Stop() to the next one
 }
 
 // report is the JSON written by -json.
@@ -165,6 +191,7 @@ type report struct {
 	Kubernetes string    `json:"kubernetes"`
 	Go         string    `json:"go"`
 	Settle     float64   `json:"settle_ms"`
+	Count      string    `json:"count,omitempty"`
 	Restarts   []restart `json:"restarts"`
 }
 
@@ -255,27 +282,32 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: sdp-kubelet-restarts -dir DIR -resource NAME [-n N] [-json FILE] -- DAEMON [ARGS...]")
 		os.Exit(2)
 	}
-	logger := setupLog()
+	rec := &recorder{notify: make(chan struct{}, 1)}
+	logger := setupLog(rec)
 	if err := os.MkdirAll(*dir, 0o750); err != nil {
 		fatal("%v", err)
 	}
-	h := &harness{rec: &recorder{notify: make(chan struct{}, 1)}, logger: logger}
+	h := &harness{rec: rec, logger: logger}
 	h.start()
-	d := startDaemon(flag.Args())
+	d := startDaemon(flag.Args(), rec)
 	defer stopDaemon(d)
 	h.wait(h.gen)
-	rep := report{Kubernetes: kubernetesVersion(), Go: runtime.Version(), Settle: float64(*settle) / 1e6}
+	rep := report{Kubernetes: kubernetesVersion(), Go: runtime.Version(), Settle: float64(*settle) / 1e6, Count: *countLine}
 	for i := 0; i < *n; i++ {
 		old := h.gen
 		before := h.count(old)
+		ts := time.Now()
 		if err := h.srv.Stop(logger); err != nil {
 			fatal("Stop: %v", err)
 		}
 		stopping := h.count(old) - before
 		t0 := h.start()
 		regs := h.wait(h.gen)
+		end := time.Now()
 		rep.Restarts = append(rep.Restarts, restart{MS: float64(regs[0].at.Sub(t0)) / 1e6,
-			Registrations: len(regs), Stopping: stopping})
+			Registrations: len(regs), Stopping: stopping,
+			Arrived: rec.between(&rec.arrivals, t0, end), ArrivedStop: rec.between(&rec.arrivals, ts, t0),
+			Lines: rec.between(&rec.lines, ts, end)})
 		if d.exited() {
 			fatal("the daemon exited: %v", d.cmd.ProcessState)
 		}
@@ -296,7 +328,7 @@ func main() {
 // registrations per restart; to stderr every restart slower than 5 ms or not registered once.
 func summary(rep report) {
 	var ms []float64
-	one, more, stopping := 0, 0, 0
+	one, more, stopping, arrived, arrivedStop, lines, linesMax := 0, 0, 0, 0, 0, 0, 0
 	for i, r := range rep.Restarts {
 		ms = append(ms, r.MS)
 		if r.Registrations == 1 {
@@ -305,9 +337,15 @@ func summary(rep report) {
 			more++
 		}
 		stopping += r.Stopping
-		if r.MS > 5 || r.Registrations != 1 || r.Stopping != 0 {
-			fmt.Fprintf(os.Stderr, "restart %d: %.3f ms, %d registrations, %d with the stopping server\n",
-				i, r.MS, r.Registrations, r.Stopping)
+		arrived += r.Arrived
+		arrivedStop += r.ArrivedStop
+		lines += r.Lines
+		if r.Lines > linesMax {
+			linesMax = r.Lines
+		}
+		if r.MS > 5 || r.Registrations != 1 || r.Stopping != 0 || r.Arrived != 1 {
+			fmt.Fprintf(os.Stderr, "restart %d: %.3f ms, %d registrations (%d Registers arrived), %d with the stopping server (%d arrived), %d lines\n",
+				i, r.MS, r.Registrations, r.Arrived, r.Stopping, r.ArrivedStop, r.Lines)
 		}
 	}
 	sort.Float64s(ms)
@@ -324,8 +362,8 @@ func summary(rep report) {
 		}
 		return ms[i]
 	}
-	fmt.Printf("kubelet-restarts kubernetes=%s go=%s n=%d p50_ms=%.3f p99_ms=%.3f max_ms=%.3f once=%d more=%d stopping=%d\n",
-		rep.Kubernetes, rep.Go, len(ms), p(0.5), p(0.99), p(1), one, more, stopping)
+	fmt.Printf("kubelet-restarts kubernetes=%s go=%s n=%d p50_ms=%.3f p99_ms=%.3f max_ms=%.3f registered_once=%d more=%d arrived=%d stopping_registered=%d stopping_arrived=%d lines=%d lines_max=%d\n",
+		rep.Kubernetes, rep.Go, len(ms), p(0.5), p(0.99), p(1), one, more, arrived, stopping, arrivedStop, lines, linesMax)
 }
 
 func kubernetesVersion() string {
@@ -339,20 +377,28 @@ func kubernetesVersion() string {
 	return "unknown"
 }
 
-// setupLog sends the kubelet code's klog output (its Register handler logs through the global
-// logger) to -kubelet-log, or nowhere.
-func setupLog() klog.Logger {
-	if *kubeletLog == "" {
-		l := logr.Discard()
-		klog.SetLogger(l)
-		return l
-	}
-	f, err := os.Create(*kubeletLog)
-	if err != nil {
-		fatal("%v", err)
+// registerLine is what the kubelet's Register handler logs first, for every Register that
+// reaches it (server.go).
+const registerLine = "Got registration request from device plugin with resource"
+
+// setupLog takes the kubelet code's klog output (its Register handler logs through the global
+// logger): each Register's arrival is counted; with -kubelet-log everything goes to that file.
+func setupLog(rec *recorder) klog.Logger {
+	var f *os.File
+	if *kubeletLog != "" {
+		var err error
+		if f, err = os.Create(*kubeletLog); err != nil {
+			fatal("%v", err)
+		}
 	}
 	var mu sync.Mutex
 	l := funcr.New(func(prefix, args string) {
+		if strings.Contains(args, registerLine) {
+			rec.add(&rec.arrivals)
+		}
+		if f == nil {
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(f, "%s %s %s\n", time.Now().Format("15:04:05.000000"), prefix, args)
@@ -376,7 +422,9 @@ func (d *daemon) exited() bool {
 	}
 }
 
-func startDaemon(args []string) *daemon {
+// startDaemon runs the daemon with its output read line by line: to -daemon-log, and matched
+// against -count.
+func startDaemon(args []string, rec *recorder) *daemon {
 	d := exec.Command(args[0], args[1:]...)
 	var out io.Writer = io.Discard
 	if *daemonLog != "" {
@@ -386,7 +434,22 @@ func startDaemon(args []string) *daemon {
 		}
 		out = f
 	}
-	d.Stdout, d.Stderr = out, out
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		fatal("%v", err)
+	}
+	d.Stdout, d.Stderr = pw, pw
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if *countLine != "" && strings.Contains(sc.Text(), *countLine) {
+				rec.add(&rec.lines)
+			}
+			fmt.Fprintln(out, sc.Text())
+		}
+	}()
+	defer pw.Close()
 	d.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := d.Start(); err != nil {
 		fatal("start %s: %v", args[0], err)
