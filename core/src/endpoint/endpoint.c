@@ -31,6 +31,7 @@ static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
 static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
 static void ep_stream_ended(dp_endpoint *ep);
 static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st);
+static void ep_retry_cut(dp_endpoint *ep);
 
 /* ---- devices ---- */
 
@@ -250,6 +251,10 @@ static enum ep_fail ep_fail_kind(int status, const char *message)
 		return strstr(message, "while connecting") ? EP_FAIL_CONNECT : EP_FAIL_TIMEOUT;
 	if (status == DP_GRPC_UNAVAILABLE && strncmp(message, "connect to ", 11) == 0)
 		return EP_FAIL_CONNECT;
+	/* the client's own word for a connection closed, reset or broken before the answer (or a
+	 * stream the server kept refusing): no answer from kubelet, most often one stopping */
+	if (status == DP_GRPC_UNAVAILABLE)
+		return EP_FAIL_CUT;
 	/* kubelet's errFailedToDialDevicePlugin */
 	if (strstr(message, "failed to dial device plugin"))
 		return EP_FAIL_DIAL_BACK;
@@ -259,12 +264,31 @@ static enum ep_fail ep_fail_kind(int status, const char *message)
 /* keep: go on serving meanwhile (nothing reached kubelet), so liveness probes reach the loop. */
 static void ep_backoff(dp_endpoint *ep, bool keep)
 {
+	dp_debug("registration backing off", "resource=%s delay_us=%llu", ep->resource,
+		 (unsigned long long)(ep->backoff ? ep->backoff : BACKOFF_MIN_USEC));
 	ep->state = EP_BACKOFF;
 	if (!keep)
 		ep_stop_server(ep, "plugin re-registering");
 	uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
 	ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
 	ep_schedule_register(ep, b);
+}
+
+/*
+ * Register cut off (the connection closed or reset before kubelet's answer): kubelet was going
+ * away, most often, and the next sign of it alive is awaited rather than a back-off: a fresh
+ * server at once, which registers if kubelet.sock is connectable now, waits for it to be
+ * created if it is gone, and if it refuses takes the refused path (its creation cuts that
+ * short). Once: a kubelet that cuts off every Register gets the back-off from the second on
+ * (until a registration or a new kubelet.sock).
+ */
+static void ep_retry_cut(dp_endpoint *ep)
+{
+	ep->cut_retried = true;
+	ep_stop_server(ep, "plugin re-registering");
+	ep->state = EP_IDLE;
+	dp_debug("register cut off: again at once", "resource=%s", ep->resource);
+	ep_schedule_register(ep, 0);
 }
 
 /* ---- two plugins registering one resource: each Register ends the other's stream ---- */
@@ -304,15 +328,20 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 			 dp_grpc_status_name(status), m);
 		dp_debug("register failed", "resource=%s status=%s", ep->resource,
 			 dp_grpc_status_name(status));
-		ep_backoff(ep, false);
-		ep_failed(ep, ep_fail_kind(status, m));
+		enum ep_fail kind = ep_fail_kind(status, m);
+		if (kind == EP_FAIL_CUT && !ep->cut_retried)
+			ep_retry_cut(ep);
+		else
+			ep_backoff(ep, false);
+		ep_failed(ep, kind);
 		return;
 	}
 	ep->state = EP_REGISTERED;
 	ep->backoff = 0;
 	ep->registered_at = dp_now_usec();
 	ep->reason_register[0] = '\0';
-	dp_endpoint_watch_remember(ep);
+	ep->restart_told = false;
+	ep->cut_retried = false;
 	dp_debug("registered", "resource=%s socket=%s", ep->resource, ep->socket_name);
 	dp_ep_metrics_registration(ep, EP_FAIL_NONE);
 	if (ep->health)
@@ -340,6 +369,7 @@ static int ep_send_register(dp_endpoint *ep)
 	req.resource_name = ep->resource;
 	req.options = &opts;
 	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
+	dp_endpoint_watch_remember(ep);
 	/* A kubelet.sock nobody listens on would only show as a timeout 20 s later. */
 	if (dp_ep_socket_stale(kubelet_sock) == 1) {
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "connect to %s: %s", kubelet_sock,
@@ -456,14 +486,23 @@ static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
 		(void)dp_timer_set(ep->register_timer, usec, 0);
 }
 
+/*
+ * Start over with a fresh server after usec. A Register in flight is moot from here: cancelled,
+ * so neither its answer nor its cut-off (kubelet going away) counts as a failure or replaces this
+ * restart with a back-off. One kubelet restart shows as several signs (our stream ended, our
+ * socket deleted, kubelet.sock created), each restarting what the last one started: on_restart
+ * is told once until registered again, the others are at debug.
+ */
 static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 {
 	if (ep->stopping)
 		return;
 	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
 		 (unsigned long long)usec);
-	if (ep->events.on_restart)
+	ep->register_call = dp_grpc_client_call_cancel(ep->register_call);
+	if (!ep->restart_told && ep->events.on_restart)
 		ep->events.on_restart(ep, why, ep->events.userdata);
+	ep->restart_told = true;
 	ep->state = EP_IDLE;
 	ep->backoff = 0;
 	dp_ep_metrics_state(ep);
