@@ -177,3 +177,5 @@ void dp_endpoint_watch_ensure(dp_endpoint *ep);
 void dp_endpoint_watch_remember(dp_endpoint *ep);
 /* True when kubelet.sock is still the file remembered (its creation is no news). */
 bool dp_endpoint_watch_kubelet_same(const dp_endpoint *ep);
+/* kubelet.sock created (the watch's event): restart, unless registering with that very file. */
+void dp_endpoint_watch_kubelet_created(dp_endpoint *ep);

@@ -26,7 +26,7 @@ static void stat_compare(dp_endpoint *ep);
  * file (same device, inode and ctime) is no news: the kubelet restart that created it is the one
  * we are registering with (its other signs, our stream ended or our socket deleted, came first).
  */
-static void kubelet_created(dp_endpoint *ep)
+void dp_endpoint_watch_kubelet_created(dp_endpoint *ep)
 {
 	if ((ep->state == EP_REGISTERING || ep->state == EP_REGISTERED) && dp_endpoint_watch_kubelet_same(ep)) {
 		dp_debug("kubelet.sock created: already registering with it", "resource=%s", ep->resource);
@@ -53,7 +53,7 @@ static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t
 		break;
 	case DP_WATCH_ENTRY:
 		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0)
-			kubelet_created(ep);
+			dp_endpoint_watch_kubelet_created(ep);
 		else if ((mask & (IN_DELETE | IN_MOVED_FROM)) && ep->socket_name[0] &&
 			   strcmp(name, ep->socket_name) == 0 &&
 			   (ep->state == EP_REGISTERED || ep->state == EP_REGISTERING ||
