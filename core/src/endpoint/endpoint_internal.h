@@ -131,6 +131,9 @@ struct dp_endpoint {
 
 /* endpoint.c */
 void dp_endpoint_restart(dp_endpoint *ep, const char *why);
+/* endpoint_devices.c: devs copied into ep (ids, sorted, numa, n_devices; offs with a prefer
+ * hook): -EINVAL for an empty, over-long or duplicate ID, -E2BIG, -ENOMEM. */
+int dp_ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n);
 int dp_endpoint_health_status(const char *service, void *userdata);
 /* endpoint_state.c: the metrics (dp/metrics.h) of ep's current state; of a health change (first:
  * the first check); of a registration attempt (EP_FAIL_NONE: registered). */
