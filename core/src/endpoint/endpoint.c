@@ -23,8 +23,8 @@
 #define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
 #define CONTEND_MAX_USEC (60 * DP_USEC_PER_SEC)
 #define STABLE_USEC (30 * DP_USEC_PER_SEC)
-#define LISTEN_WAIT_MIN_USEC (1 * DP_USEC_PER_MSEC)
-#define LISTEN_WAIT_MAX_USEC (16 * DP_USEC_PER_MSEC)
+#define LISTEN_WAIT_MIN_USEC (250)
+#define LISTEN_WAIT_MAX_USEC (1 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_LIMIT_USEC (1 * DP_USEC_PER_SEC)
 
 static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
@@ -318,8 +318,10 @@ static int ep_send_register(dp_endpoint *ep)
 /*
  * kubelet.sock refused, and it was created since our last Register: a starting kubelet has bound
  * it (inotify saw the creation) and not yet listened, which no event reports. Not a failure: the
- * same server connects again soon (1 ms doubling to 16 ms) until kubelet listens; after 1 s it
- * is a refused connect like any other (false: the caller backs off).
+ * same server connects again soon (250 µs doubling to 1 ms: a kubelet preempted between its bind
+ * and its listen on a busy node is seen within a millisecond of its listen; a connect is a few
+ * microseconds) until kubelet listens; after 1 s it is a refused connect like any other (false:
+ * the caller backs off).
  */
 static bool ep_wait_listen(dp_endpoint *ep)
 {
