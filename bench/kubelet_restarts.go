@@ -117,6 +117,7 @@ func measureKubeletRestarts(build string, kd daemonKind, n int, logPath string) 
 		fatal("%s: %v\n%s", harness, err, tail(stderr.String(), 3000))
 	}
 	fmt.Fprint(os.Stderr, string(stdout))
+	fmt.Fprint(os.Stderr, tail(stderr.String(), 3000)) // the restarts over 5 ms or not registered once
 	b, err := os.ReadFile(out)
 	if err == nil {
 		err = json.Unmarshal(b, &kr.rep)
