@@ -40,13 +40,16 @@ const (
 )
 
 // kubeletRestartsBefore: the same measurement on the code before issue 27 item 7's fix.
-const kubeletRestartsBefore = "Before the fix (bfcc1bb; the same harness, 200 restarts, on 2026-12-06): start → Register " +
-	"accepted p50 3.00 ms, p99 108 ms, max 174 ms (another run: 2.54 / 106 / 109 ms); one accepted registration per " +
-	"restart, but 60 Registers reached the stopping server, and `re-registering` was said 439 times at info (2.2 a " +
-	"restart, up to 3: stream ended, plugin socket deleted, kubelet.sock created). The 100 ms tail: a Register sent " +
-	"when the stream ended, cut off by the stopping server (`UNAVAILABLE: connection closed … before the status`) " +
-	"after kubelet.sock's creation had restarted the registration, whose failure then put a 100 ms back-off in " +
-	"place of that restart."
+const kubeletRestartsBefore = "Before the fix (bfcc1bb's shipped hyperlight, this section's measurement, two runs on " +
+	"2026-12-06 while other work loaded the machine, 1-min load 4.4-5.8): start → Register accepted p50 2.78 and " +
+	"3.53 ms, p99 108 and 108 ms, max 114 and 121 ms; one registration accepted by the new server per restart, " +
+	"`re-registering` said 461 and 451 times at info (up to 3 a restart: stream ended, plugin socket deleted, " +
+	"kubelet.sock created). Alternating with them, the fix without its finer wait for a kubelet.sock not yet listening: p99 24.3 and 10.2 ms, max 43.4 and 10.8 ms, " +
+	"202 and 200 lines. The 100 ms tail: a Register sent when the stream ended, cut off by the stopping server " +
+	"(`UNAVAILABLE: connection closed … before the status`) after kubelet.sock's creation had restarted the " +
+	"registration, whose failure then put a 100 ms back-off in place of that restart. What is left of the tail " +
+	"follows the machine's load (the kubelet's Go code and the daemon waiting for a CPU, the bind-listen gap of a " +
+	"preempted net.Listen)."
 
 // kubeletRestartsReport is the harness's -json output.
 type kubeletRestartsReport struct {
