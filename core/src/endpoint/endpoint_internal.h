@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "api.pb-c.h"
 #include "dp/endpoint.h"
@@ -24,6 +25,7 @@ enum ep_fail {
 	EP_FAIL_DIAL_BACK, /* kubelet could not dial our socket back */
 	EP_FAIL_TIMEOUT,   /* no answer to Register in time */
 	EP_FAIL_REFUSED,   /* kubelet answered Register with an error */
+	EP_FAIL_CUT,       /* the connection closed or was reset before kubelet's answer */
 };
 
 /* One Allocate call (endpoint_rpc.c): the decoded request and the response being built. */
@@ -93,8 +95,10 @@ struct dp_endpoint {
 
 	/* kubelet directory watch */
 	dp_watch *watch; /* with the stat backstop (endpoint_watch.c) */
+	/* kubelet.sock as the last Register was sent to it (dp_endpoint_watch_remember) */
 	ino_t kubelet_ino;
 	dev_t kubelet_dev;
+	struct timespec kubelet_ctime;
 
 	dp_driver driver;
 	dp_endpoint_events events;
@@ -120,6 +124,9 @@ struct dp_endpoint {
 	bool kubelet_created;          /* kubelet.sock created since the last Register was sent */
 	bool restart_pending;          /* the register timer runs a restart (ep_restart_after) */
 	bool restart_joined;           /* a cause joined it (said once) */
+	bool restart_told;             /* on_restart told since the last registration */
+	bool cut_retried;              /* a cut-off Register retried at once since the last
+					* registration or kubelet.sock creation */
 
 	char socket_name[DP_SOCKET_NAME_MAX + 1];
 	char reason[512];
@@ -128,6 +135,9 @@ struct dp_endpoint {
 };
 
 /* endpoint.c */
+/* endpoint_devices.c: devs copied into ep (ids, sorted, numa, n_devices; offs with a prefer
+ * hook): -EINVAL for an empty, over-long or duplicate ID, -E2BIG, -ENOMEM. */
+int dp_ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n);
 int dp_endpoint_health_status(const char *service, void *userdata);
 /* endpoint_restart.c: arm the register timer (usec 0: as soon as possible), replacing a restart
  * scheduled; start over now (kubelet restarted, our socket went: not counted as contention); for
@@ -179,5 +189,9 @@ int dp_endpoint_watch_start(dp_endpoint *ep);
 void dp_endpoint_watch_stop(dp_endpoint *ep);
 /* Re-arm the directory watch if it is gone. */
 void dp_endpoint_watch_ensure(dp_endpoint *ep);
-/* Remember kubelet.sock's identity at registration time. */
+/* Remember kubelet.sock's identity (device, inode, ctime) as a Register is sent to it. */
 void dp_endpoint_watch_remember(dp_endpoint *ep);
+/* True when kubelet.sock is still the file remembered (its creation is no news). */
+bool dp_endpoint_watch_kubelet_same(const dp_endpoint *ep);
+/* kubelet.sock created (the watch's event): restart, unless registering with that very file. */
+void dp_endpoint_watch_kubelet_created(dp_endpoint *ep);

@@ -47,8 +47,14 @@ static bool ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
 	}
 	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
 		 (unsigned long long)usec);
-	if (ep->events.on_restart)
+	/* A Register in flight is moot from here: cancelled, so neither its answer nor its cut-off
+	 * (kubelet going away) counts as a failure or replaces this restart with a back-off. */
+	ep->register_call = dp_grpc_client_call_cancel(ep->register_call);
+	/* One kubelet restart shows as several signs, some after this restart ran (its stream
+	 * ended, our socket deleted, kubelet.sock created): told once until registered again. */
+	if (!ep->restart_told && ep->events.on_restart)
 		ep->events.on_restart(ep, why, ep->events.userdata);
+	ep->restart_told = true;
 	ep->state = EP_IDLE;
 	ep->backoff = 0;
 	dp_ep_metrics_state(ep);
