@@ -144,32 +144,38 @@ func kubeletRestartsOnlyMode(src, build string, hl daemonKind) {
 	var d doc
 	writeKubeletRestarts(&d, kr, "`make bench-kubelet-restarts`")
 	fmt.Print(d.b.String())
-	if *outPath == "" {
+	rewriteSection(*outPath, kubeletRestartsHeading, kubeletRestartsNext, d.b.Bytes())
+}
+
+// rewriteSection puts sec in place of the section of path (when not "") under heading, up to the
+// next "## "; or before the heading next; or at the end.
+func rewriteSection(path, heading, next string, sec []byte) {
+	if path == "" {
 		return
 	}
-	old, err := os.ReadFile(*outPath)
+	old, err := os.ReadFile(path)
 	if err != nil {
 		fatal("%v", err)
 	}
-	if err := os.WriteFile(*outPath, replaceKubeletRestarts(old, d.b.Bytes()), 0o644); err != nil {
+	if err := os.WriteFile(path, replaceHeading(old, heading, next, sec), 0o644); err != nil {
 		fatal("%v", err)
 	}
-	fmt.Fprintf(os.Stderr, "rewrote %q in %s\n", kubeletRestartsHeading, *outPath)
+	fmt.Fprintf(os.Stderr, "rewrote %q in %s\n", heading, path)
 }
 
-// replaceKubeletRestarts puts sec in place of doc's section of the same heading (up to the next "## "),
-// or before kubeletRestartsNext, or at the end.
-func replaceKubeletRestarts(doc, sec []byte) []byte {
+// replaceHeading puts sec in place of doc's section under heading (up to the next "## "), or
+// before the heading next, or at the end.
+func replaceHeading(doc []byte, heading, next string, sec []byte) []byte {
 	s := string(doc)
-	if i := strings.Index(s, kubeletRestartsHeading+"\n"); i >= 0 {
-		rest := s[i+len(kubeletRestartsHeading):]
+	if i := strings.Index(s, heading+"\n"); i >= 0 {
+		rest := s[i+len(heading):]
 		end := len(s)
 		if j := strings.Index(rest, "\n## "); j >= 0 {
-			end = i + len(kubeletRestartsHeading) + j + 1
+			end = i + len(heading) + j + 1
 		}
 		return []byte(s[:i] + string(sec) + s[end:])
 	}
-	if i := strings.Index(s, kubeletRestartsNext); i >= 0 {
+	if i := strings.Index(s, next); i >= 0 {
 		return []byte(s[:i] + string(sec) + s[i:])
 	}
 	return append(append(doc, '\n'), sec...)
