@@ -214,7 +214,7 @@ func main() {
 	res["kata"].healthNote = "the kata daemon does not flip health: a removed VFIO device changes the fixed device set and the daemon exits with status 3 (by design, docs/kata.md)"
 	hlKind, refKind := kinds[2], kinds[3]
 	host.skip()
-	kr := measureKubeletRestarts(build, hlKind, *kubeletRestartsN, "")
+	kr := measureKubeletRestartsRuns(build, hlKind, *kubeletRestartsRuns, *kubeletRestartsN, "")
 	if kr.note == "" {
 		kr.host.figures = "the Kubelet restarts by the kubelet's own code section"
 		host.parts = append(host.parts, kr.host)
