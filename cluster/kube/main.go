@@ -6,6 +6,8 @@
 // kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl, etcd), or by the first
 // argument when run as sdp-kube: `sdp-kube kubelet --config ...`. Each component's main is
 // reproduced from its own cmd/<name>/<name>.go in the release (the same side-effect imports).
+// `sdp-kube cri-clean ENDPOINT` (cri.go) removes every pod sandbox through the CRI for make
+// cluster-down.
 package main
 
 import (
@@ -46,7 +48,8 @@ var components = map[string]func() int{
 		}
 		return 0
 	},
-	"etcd": func() int { etcdmain.Main(os.Args); return 0 },
+	"etcd":      func() int { etcdmain.Main(os.Args); return 0 },
+	"cri-clean": func() int { return criClean(os.Args[1:]) },
 }
 
 func main() {
