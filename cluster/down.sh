@@ -31,6 +31,10 @@ if [ ! -e "$STATE" ] && [ ! -e "$RUN" ]; then
 	say "no cluster here ($STATE and $RUN absent)"
 else
 	say "stopping the cluster"
+	if [ -f "$before" ] && [ -f "$TRACE_DIR/during" ]; then
+		say "the running cluster (with its smoke pod) had added to the host (cluster/trace.sh summary):"
+		"$here/trace.sh" summary "$before" "$TRACE_DIR/during" >&2
+	fi
 fi
 
 # stop NAME [SECONDS]: SIGTERM to a component we started, SIGKILL after SECONDS (default 20).
@@ -92,7 +96,7 @@ umount_under() {
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || say "cannot unmount $m"
 	done
 }
-umount_under "$STATE|$RUN|/var/lib/kubelet|/run/containerd|/run/netns"
+umount_under "$STATE|$RUN|/var/lib/kubelet|/run/containerd"
 
 # The pods' bridge (veths and network namespaces are gone with the pods).
 ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE"
@@ -150,7 +154,7 @@ fi
 
 # Directories: the cluster's own, then those of the components.
 rm -rf "$STATE" "$RUN"
-for d in "${HOST_DIRS[@]}"; do
+for d in "${CLUSTER_DIRS[@]}"; do
 	d=$(readlink -m "$d")
 	if [ ! -f "$before" ]; then
 		continue

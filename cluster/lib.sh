@@ -10,22 +10,24 @@ TRACE_DIR=$CACHE/trace     # the host snapshot taken before make cluster (kept: 
 
 # What the components insist on (fixed paths, or paths a real cluster has there). Each is
 # recorded before make cluster; make cluster-down removes those that did not exist then, and
-# only the cluster's own content of those that did.
-HOST_DIRS=(
+# only what is new in those that did.
+CLUSTER_DIRS=(
 	/var/lib/kubelet     # the kubelet's root (the charts mount its device-plugins directory)
 	/var/log/pods        # container logs (the kubelet's podLogsDir)
 	/var/log/containers  # the kubelet's symlinks to them
-	/etc/cdi             # CDI spec directories (containerd's cdi_spec_dirs)
+	/etc/cdi             # CDI spec directories (containerd's cdi_spec_dirs), written by the plugins
 	/var/run/cdi
-	/run/cdi             # the same directory as /var/run/cdi where /var/run -> /run
-	/var/lib/cni         # libcni's result cache
-	/run/containerd      # the shims' sockets (/run/containerd/s), fixed in containerd
-	/var/run/netns       # (not used: netns_mounts_under_state_dir) checked anyway
-	/run/netns
-	/etc/cni /opt/cni /var/lib/containerd /opt/containerd /var/lib/etcd /etc/kubernetes
-	/var/run/kubernetes /run/kubernetes /usr/libexec/kubernetes
-	/var/run/nri /run/nri /opt/nri /etc/nri
+	/var/lib/cni         # libcni's cache of results (fixed in libcni)
+	/run/containerd      # the shims' sockets (/run/containerd/s, fixed in containerd)
 )
+# Where a component would write by default but ours are told otherwise (a real cluster's
+# /etc/cni/net.d, /opt/cni/bin, /var/lib/containerd, /var/run/netns, ...): compared before and
+# after, never cleaned (podman and others use some of them).
+WATCH_DIRS=(
+	/etc/cni /opt/cni /var/lib/containerd /opt/containerd /var/run/netns /var/lib/etcd
+	/etc/kubernetes /var/run/kubernetes /usr/libexec/kubernetes /var/run/nri /opt/nri /etc/nri
+)
+HOST_DIRS=("${CLUSTER_DIRS[@]}" "${WATCH_DIRS[@]}")
 
 # Sysctls the components set (the kubelet's kernel tunables, the bridge plugin's forwarding,
 # kube-proxy's conntrack and route_localnet): saved before, restored after.

@@ -3,6 +3,7 @@
 #
 #   cluster/trace.sh snapshot FILE        write the host's state to FILE
 #   cluster/trace.sh compare BEFORE AFTER  print every difference; exit 1 if there is one
+#   cluster/trace.sh summary BEFORE DURING  what the running cluster added, per section
 #
 # make cluster takes CACHE/trace/before (before anything is started), make cluster-down takes
 # CACHE/trace/after once it has removed everything and compares the two. Sections:
@@ -99,8 +100,49 @@ compare)
 		exit 1
 	fi
 	;;
+summary)
+	[ $# -eq 3 ] || { echo "usage: $0 summary BEFORE DURING" >&2; exit 2; }
+	python3 - "$2" "$3" <<'PY'
+import collections, re, sys
+before = set(open(sys.argv[1]).read().splitlines())
+added = [l for l in open(sys.argv[2]).read().splitlines() if l not in before]
+ids = lambda s: re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uid>",
+                       re.sub(r"[0-9a-f]{64}", "<id>", s))
+def kind(sec, rest):
+    if sec == "processes":
+        return rest.split(" :: ")[0].rsplit("/", 1)[-1]
+    if sec == "mounts":
+        p = ids(rest.split()[0])
+        p = re.sub(r"/(cni-)[0-9a-f-]+$", r"/\1<id>", p)
+        p = re.sub(r"(/pods/<uid>/volumes)/.*", r"\1/...", p)
+        return p + " (" + rest.split()[1] + ")"
+    if sec == "files":
+        m = re.match(r"(/(?:var/lib|var/log|var/run|run|etc)/[^/ ]+)", rest)
+        return m.group(1) if m else rest
+    if sec in ("iptables", "ip6tables"):
+        w = rest.split()[0]
+        return "chains" if w.startswith(":") else ("table " + w[1:] if w.startswith("*") else "rules" if w.startswith("-") else "")
+    if sec == "cgroups":
+        return rest.split("/kubepods")[0].rsplit("/", 1)[-1]
+    if sec == "links":
+        return re.sub(r"^veth.*", "veth*", rest)
+    if sec == "routes":
+        m = re.search(r" dev (\S+)", rest)
+        return "dev " + re.sub(r"^veth.*", "veth*", m.group(1)) if m else rest
+    return rest
+out = collections.OrderedDict()
+for l in added:
+    sec, _, rest = l.partition(" ")
+    k = kind(sec, rest)
+    if k:
+        out.setdefault(sec, collections.Counter())[k] += 1
+for sec, c in out.items():
+    items = ", ".join(k + (" x%d" % n if n > 1 else "") for k, n in c.items())
+    print("  %-9s %4d: %s" % (sec, sum(c.values()), items))
+PY
+	;;
 *)
-	echo "usage: $0 snapshot FILE | compare BEFORE AFTER" >&2
+	echo "usage: $0 snapshot FILE | compare BEFORE AFTER | summary BEFORE DURING" >&2
 	exit 2
 	;;
 esac

@@ -71,6 +71,7 @@ kvm="no /dev/kvm"
 say "node $node ($node_ip), cgroup $cgroup, $kvm"
 
 # --- the host as it is before anything is started ---------------------------------------------
+rm -f "$TRACE_DIR/during" "$TRACE_DIR/after" "$TRACE_DIR/after.diff"
 "$here/trace.sh" snapshot "$TRACE_DIR/before"
 
 mkdir -p "$STATE"/{log,config,images,cni/net.d,cni/ipam,kubelet-plugins} "$RUN"
@@ -156,7 +157,8 @@ start kube-controller-manager "$bin/kube-controller-manager" --bind-address=127.
 	--cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
 	--controllers='*,bootstrapsigner,tokencleaner' --leader-elect=true \
 	--allocate-node-cidrs=true --cluster-cidr="$POD_CIDR" --node-cidr-mask-size=24 \
-	--service-cluster-ip-range="$SERVICE_CIDR" --cert-dir="$STATE/controller-manager-certs"
+	--service-cluster-ip-range="$SERVICE_CIDR" --cert-dir="$STATE/controller-manager-certs" \
+	--flex-volume-plugin-dir="$STATE/kubelet-plugins/volume/exec"
 start kube-scheduler "$bin/kube-scheduler" --bind-address=127.0.0.1 \
 	--kubeconfig="$STATE/scheduler.conf" --authentication-kubeconfig="$STATE/scheduler.conf" \
 	--authorization-kubeconfig="$STATE/scheduler.conf" --leader-elect=true \
@@ -266,7 +268,8 @@ disabled_plugins = []
   stream_server_port = '0'
 EOF
 start containerd "$bin/containerd" --config "$STATE/config/containerd.toml" --log-level info
-ctr() { "$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io "$@"; }
+# ctr's stderr (on cgroup v1 a deprecation warning per call) goes to STATE/log/ctr.log
+ctr() { "$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io "$@" 2>>"$STATE/log/ctr.log"; }
 wait_for containerd 60 "containerd's socket" ctr version
 
 step "images: pause (the release's pause.c), busybox (Debian's busybox-static), the project's"
@@ -395,6 +398,8 @@ until smoke_log 2>/dev/null; do
 	sleep 0.2
 done
 kubectl logs sdp-smoke | sed 's/^/  /' >&2
+# what the running cluster (with one pod) holds on the host, for make cluster-down's account
+"$here/trace.sh" snapshot "$TRACE_DIR/during"
 kubectl delete pod sdp-smoke --wait=true --timeout=60s >/dev/null
 touch "$STATE/up.done"
 
