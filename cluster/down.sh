@@ -80,7 +80,7 @@ stop etcd 30
 # and container processes (in a kubepods cgroup). None when the steps above worked.
 for p in /proc/[0-9]*; do
 	pid=${p#/proc/}
-	cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+	cmd=$(tr '\0\n' '  ' 2>/dev/null <"$p/cmdline") || continue
 	cg=$(cat "$p/cgroup" 2>/dev/null) || continue
 	case "$cmd" in *"$RUN/containerd"*) ;; *) case "$cg" in *kubepods*) ;; *) continue ;; esac ;; esac
 	grep -q "^processes .*kubepods" "$before" 2>/dev/null && continue # another cluster's, not ours

@@ -37,7 +37,7 @@ snapshot() {
 		pid=${p#/proc/}
 		case "$ancestors" in *" $pid "*) continue ;; esac
 		exe=$(readlink "$p/exe" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+		cmd=$(tr '\0\n' '  ' 2>/dev/null <"$p/cmdline") || continue
 		cg=$(cat "$p/cgroup" 2>/dev/null) || continue
 		case "$exe $cmd" in
 		*"$CACHE/bin/"* | *"$STATE"* | *"$RUN"*) ;;
