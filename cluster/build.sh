@@ -71,9 +71,16 @@ export GOFLAGS="-mod=readonly -modcacherw -trimpath -buildvcs=false" GO111MODULE
 exec 9>"$cache/.lock"
 flock 9
 
-log_time() { # MODULE STEP SECONDS
-	say "$1: $2 $3 s"
-	echo "$(date -u +%FT%TZ) $goversion $1 $2 $3 s (load $(cut -d' ' -f1-3 /proc/loadavg))" >>"$cache/timings.log"
+# CPU seconds (user + system) of this script's finished children so far, from bash's `times`
+# (run in this shell, not a subshell, whose children are not ours): into CPU.
+cpu_now() {
+	times >"$cache/.times.$$"
+	CPU=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%d", t }' "$cache/.times.$$")
+	rm -f "$cache/.times.$$"
+}
+log_time() { # MODULE STEP SECONDS CPU_SECONDS
+	say "$1: $2 $3 s ($4 CPU s)"
+	echo "$(date -u +%FT%TZ) $goversion $1 $2 $3 s, $4 CPU s (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs)" >>"$cache/timings.log"
 }
 
 k8s_version=v1.37.2
@@ -93,10 +100,25 @@ key() {
 		sha256sum | cut -c1-16
 }
 
-# build MODULE KEY CGO TAGS LDFLAGS EXTRA_BUILD_FLAGS PACKAGES...: into CACHE/bin/MODULE-KEY.
+# check_pins MODULE RELEASE MODULES_FILE: every module a package of the build comes from has the
+# version RELEASE's own go.mod pins, where that go.mod names it (k8s.io/kubernetes's staging
+# modules, v0.0.0 there, are replaced by the published v0.37.2: not compared). A version bump
+# that moves a dependency of the release stops here.
+check_pins() {
+	local m=$1 rel=$2 list=$3 gomod diffs
+	gomod=$("$GO" mod download -json "$rel@$(awk -v r="$rel" '$1 == r {print $2}' "$list")" |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])') || die "$m: cannot find $rel's go.mod"
+	diffs=$(join "$list" <(awk '/^\t/ && NF >= 2 && $1 !~ /=>/ && $2 ~ /^v/ {print $1, $2}' "$gomod" | sort) |
+		awk '$2 != $3 && $3 != "v0.0.0" {print "  " $1 ": " $2 " here, " $3 " in the release"}')
+	[ -z "$diffs" ] || die "$m: the build list moves dependencies pinned by $rel:
+$diffs"
+	say "$m: $(wc -l <"$list") modules, each at the version $rel pins where it names it"
+}
+
+# build MODULE KEY RELEASE CGO TAGS LDFLAGS EXTRA_BUILD_FLAGS PACKAGES...: into CACHE/bin/MODULE-KEY.
 build() {
-	local m=$1 k=$2 cgo=$3 tags=$4 ldflags=$5 extra=$6 dir tmp start
-	shift 6
+	local m=$1 k=$2 rel=$3 cgo=$4 tags=$5 ldflags=$6 extra=$7 dir tmp start cpu
+	shift 7
 	dir="$cache/bin/$m-$k"
 	[ -f "$dir/.complete" ] && { say "$m: cached in $dir"; return 0; }
 	tmp="$dir.tmp.$$"
@@ -104,22 +126,30 @@ build() {
 	mkdir -p "$tmp"
 	cd "$here/$m"
 	start=$(date +%s)
+	cpu_now
+	cpu=$CPU
 	# Fetch exactly the modules these packages need (module zips into GOMODCACHE).
-	if ! CGO_ENABLED=$cgo "$GO" list -deps -tags "$tags" "$@" >/dev/null 2>"$tmp/download.log"; then
+	if ! CGO_ENABLED=$cgo "$GO" list -deps -tags "$tags" -f '{{with .Module}}{{.Path}} {{.Version}}{{end}}' "$@" \
+		2>"$tmp/download.log" | sort -u | grep . >"$tmp/modules"; then
 		cat "$tmp/download.log" >&2
 		rm -rf "$tmp"
 		die "$m: downloading the modules failed (GOPROXY=$GOPROXY)"
 	fi
-	log_time "$m" "module download" $(($(date +%s) - start))
+	cpu_now
+	log_time "$m" "module download" $(($(date +%s) - start)) $((CPU - cpu))
+	check_pins "$m" "$rel" "$tmp/modules"
 	start=$(date +%s)
+	cpu_now
+	cpu=$CPU
 	# shellcheck disable=SC2086
 	if ! CGO_ENABLED=$cgo "$GO" build -tags "$tags" -ldflags "$ldflags" $extra -o "$tmp/" "$@" 2>"$tmp/build.log"; then
 		cat "$tmp/build.log" >&2
 		rm -rf "$tmp"
 		die "$m: go build failed (above)"
 	fi
-	log_time "$m" "build" $(($(date +%s) - start))
-	rm -f "$tmp/download.log" "$tmp/build.log"
+	cpu_now
+	log_time "$m" "build" $(($(date +%s) - start)) $((CPU - cpu))
+	rm -f "$tmp/download.log" "$tmp/build.log" "$tmp/modules"
 	touch "$tmp/.complete"
 	# older keys of this module go
 	for old in "$cache/bin/$m"-*; do
@@ -134,8 +164,8 @@ kube_key=$(key kube "$KUBE_LDFLAGS")
 ctrd_key=$(key containerd "$CTRD_TAGS $CTRD_LDFLAGS")
 runc_key=$(key runc "$RUNC_TAGS $RUNC_LDFLAGS pie")
 
-build kube "$kube_key" 0 "" "$KUBE_LDFLAGS" "" .
-build containerd "$ctrd_key" 0 "$CTRD_TAGS" "$CTRD_LDFLAGS" "" \
+build kube "$kube_key" k8s.io/kubernetes 0 "" "$KUBE_LDFLAGS" "" .
+build containerd "$ctrd_key" github.com/containerd/containerd/v2 0 "$CTRD_TAGS" "$CTRD_LDFLAGS" "" \
 	github.com/containerd/containerd/v2/cmd/containerd \
 	github.com/containerd/containerd/v2/cmd/ctr \
 	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
@@ -143,7 +173,7 @@ build containerd "$ctrd_key" 0 "$CTRD_TAGS" "$CTRD_LDFLAGS" "" \
 # Makefile: PIE, tags seccomp (libpathrs left out: a Rust library Debian 12 does not ship).
 command -v gcc >/dev/null || die "gcc missing (scripts/install-deps.sh)"
 pkg-config --exists libseccomp 2>/dev/null || die "libseccomp-dev missing (scripts/install-deps.sh cluster)"
-build runc "$runc_key" 1 "$RUNC_TAGS" "$RUNC_LDFLAGS" "-buildmode=pie" github.com/opencontainers/runc
+build runc "$runc_key" github.com/opencontainers/runc 1 "$RUNC_TAGS" "$RUNC_LDFLAGS" "-buildmode=pie" github.com/opencontainers/runc
 
 # One directory with every binary by its name.
 set_dir="$cache/bin/cluster-$(echo "$kube_key $ctrd_key $runc_key" | sha256sum | cut -c1-16)"
