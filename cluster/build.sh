@@ -70,6 +70,8 @@ export GOFLAGS="-mod=readonly -modcacherw -trimpath -buildvcs=false" GO111MODULE
 # One build at a time per cache (two worktrees running make cluster at once).
 exec 9>"$cache/.lock"
 flock 9
+# what an interrupted build left (only one build runs at a time: the lock)
+rm -rf "$cache/bin/"*.tmp.* "$cache"/.times.*
 
 # CPU seconds (user + system) of this script's finished children so far, from bash's `times`
 # (run in this shell, not a subshell, whose children are not ours): into CPU.
