@@ -62,9 +62,17 @@ node=$(hostname | tr '[:upper:]' '[:lower:]')
 node_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n1)
 [ -n "$node_ip" ] || node_ip=$(ip -4 -o addr show scope global | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
 [ -n "$node_ip" ] || die "no global IPv4 address on this machine for the node (the API server's advertise address)"
-if ip -4 route | grep -Eq '^(10\.244\.|10\.(9[6-9]|10[0-9]|11[01])\.)'; then
-	die "the pod range $POD_CIDR or the service range $SERVICE_CIDR overlaps a route of this machine: $(ip -4 route | grep -E '^10\.')"
-fi
+overlap=$(ip -4 route show table all | awk '$1 != "default" {print $1 == "local" || $1 == "broadcast" ? $2 : $1}' |
+	python3 -c 'import ipaddress, sys
+mine = [ipaddress.ip_network(n) for n in sys.argv[1:]]
+for l in sys.stdin:
+    try:
+        r = ipaddress.ip_network(l.strip(), strict=False)
+    except ValueError:
+        continue
+    if r.prefixlen > 0 and any(r.overlaps(m) for m in mine):
+        print(r)' "$POD_CIDR" "$SERVICE_CIDR" | sort -u | tr '\n' ' ')
+[ -z "$overlap" ] || die "the pod range $POD_CIDR or the service range $SERVICE_CIDR overlaps this machine's route(s) $overlap"
 if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then cgroup=v2; else cgroup=v1; fi
 kvm="no /dev/kvm"
 [ -c /dev/kvm ] && kvm="/dev/kvm present"
@@ -360,7 +368,7 @@ iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q "$SERVICE_IP" ||
 # --- smoke check --------------------------------------------------------------------------------
 step "smoke check: a busybox pod on the pod network"
 wait_for kube-controller-manager 60 "the default service account" kubectl -n default get serviceaccount default
-kubectl apply -f - >/dev/null <<EOF
+kubectl apply -f - >"$STATE/log/smoke-apply.log" 2>&1 <<EOF || die "kubectl apply of the smoke pod failed: $(cat "$STATE/log/smoke-apply.log")"
 apiVersion: v1
 kind: Pod
 metadata:
