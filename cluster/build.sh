@@ -24,6 +24,8 @@
 # GO: the go command (default: go on PATH, or /usr/local/go/bin/go when that one is newer).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=cluster/lib.sh
+. "$here/lib.sh" # K8S_VERSION, CONTAINERD_VERSION: from the modules' go.mod
 recipe=1 # bump when the steps below change what gets built
 cache=${SDP_CLUSTER_CACHE:-/var/cache/sdp-cluster}
 
@@ -85,12 +87,15 @@ log_time() { # MODULE STEP SECONDS CPU_SECONDS
 	echo "$(date -u +%FT%TZ) $goversion $1 $2 $3 s, $4 CPU s (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs)" >>"$cache/timings.log"
 }
 
-k8s_version=v1.37.2
+[ -n "$K8S_VERSION" ] && [ -n "$CONTAINERD_VERSION" ] || die "no k8s.io/kubernetes or containerd version in cluster/*/go.mod"
 kv=k8s.io/component-base/version
-KUBE_LDFLAGS="-s -w -X $kv.gitVersion=$k8s_version -X $kv.gitMajor=1 -X $kv.gitMinor=37 -X $kv.gitTreeState=clean -X $kv.buildDate=2026-10-27T12:01:04Z"
+k8s_minor=${K8S_VERSION#v1.}
+k8s_minor=${k8s_minor%%.*}
+# as the release stamps its binaries (hack/lib/version.sh), but for the commit and build date
+KUBE_LDFLAGS="-s -w -X $kv.gitVersion=$K8S_VERSION -X $kv.gitMajor=1 -X $kv.gitMinor=$k8s_minor -X $kv.gitTreeState=clean"
 CTRD_TAGS="no_btrfs no_devmapper no_zfs no_tracing urfave_cli_no_docs"
 cv=github.com/containerd/containerd/v2/version
-CTRD_LDFLAGS="-s -w -X $cv.Version=v2.4.2 -X $cv.Package=github.com/containerd/containerd/v2"
+CTRD_LDFLAGS="-s -w -X $cv.Version=$CONTAINERD_VERSION -X $cv.Package=github.com/containerd/containerd/v2"
 RUNC_TAGS="seccomp urfave_cli_no_docs"
 RUNC_LDFLAGS="-s -w"
 

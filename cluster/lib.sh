@@ -65,6 +65,12 @@ PORTS=(2379 2380 2381 6443 10257 10259 10249 10256 10250 10248)
 
 KUBECONFIG_ADMIN=$STATE/admin.conf
 
+# The pinned versions, as the modules' go.mod files say them.
+_cluster_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+modver() { awk -v m="$2" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$_cluster_dir/$1/go.mod"; }
+K8S_VERSION=$(modver kube k8s.io/kubernetes)
+CONTAINERD_VERSION=$(modver containerd github.com/containerd/containerd/v2)
+
 # Pinned images built here (no registry).
 PAUSE_IMAGE=localhost/pause:3.10.2   # k8s.io/kubernetes v1.37.2 build/pause (TAG 3.10.2)
 BUSYBOX_IMAGE=localhost/busybox:1.35.0

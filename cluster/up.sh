@@ -284,8 +284,8 @@ step "images: pause (the release's pause.c), busybox (Debian's busybox-static), 
 img=$STATE/images
 cc=gcc
 command -v musl-gcc >/dev/null && cc=musl-gcc
-pause_src=$(find "$CACHE/go/mod/k8s.io/kubernetes@v1.37.2/build/pause/linux" -name pause.c 2>/dev/null | head -n1)
-[ -n "$pause_src" ] || die "pause.c of k8s.io/kubernetes@v1.37.2 not in $CACHE/go/mod (cluster/build.sh fetches it)"
+pause_src=$CACHE/go/mod/k8s.io/kubernetes@$K8S_VERSION/build/pause/linux/pause.c
+[ -f "$pause_src" ] || die "pause.c of k8s.io/kubernetes@$K8S_VERSION not in $CACHE/go/mod (cluster/build.sh fetches it)"
 "$cc" -Os -Wall -Werror -static -DVERSION=v3.10.2-sdp -o "$img/pause" "$pause_src"
 strip "$img/pause"
 python3 "$here/oci-image.py" "$img/pause.tar" "$PAUSE_IMAGE" --file "$img/pause:/pause:0755" \
