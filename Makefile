@@ -16,7 +16,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench cluster cluster-down
+.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts cluster cluster-down
 
 all: build
 
@@ -149,13 +149,24 @@ lint: build
 # the host's steal and load recorded per round), the ListAndWatch encoder alone, both images
 # (podman); regenerates
 # docs/benchmarks.md, and the "As deployed" figures of docs/reliability.md (both daemons in their
-# pod shape; alone: $(BUILD)/sdp-bench -build $(BUILD) -asdeployed-only). BENCH_IDLE sets the
+# pod shape; alone: $(BUILD)/sdp-bench -build $(BUILD) -asdeployed-only) and its flood figures
+# (a node recreated in a loop; alone: $(BUILD)/sdp-bench -build $(BUILD) -flood-only). BENCH_IDLE sets the
 # idle period in seconds (default 60). Profiling one
 # daemon: $(BUILD)/sdp-bench -build $(BUILD) -profile kata-static -profile-wait 5 -profile-hold 60
 BENCH_IDLE ?= 60
 bench: build
 	scripts/install-deps.sh runtime || echo "make bench: the runtime packages (podman) are missing: the images are not measured"
+	bench/kubelet-restarts/build.sh $(BUILD)
 	$(BUILD)/sdp-bench -build $(BUILD) -out docs/benchmarks.md -idle $(BENCH_IDLE) -reliability docs/reliability.md -command "make bench BENCH_IDLE=$(BENCH_IDLE)"
+
+# Only the "Kubelet restarts by the kubelet's own code" section of docs/benchmarks.md: the shipped
+# hyperlight (scripts/build-static.sh) re-registering with the kubelet's own registration server
+# (k8s.io/kubernetes, bench/kubelet-restarts: a Go module fetched through the Go module proxy),
+# restarted as a kubelet restart does, KUBELET_RESTARTS times; rewrites only that section.
+KUBELET_RESTARTS ?= 200
+bench-kubelet-restarts: build
+	bench/kubelet-restarts/build.sh $(BUILD)
+	$(BUILD)/sdp-bench -build $(BUILD) -kubelet-restarts-only -kubelet-restarts $(KUBELET_RESTARTS) -out docs/benchmarks.md
 
 # Both plugin images, offline, for amd64 and arm64: podman build from images/*.Containerfile
 # into the vfs store $(BUILD)/podman (FROM scratch; OCI labels version/revision/source), each

@@ -451,21 +451,34 @@ var scanRe = regexp.MustCompile(`devices=(\d+) reps=(\d+) median_us=([0-9.]+) mi
 // scanBench runs bench/scan/scan_bench.c (kata's rescan alone, with its cache) on a tree like
 // the kata node's (4 GPUs), reps times with gapMs between scans.
 func scanBench(build string, reps, gapMs int) scanPoint {
+	n, kt := benchTree()
+	defer n.Remove()
+	addGPUs(kt)
+	p, _ := runScanBench(build, n.Root, reps, gapMs)
+	return p
+}
+
+// benchTree is a temporary node with an empty fake VFIO host.
+func benchTree() (*k.Node, *k.KataTree) {
 	n, err := k.NewNode()
 	if err != nil {
 		fatal("%v", err)
 	}
-	defer n.Remove()
 	kt, err := k.NewKataTree(n.Root)
 	if err != nil {
+		n.Remove()
 		fatal("%v", err)
 	}
-	addGPUs(kt)
-	// Older than the cache's settle time (kata/scan_cache.h, 2 s), as a node's sysfs files are:
-	// the rescan reads a younger file again every time.
+	return n, kt
+}
+
+// runScanBench runs sdp-scan-bench on the tree under root (env: more of its environment) once
+// the tree is older than the cache's settle time (kata/scan_cache.h, 2 s), as a node's sysfs
+// files are: the rescan reads a younger file again every time. Its figures, and its output.
+func runScanBench(build, root string, reps, gapMs int, env ...string) (scanPoint, string) {
 	time.Sleep(2500 * time.Millisecond)
 	cmd := exec.Command(filepath.Join(build, "bench/scan/sdp-scan-bench"), strconv.Itoa(reps), strconv.Itoa(gapMs))
-	cmd.Env = append(os.Environ(), "SDP_TEST_ROOT="+n.Root)
+	cmd.Env = append(append(os.Environ(), "SDP_TEST_ROOT="+root), env...)
 	out, err := cmd.Output()
 	m := scanRe.FindStringSubmatch(string(out))
 	if err != nil || m == nil {
@@ -477,7 +490,7 @@ func scanBench(build string, reps, gapMs int) scanPoint {
 	p.med, _ = strconv.ParseFloat(m[3], 64)
 	p.min, _ = strconv.ParseFloat(m[4], 64)
 	p.max, _ = strconv.ParseFloat(m[5], 64)
-	return p
+	return p, string(out)
 }
 
 // preferPoint is one line of sdp-prefer-bench.

@@ -96,6 +96,11 @@ func main() {
 	if wd, err := os.Getwd(); err == nil {
 		src = wd
 	}
+	if *floodOnly { // the build's daemons only
+		privateMountNS()
+		floodOnlyMode(build)
+		return
+	}
 	began := time.Now()
 	host := newHostLog() // before anything of the run: the load it starts in
 	bin := func(n string) string {
@@ -125,6 +130,10 @@ func main() {
 	}
 	if *restartsOnly != "" {
 		restartsOnlyMode(kinds, build)
+		return
+	}
+	if *kubeletRestartsOnly {
+		kubeletRestartsOnlyMode(src, build, kinds[2])
 		return
 	}
 	if *idleOnly != "" {
@@ -204,6 +213,13 @@ func main() {
 	}
 	res["kata"].healthNote = "the kata daemon does not flip health: a removed VFIO device changes the fixed device set and the daemon exits with status 3 (by design, docs/kata.md)"
 	hlKind, refKind := kinds[2], kinds[3]
+	host.skip()
+	kr := measureKubeletRestarts(build, hlKind, *kubeletRestartsN, "")
+	if kr.note == "" {
+		kr.host.figures = "the Kubelet restarts by the kubelet's own code section"
+		host.parts = append(host.parts, kr.host)
+	}
+	host.skip()
 	probe := summarize(probeAlone(hlKind, *probes))
 	host.part("probe helper alone", "the probe helper alone figure, and with it hyperlight's Allocate target (1.3 × it)")
 	ceil := ceiling(hlKind)
@@ -246,9 +262,12 @@ func main() {
 			img[n] = imageSize(src, build, n)
 		}
 	}
-	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, time.Since(began))
+	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, kr, time.Since(began))
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
+		floodBegan, floodHost := time.Now(), newHostLog()
+		floods := measureFloods(build, floodHost)
+		writeFlood(floods, floodHost, build, time.Since(floodBegan))
 	}
 }
 
@@ -390,7 +409,7 @@ func writeRoundRatios(d *doc, res map[string]*results, host *hostLog) {
 }
 
 func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, large largeScan, prefer []preferPoint,
-	staticSize int64, img map[string]int64, imgNote string, took time.Duration) {
+	staticSize int64, img map[string]int64, imgNote string, kr kubeletRestarts, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	var d doc
 	d.p("# Benchmarks")
@@ -612,6 +631,7 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 	})
 	d.p("¹ %s.", kata.healthNote)
 	d.p("")
+	writeKubeletRestarts(&d, kr, "`make bench-kubelet-restarts`")
 
 	writeScale(&d, probe, ceil, scale, enc)
 	writeIdle(&d, ks, kata, hl, ref, scan)

@@ -65,6 +65,7 @@ static bool make_room(struct ctx *c)
  * (d->pci, or its "device" link's last component) read for the line only when it is logged. */
 static void not_in_table(const struct ctx *c, const char *name, const struct kata_device *d)
 {
+	/* the level the line below is logged at (the docs check reads it there) */
 	enum dp_log_level lvl = c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG;
 	char link[32], target[PATH_MAX], q[64], qp[96];
 	if (!dp_log_enabled(lvl))
@@ -77,7 +78,8 @@ static void not_in_table(const struct ctx *c, const char *name, const struct kat
 		const char *slash = strrchr(target, '/');
 		pci = n > 0 ? (slash ? slash + 1 : target) : "unknown";
 	}
-	dp_log(lvl, "skipping VFIO device", "device=%s reason=%s pci=%s vendor=0x%04x class=0x%06x",
+	dp_log(c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG, "skipping VFIO device",
+	       "device=%s reason=%s pci=%s vendor=0x%04x class=0x%06x",
 	       dp_logq(q, sizeof(q), name), "\"not in the table\"", dp_logq(qp, sizeof(qp), pci), d->vendor,
 	       d->pci_class);
 }

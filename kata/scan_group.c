@@ -113,6 +113,7 @@ int scan_read_topology(const struct ctx *c, int pcifd, struct kata_device *d, co
  * the line only then, or at debug), at debug on the rescans. */
 static void not_in_table(const struct ctx *c, int gfd, const char *name, const struct kata_device *d)
 {
+	/* the level the line below is logged at (the docs check reads it there) */
 	enum dp_log_level lvl = c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG;
 	char link[NAME_MAX + sizeof("/driver")], drv[64], q[64], qd[200];
 	if (!dp_log_enabled(lvl))
@@ -121,7 +122,8 @@ static void not_in_table(const struct ctx *c, int gfd, const char *name, const s
 	int r = link_base(gfd, link, drv, sizeof(drv));
 	if (r < 0)
 		snprintf(drv, sizeof(drv), "%s", r == -ENOENT ? "none" : "unknown");
-	dp_log(lvl, "skipping VFIO device", "device=%s reason=%s group=%u vendor=0x%04x class=0x%06x driver=%s",
+	dp_log(c->o->verbose ? DP_LOG_INFO : DP_LOG_DEBUG, "skipping VFIO device",
+	       "device=%s reason=%s group=%u vendor=0x%04x class=0x%06x driver=%s",
 	       dp_logq(q, sizeof(q), name), "\"not in the table\"", d->group, d->vendor, d->pci_class,
 	       dp_logq(qd, sizeof(qd), drv));
 }

@@ -24,11 +24,29 @@ struct kata_watch {
 	void *removed_userdata;
 	dp_watch *watch; /* kata_backend_dir(), with the periodic rescan as its backstop */
 	dp_watch *cdevs; /* VFIO_BACKEND=auto that chose legacy: /dev/vfio/devices, for cdevs */
-	dp_source *kick; /* one-shot: rescan after the current batch of events */
+	dp_source *kick; /* one-shot: the rescan events ask for (kick_event) */
 	uint64_t period;
+	uint64_t rescanned; /* when the last rescan ended */
+	bool kicked;        /* the kick is armed */
 	bool fired;
 	kata_cache *cache; /* what each rescan leaves to the next */
 };
+
+/* A change, or events lost: rescan after the batch, or, when the last rescan ended less than
+ * KATA_RESCAN_GAP_USEC ago, that long after it. One armed kick answers every event until it
+ * fires: a flood of events (a node recreated in a loop) costs a rescan per gap, not one per
+ * turn of the loop, and the first event after a quiet spell is answered at once. */
+static void kick_event(kata_watch *w)
+{
+	uint64_t now = dp_now_usec(), next = w->rescanned + KATA_RESCAN_GAP_USEC;
+	if (w->kicked)
+		return;
+	int r = w->rescanned && now < next ? dp_timer_set(w->kick, next - now, 0)
+					   : dp_timer_set_asap(w->kick);
+	if (r < 0)
+		dp_debug("cannot schedule the rescan", "error=%s", dp_errname(r));
+	w->kicked = r == 0;
+}
 
 static void on_watch(dp_watch *dw, dp_watch_kind kind, const char *name, uint32_t mask,
 		     void *userdata)
@@ -38,7 +56,7 @@ static void on_watch(dp_watch *dw, dp_watch_kind kind, const char *name, uint32_
 	if (kind == DP_WATCH_BACKSTOP)
 		(void)kata_watch_rescan(w);
 	else
-		(void)dp_timer_set_asap(w->kick); /* a change, or events lost: rescan after the batch */
+		kick_event(w);
 }
 
 /* auto chose legacy for want of cdevs: cdevs now are a change (auto picks iommufd at restart);
@@ -56,7 +74,8 @@ static bool cdevs_appeared(kata_watch *w)
 	return true;
 }
 
-int kata_watch_rescan(kata_watch *w)
+/* The scan and its comparison with the initial set (kata_watch_rescan). */
+static int rescan(kata_watch *w)
 {
 	struct kata_scan now;
 	char err[512];
@@ -90,9 +109,18 @@ int kata_watch_rescan(kata_watch *w)
 	return r;
 }
 
+int kata_watch_rescan(kata_watch *w)
+{
+	int r = rescan(w);
+	w->rescanned = dp_now_usec();
+	return r;
+}
+
 static int on_timer(dp_source *s, void *userdata)
 {
-	(void)kata_watch_rescan(userdata);
+	kata_watch *w = userdata;
+	w->kicked = false;
+	(void)kata_watch_rescan(w);
 	return 0;
 }
 

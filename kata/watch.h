@@ -4,8 +4,10 @@
  * A watch (dp_watch) on the backend's directory (kata_backend_dir: /dev/vfio/devices for
  * iommufd, /dev/vfio for legacy; while it does not exist, on its deepest existing
  * ancestor for it to appear; re-armed after the directory goes or is replaced) asks for a
- * rescan at once; a periodic rescan (30 s, coarse) is the backstop for everything inotify cannot
- * see (sysfs).
+ * rescan at once, or KATA_RESCAN_GAP_USEC after the end of the last one when that is later (a
+ * flood of events, one node recreated in a loop, costs one rescan per gap; every event is
+ * followed by a rescan that starts after it); a periodic rescan (30 s, coarse) is the backstop
+ * for everything inotify cannot see (sysfs).
  * A rescan runs the scan quietly (skip lines at debug) and compares its matched devices with
  * the initial ones (kata_scan_diff). On the first difference (that grow(), below, does not
  * take) changed() is called once, with the
@@ -25,6 +27,8 @@ typedef void (*kata_changed_fn)(const char *removed, const char *added, const ch
 				void *userdata);
 
 #define KATA_RESCAN_USEC (30 * DP_USEC_PER_SEC)
+/* The least time between the end of a rescan and one that events ask for. */
+#define KATA_RESCAN_GAP_USEC (50 * DP_USEC_PER_MSEC)
 
 /* opts is copied (the table must outlive the watch); initial is borrowed and must outlive it.
  * Create the watch before the initial scan fills initial (kata/main.c does): a change after the

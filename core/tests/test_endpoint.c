@@ -15,6 +15,7 @@
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -208,6 +209,171 @@ static bool exists(const char *name)
 	return access(path, F_OK) == 0;
 }
 
+/* A kubelet.sock that accepts and holds every connection, unanswered, until the test closes it. */
+static int held_fd = -1;
+
+static int on_accept_hold(dp_source *s, int fd, uint32_t ev, void *ud)
+{
+	int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+	if (c >= 0) {
+		accepted++;
+		if (held_fd >= 0)
+			close(held_fd); /* the stale check's connect, or an earlier Register */
+		held_fd = c;
+	}
+	return 0;
+}
+
+/* kubelet.sock listening at dir, served by fn on loop; returns its fd. */
+static int kubelet_listening(dp_loop *loop, dp_io_fn fn, dp_source **src)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/kubelet.sock", dir);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 8), 0);
+	assert_int_equal(dp_io_add(loop, fd, EPOLLIN, fn, NULL, src), 0);
+	return fd;
+}
+
+static dp_endpoint *cond_ep;
+static bool cond_failed_once(void) { return dp_endpoint_failures(cond_ep) >= 1; }
+static bool cond_failed_twice(void) { return dp_endpoint_failures(cond_ep) >= 2; }
+/* accepted: the stale check's connect, then the Register's */
+static bool cond_registering(void) { return cond_ep->state == EP_REGISTERING && accepted >= 2; }
+static int accepted_base;
+static bool cond_accepted_again(void) { return accepted >= accepted_base + 2; }
+
+/* A Register cut off (kubelet.sock accepts and hangs up: a kubelet going away) is retried at
+ * once with a fresh server, not after a back-off; the second cut-off in a row backs off (a
+ * kubelet that cuts off every Register). Each is counted as kind cut-off. */
+static void cut_off_retried_once_then_backoff(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_source *src = NULL;
+	dp_endpoint_config c = dpt_stub_config();
+	dp_endpoint_events ev = { .on_register_failed = on_failed };
+
+	assert_int_equal(dp_loop_new(&loop), 0);
+	int fd = kubelet_listening(loop, on_accept, &src);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &cond_ep), 0);
+	dp_endpoint_set_events(cond_ep, &ev);
+	assert_int_equal(dp_endpoint_start(cond_ep), 0);
+	assert_true(dpt_run_until_cond(loop, cond_failed_once, 5 * DP_USEC_PER_SEC));
+	assert_int_equal(cond_ep->fail_kind, EP_FAIL_CUT);
+	assert_int_equal(cond_ep->state, EP_IDLE); /* again at once, no back-off */
+	assert_int_equal(cond_ep->backoff, 0);
+	assert_null(dp_endpoint_socket(cond_ep)); /* that server stopped: kubelet may have seen it */
+	assert_true(dpt_run_until_cond(loop, cond_failed_twice, 5 * DP_USEC_PER_SEC));
+	assert_int_equal(cond_ep->state, EP_BACKOFF);
+	assert_int_equal(failures, 1); /* the same kind twice: told once */
+	assert_non_null(strstr(last_failure, "UNAVAILABLE"));
+	cond_ep = dp_endpoint_free(cond_ep);
+	dp_source_free(src);
+	close(fd);
+	dp_loop_free(loop);
+}
+
+static int restarts_told;
+
+static void on_restart_count(dp_endpoint *ep, const char *why, void *ud)
+{
+	restarts_told++;
+}
+
+/* A restart (kubelet.sock created, our socket deleted, the stream ended) cancels the Register in
+ * flight: its late cut-off (the kubelet that created a new kubelet.sock closing the old
+ * connection) is no failure and cannot replace the restart with a back-off. The restart is told
+ * once until registered again, however many signs of it come. */
+static void restart_cancels_register_in_flight(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_source *src = NULL;
+	dp_endpoint_config c = dpt_stub_config();
+	dp_endpoint_events ev = { .on_register_failed = on_failed, .on_restart = on_restart_count };
+
+	held_fd = -1;
+	restarts_told = 0;
+	accepted = 0;
+	assert_int_equal(dp_loop_new(&loop), 0);
+	int fd = kubelet_listening(loop, on_accept_hold, &src);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &cond_ep), 0);
+	dp_endpoint_set_events(cond_ep, &ev);
+	assert_int_equal(dp_endpoint_start(cond_ep), 0);
+	assert_true(dpt_run_until_cond(loop, cond_registering, 5 * DP_USEC_PER_SEC));
+	assert_non_null(cond_ep->register_call);
+
+	dp_endpoint_restart(cond_ep, "plugin socket deleted");
+	assert_null(cond_ep->register_call);
+	assert_int_equal(cond_ep->state, EP_IDLE);
+	dp_endpoint_restart(cond_ep, "kubelet.sock created");
+	assert_int_equal(restarts_told, 1);
+	close(held_fd); /* the cut-off, after the restart */
+	held_fd = -1;
+	accepted_base = accepted;
+	assert_true(dpt_run_until_cond(loop, cond_accepted_again, 5 * DP_USEC_PER_SEC));
+	assert_int_equal(cond_ep->state, EP_REGISTERING);
+	assert_int_equal(dp_endpoint_failures(cond_ep), 0);
+	assert_int_equal(failures, 0);
+	assert_int_equal(cond_ep->backoff, 0);
+	cond_ep = dp_endpoint_free(cond_ep);
+	if (held_fd >= 0)
+		close(held_fd);
+	held_fd = -1;
+	dp_source_free(src);
+	close(fd);
+	dp_loop_free(loop);
+}
+
+/* kubelet.sock created while registering with that very file (the event read after the Register
+ * was sent) is no news: the Register in flight goes on. Created anew (another file renamed in),
+ * it restarts. The identity is device, inode and ctime, taken as the Register is sent. */
+static void kubelet_created_same_file_ignored(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_source *src = NULL, *src2 = NULL;
+	dp_endpoint_config c = dpt_stub_config();
+	char from[256], to[256];
+
+	held_fd = -1;
+	accepted = 0;
+	assert_int_equal(dp_loop_new(&loop), 0);
+	int fd = kubelet_listening(loop, on_accept_hold, &src);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &cond_ep), 0);
+	assert_int_equal(dp_endpoint_start(cond_ep), 0);
+	assert_true(dpt_run_until_cond(loop, cond_registering, 5 * DP_USEC_PER_SEC));
+	dp_grpc_client_call *call = cond_ep->register_call;
+	assert_non_null(call);
+	assert_true(dp_endpoint_watch_kubelet_same(cond_ep));
+	dp_endpoint_watch_kubelet_created(cond_ep); /* its creation, read late */
+	assert_int_equal(cond_ep->state, EP_REGISTERING);
+	assert_ptr_equal(cond_ep->register_call, call);
+	assert_false(cond_ep->kubelet_created);
+
+	/* Another file renamed over kubelet.sock: a new kubelet, a restart (the watch's own event). */
+	snprintf(from, sizeof(from), "%s/next.sock", dir);
+	snprintf(to, sizeof(to), "%s/kubelet.sock", dir);
+	int fd2 = make_socket("next.sock", true);
+	assert_int_equal(dp_io_add(loop, fd2, EPOLLIN, on_accept_hold, NULL, &src2), 0);
+	assert_int_equal(rename(from, to), 0);
+	assert_false(dp_endpoint_watch_kubelet_same(cond_ep));
+	int base = accepted;
+	while (accepted < base + 2 && dp_loop_run_once(loop, 1000) > 0)
+		;
+	assert_true(accepted >= base + 2); /* a fresh Register (its stale check, then its call) */
+	assert_true(dp_endpoint_watch_kubelet_same(cond_ep)); /* to the new file */
+	cond_ep = dp_endpoint_free(cond_ep);
+	if (held_fd >= 0)
+		close(held_fd);
+	held_fd = -1;
+	dp_source_free(src);
+	dp_source_free(src2);
+	close(fd);
+	close(fd2);
+	dp_loop_free(loop);
+}
+
 static void on_stale(dp_endpoint *ep, const char *socket, void *ud)
 {
 	stale_removed++;
@@ -240,6 +406,50 @@ static void refused_kubelet_told_once(void **state)
 	/* Served meanwhile for liveness probes (kubelet never saw it): one socket, not one per try. */
 	assert_non_null(dp_endpoint_socket(ep));
 	assert_int_equal(count_plugin_sockets(), 1);
+	dp_endpoint_free(ep);
+	dp_loop_free(loop);
+}
+
+/* kubelet.sock created again and again (a child recreates it, a socket node nobody listens
+ * on, in a loop for 500 ms): the re-registrations are spaced (100 ms after the first, doubling),
+ * not one per event, nor one per turn of the loop; the endpoint serves its socket meanwhile.
+ * A restart serves a fresh socket: the restarts are the socket names seen (on_restart is told
+ * once until registered again, and no kubelet listens here). */
+static void kubelet_sock_flood_spaced(void **state)
+{
+	dp_loop *loop = NULL;
+	dp_endpoint *ep = NULL;
+	dp_endpoint_config c = dpt_stub_config();
+	char path[128], last[DP_SOCKET_NAME_MAX + 1] = "";
+	int status, restarts = -1; /* the first name is the start's */
+
+	snprintf(path, sizeof(path), "%s/kubelet.sock", dir);
+	assert_int_equal(dp_loop_new(&loop), 0);
+	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
+	assert_int_equal(dp_endpoint_start(ep), 0);
+	assert_true(dpt_run_until_cond(loop, checked, 2 * DP_USEC_PER_SEC));
+	uint64_t start = dp_now_usec();
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (uint64_t end = start + 500 * DP_USEC_PER_MSEC; dp_now_usec() < end;)
+			if (mknod(path, S_IFSOCK | 0600, 0) < 0 || unlink(path) < 0)
+				_exit(1);
+		_exit(0);
+	}
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		assert_true(dp_loop_run_once(loop, 10) >= 0);
+		assert_int_equal(count_plugin_sockets(), 1);
+		const char *name = dp_endpoint_socket(ep);
+		if (name && strcmp(name, last) != 0) {
+			restarts++;
+			snprintf(last, sizeof(last), "%s", name);
+		}
+	}
+	uint64_t took = dp_now_usec() - start;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* the first at once, the next told when scheduled (100 ms later), then one per 100 ms at most */
+	assert_in_range(restarts, 1, took / (100 * DP_USEC_PER_MSEC) + 2);
 	dp_endpoint_free(ep);
 	dp_loop_free(loop);
 }
@@ -637,6 +847,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(waits_for_kubelet, setup, teardown),
 		cmocka_unit_test_setup_teardown(failed_register_removes_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(refused_kubelet_told_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(kubelet_sock_flood_spaced, setup, teardown),
+		cmocka_unit_test_setup_teardown(cut_off_retried_once_then_backoff, setup, teardown),
+		cmocka_unit_test_setup_teardown(restart_cancels_register_in_flight, setup, teardown),
+		cmocka_unit_test_setup_teardown(kubelet_created_same_file_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(sweeps_only_own_stale_sockets, setup, teardown),
 		cmocka_unit_test_setup_teardown(bind_collision, setup, teardown),
 		cmocka_unit_test_setup_teardown(socket_names_and_sweep, setup, teardown),

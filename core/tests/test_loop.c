@@ -395,6 +395,107 @@ static void test_timer_stale_in_batch(void **state)
 	dp_source_free(sb);
 }
 
+/* ---- "as soon as possible", requested again and again ---- */
+
+/* A burst of requests makes one callback; a disarm or a later time cancels a request not yet
+ * served, and a request after that arms the timer again. */
+static void test_timer_asap_burst(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct timer_state t = {0}, guard = {0};
+	dp_source *s, *g;
+
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_timer_add_disarmed(l, on_timer, &t, &s), 0);
+	assert_int_equal(dp_timer_add_disarmed(l, on_timer, &guard, &g), 0);
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(dp_timer_set_asap(s), 0);
+	assert_true(dpt_run_until(l, &t.done, BOUND_USEC));
+	assert_int_equal(dp_timer_set(g, 20 * DP_USEC_PER_MSEC, 0), 0);
+	assert_true(dpt_run_until(l, &guard.done, BOUND_USEC));
+	assert_int_equal(t.count, 1);
+
+	/* requested, then disarmed: silent; requested again: fires */
+	t.done = guard.done = false;
+	assert_int_equal(dp_timer_set_asap(s), 0);
+	assert_int_equal(dp_timer_set(s, 0, 0), 0);
+	assert_int_equal(dp_timer_set(g, 20 * DP_USEC_PER_MSEC, 0), 0);
+	assert_true(dpt_run_until(l, &guard.done, BOUND_USEC));
+	assert_int_equal(t.count, 1);
+	assert_int_equal(dp_timer_set_asap(s), 0);
+	assert_true(dpt_run_until(l, &t.done, BOUND_USEC));
+	assert_int_equal(t.count, 2);
+
+	/* requested, then set later: the later time holds until requested again */
+	t.done = guard.done = false;
+	assert_int_equal(dp_timer_set_asap(s), 0);
+	assert_int_equal(dp_timer_set(s, 60 * DP_USEC_PER_SEC, 0), 0);
+	assert_int_equal(dp_timer_set(g, 20 * DP_USEC_PER_MSEC, 0), 0);
+	assert_true(dpt_run_until(l, &guard.done, BOUND_USEC));
+	assert_int_equal(t.count, 2);
+	assert_int_equal(dp_timer_set_asap(s), 0);
+	assert_true(dpt_run_until(l, &t.done, BOUND_USEC));
+	assert_int_equal(t.count, 3);
+	dp_source_free(g);
+	dp_source_free(s);
+}
+
+static int on_count(dp_source *s, void *userdata)
+{
+	(*(int *)userdata)++;
+	return 0;
+}
+
+/* In a forked child whose seccomp filter makes timerfd_settime fail with EPERM once the timer
+ * was requested: the burst's further requests make no system call (they succeed), the
+ * callback runs once, and a request after it arms the timer again (and meets the filter).
+ * Returns 0, or the number of the first check that failed. */
+static int asap_checks_without_settime(void)
+{
+	dp_loop *l = NULL;
+	dp_source *s = NULL;
+	scmp_filter_ctx ctx;
+	int calls = 0;
+
+	if (dp_loop_new(&l) < 0 || dp_timer_add_disarmed(l, on_count, &calls, &s) < 0 ||
+	    dp_timer_set_asap(s) < 0)
+		return 1;
+	ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(timerfd_settime), 0) < 0 ||
+	    seccomp_load(ctx) < 0)
+		return 2;
+	seccomp_release(ctx);
+	for (int i = 0; i < 1000; i++)
+		if (dp_timer_set_asap(s) != 0)
+			return 3;
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (calls == 0 && dp_now_usec() < end)
+		(void)dp_loop_run_once(l, 10);
+	if (calls != 1 || dp_loop_run_once(l, 20) != 0 || calls != 1)
+		return 4;
+	if (dp_timer_set_asap(s) != -EPERM)
+		return 5;
+	dp_source_free(s);
+	dp_loop_free(l);
+	return 0;
+}
+
+static void test_timer_asap_no_rearm(void **state)
+{
+	int status;
+	pid_t pid;
+
+	if (dpt_seccomp_unavailable())
+		skip();
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(asap_checks_without_settime());
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0); /* else: the number of the failed check */
+}
+
 /* ---- freeing during a batch ---- */
 
 struct free_state {
@@ -714,6 +815,95 @@ static void test_inotify(void **state)
 	dp_source_free(s);
 }
 
+/* ---- a flood of inotify events ---- */
+
+#define FLOOD_FILES 1000   /* events queued at any time: each one handled makes the next */
+#define FLOOD_LIMIT 20000 /* then the flood stops: the bound of a turn that would never end */
+#define FLOOD_TURNS 20
+#define EVENTS_PER_READ (4096 / sizeof(struct inotify_event)) /* one 4 KiB buffer, at most */
+
+struct flood_state {
+	char dir[64];
+	int events;    /* inotify callbacks */
+	int io_calls;  /* the pipe's callbacks (it stays readable: one per turn) */
+	int signal_at; /* events handled when the signal raised at the first one was served */
+};
+
+/* Each event makes the next one, as a loop recreating a node does: a created entry is
+ * removed, a removed one created again; after FLOOD_LIMIT events nothing more is made. */
+static int on_flood(dp_source *s, const struct inotify_event *ev, void *userdata)
+{
+	struct flood_state *f = userdata;
+	char path[128];
+
+	if (++f->events == 1)
+		assert_int_equal(raise(SIGUSR1), 0);
+	if (f->events > FLOOD_LIMIT || !ev->len)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", f->dir, ev->name);
+	if (ev->mask & IN_CREATE) {
+		assert_int_equal(unlink(path), 0);
+	} else {
+		int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	return 0;
+}
+
+static int on_flood_io(dp_source *s, int fd, uint32_t revents, void *userdata)
+{
+	((struct flood_state *)userdata)->io_calls++;
+	return 0;
+}
+
+static int on_flood_signal(dp_source *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	struct flood_state *f = userdata;
+	f->signal_at = f->events;
+	return 0;
+}
+
+/* While an inotify source always has events queued (each one handled makes another), every turn
+ * reads at most one buffer of them and serves the other ready sources too: a readable pipe each
+ * turn, a signal raised during the first turn at the next one. Before, the first turn read until
+ * the queue was empty, which a flood never lets happen (here: until FLOOD_LIMIT). */
+static void test_inotify_flood_fair(void **state)
+{
+	_cleanup_(dp_loop_freep) dp_loop *l = NULL;
+	struct flood_state f = { .signal_at = -1 };
+	dp_source *ino, *sig, *io;
+	char path[128];
+	int p[2];
+
+	assert_int_equal(dpt_tmpdir(f.dir, sizeof(f.dir), "test_loop_flood"), 0);
+	assert_int_equal(dp_loop_new(&l), 0);
+	assert_int_equal(dp_inotify_add(l, f.dir, IN_CREATE | IN_DELETE, on_flood, &f, &ino), 0);
+	assert_int_equal(dp_signal_add(l, SIGUSR1, on_flood_signal, &f, &sig), 0);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	assert_int_equal(write(p[1], "x", 1), 1);
+	assert_int_equal(dp_io_add(l, p[0], EPOLLIN, on_flood_io, &f, &io), 0);
+	for (int i = 0; i < FLOOD_FILES; i++) {
+		snprintf(path, sizeof(path), "%s/f%04d", f.dir, i);
+		int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	for (int turn = 1; turn <= FLOOD_TURNS; turn++) {
+		int before = f.events;
+		assert_true(dp_loop_run_once(l, 1000) > 0);
+		assert_int_equal(f.io_calls, turn);
+		assert_in_range(f.events - before, 1, EVENTS_PER_READ);
+	}
+	assert_in_range(f.signal_at, 1, 2 * EVENTS_PER_READ);
+	dp_source_free(io);
+	dp_source_free(sig);
+	dp_source_free(ino);
+	close(p[0]);
+	close(p[1]);
+	assert_int_equal(dpt_rmtree(f.dir), 0);
+}
+
 /* ---- defer, run/exit, fds ---- */
 
 static char order[16];
@@ -827,6 +1017,8 @@ int main(void)
 		cmocka_unit_test(test_timer_coarse_shared_wakeup),
 		cmocka_unit_test(test_timer_coarse_rearm_stays_on_grid),
 		cmocka_unit_test(test_timer_stale_in_batch),
+		cmocka_unit_test(test_timer_asap_burst),
+		cmocka_unit_test(test_timer_asap_no_rearm),
 		cmocka_unit_test(test_free_other_in_batch),
 		cmocka_unit_test(test_free_owned_in_batch),
 		cmocka_unit_test(test_signal),
@@ -834,6 +1026,7 @@ int main(void)
 		cmocka_unit_test(test_child_kill),
 		cmocka_unit_test(test_child_without_pidfd),
 		cmocka_unit_test(test_inotify),
+		cmocka_unit_test(test_inotify_flood_fair),
 		cmocka_unit_test(test_defer_order),
 		cmocka_unit_test(test_run_exit),
 		cmocka_unit_test(test_free_loop_closes_fds),

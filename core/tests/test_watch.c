@@ -299,6 +299,79 @@ static void test_overflow(void **state)
 	(void)wait_for(c, 0, DP_WATCH_ENTRY, "after");
 }
 
+/* ---- a flood in the directory ---- */
+
+#define FLOOD_FILES 1000   /* events queued at any time: each one handled makes the next */
+#define FLOOD_LIMIT 20000 /* then the flood stops: the bound of a turn that would never end */
+
+struct flood {
+	struct ctx *c;
+	dp_source *kick;
+	int entries;         /* DP_WATCH_ENTRY callbacks */
+	int kicks;           /* the kick's callbacks */
+	int entries_at_kick; /* entries seen when the first kick ran */
+};
+
+/* As kata's watch: each entry event asks for a rescan after the batch (the kick, "as soon as
+ * possible"), and each one handled makes the next (a created entry removed, a removed one
+ * created again, as a loop recreating a node does) until FLOOD_LIMIT. */
+static void on_flood(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask,
+		     void *userdata)
+{
+	struct flood *f = userdata;
+	char rel[NAME_MAX + 8];
+
+	assert_int_equal(kind, DP_WATCH_ENTRY);
+	assert_int_equal(dp_timer_set_asap(f->kick), 0);
+	if (++f->entries > FLOOD_LIMIT)
+		return;
+	snprintf(rel, sizeof(rel), "d/%s", name);
+	if (mask & IN_CREATE)
+		assert_int_equal(unlink(path(f->c, rel)), 0);
+	else
+		touch(path(f->c, rel));
+}
+
+static int on_kick(dp_source *s, void *userdata)
+{
+	struct flood *f = userdata;
+	if (f->kicks++ == 0)
+		f->entries_at_kick = f->entries;
+	return 0;
+}
+
+/* The kick runs while the flood goes on, at most once per turn: each turn hands the watch at
+ * most one buffer of events. Before, the first turn read until the queue was empty, which the
+ * flood never let happen (here: until FLOOD_LIMIT), and the kick ran only after it. */
+static void test_flood(void **state)
+{
+	struct ctx *c = *state;
+	struct flood f = { .c = c };
+	dp_watch_config cfg = { .dir = c->dir, .mask = IN_CREATE | IN_DELETE, .fn = on_flood,
+				.userdata = &f };
+	char rel[16];
+	int turns = 0;
+
+	assert_int_equal(mkdir(c->dir, 0755), 0);
+	assert_int_equal(dp_timer_add_disarmed(c->loop, on_kick, &f, &f.kick), 0);
+	assert_int_equal(dp_watch_new(c->loop, &cfg, &c->w), 0);
+	for (int i = 0; i < FLOOD_FILES; i++) {
+		snprintf(rel, sizeof(rel), "d/f%04d", i);
+		touch(path(c, rel));
+	}
+	uint64_t end = dp_now_usec() + BOUND_USEC;
+	while (f.kicks < 3 && !(f.kicks > 0 && f.entries >= FLOOD_LIMIT)) {
+		assert_true(dp_now_usec() < end);
+		assert_true(dp_loop_run_once(c->loop, 100) >= 0);
+		turns++;
+	}
+	assert_in_range(f.entries_at_kick, 1, FLOOD_LIMIT - 1);
+	assert_int_equal(f.kicks, 3);
+	assert_true(f.kicks <= turns);
+	c->w = dp_watch_free(c->w);
+	dp_source_free(f.kick);
+}
+
 static void test_backstop(void **state)
 {
 	struct ctx *c = *state;
@@ -362,6 +435,7 @@ int main(void)
 		WATCH_TEST(test_dir_removed_recreated), WATCH_TEST(test_dir_absent_at_start),
 		WATCH_TEST(test_dir_not_a_directory), WATCH_TEST(test_dir_replaced),
 		WATCH_TEST(test_overflow),            WATCH_TEST(test_backstop),
+		WATCH_TEST(test_flood),
 		WATCH_TEST(test_free_in_callback),    WATCH_TEST(test_invalid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

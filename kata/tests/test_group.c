@@ -549,7 +549,7 @@ static void spec_per_group(void **state)
 int main(void)
 {
 	/* a mount namespace of this test's own, for the tmpfs roots */
-	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+	if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0) {
 		perror("test_group: a private mount namespace (needs root)");
 		return 1;
 	}

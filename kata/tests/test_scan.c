@@ -16,6 +16,7 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -832,6 +833,62 @@ static void watch_sees_the_directory_appear(void **state)
 	kata_scan_done(&initial);
 }
 
+static void count_removed(const char *removed, void *userdata)
+{
+	(*(int *)userdata)++;
+}
+
+/* Recreate root/rel (a file) in a loop for usec, in a child process; returns its pid. */
+static pid_t flood_child(const char *rel, uint64_t usec)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid > 0)
+		return pid;
+	for (uint64_t end = dp_now_usec() + usec; dp_now_usec() < end;)
+		if (mknod(p, S_IFREG | 0600, 0) < 0 || unlink(p) < 0)
+			_exit(1);
+	_exit(0);
+}
+
+/* A flood in the watched directory (a child recreating one entry in a loop) asks for a rescan
+ * per event: they run KATA_RESCAN_GAP_USEC apart at most (each reports the removed cdev again,
+ * so they are counted), not one per turn of the loop. */
+static void watch_flood_spaces_rescans(void **state)
+{
+	struct kata_scan initial;
+	struct seen seen = { 0 };
+	dp_loop *loop = NULL;
+	kata_watch *w = NULL;
+	int removed = 0, status;
+	make_node();
+	free(scan_logged(&opts, &initial));
+	assert_int_equal(dp_loop_new(&loop), 0);
+	assert_int_equal(kata_watch_new(loop, &opts, &initial, 600 * DP_USEC_PER_SEC, on_changed, &seen, &w), 0);
+	kata_watch_set_removed(w, count_removed, &removed);
+	rm(false, "dev/vfio/devices/vfio4");
+	uint64_t end = dp_now_usec() + 5 * DP_USEC_PER_SEC;
+	while (removed == 0 && dp_now_usec() < end)
+		dp_loop_run_once(loop, 10);
+	assert_int_equal(removed, 1); /* the first event: at once */
+
+	removed = 0;
+	uint64_t start = dp_now_usec();
+	pid_t pid = flood_child("dev/vfio/devices/flood", 500 * DP_USEC_PER_MSEC);
+	while (waitpid(pid, &status, WNOHANG) == 0)
+		dp_loop_run_once(loop, 10);
+	uint64_t took = dp_now_usec() - start;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(removed >= 1);
+	assert_in_range(removed, 1, took / KATA_RESCAN_GAP_USEC + 1);
+	assert_int_equal(seen.calls, 0);
+	kata_watch_free(w);
+	dp_loop_free(loop);
+	kata_scan_done(&initial);
+}
+
 /* ---- the CDI spec, as PyYAML reads it ---- */
 
 static const char yaml_check[] =
@@ -898,6 +955,7 @@ int main(void)
 		cmocka_unit_test(diff_legacy_names),
 		cmocka_unit_test_setup_teardown(watch_sees_a_removed_cdev, setup, teardown),
 		cmocka_unit_test_setup_teardown(watch_sees_the_directory_appear, setup, teardown),
+		cmocka_unit_test_setup_teardown(watch_flood_spaces_rescans, setup, teardown),
 		cmocka_unit_test_setup_teardown(spec_parses_as_cdi, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,6 +27,34 @@ func allDown(devs []*api.Device) error {
 	return nil
 }
 
+// kataGroupsResources: resource -> how many IDs kataGroupsNode gives it.
+var kataGroupsResources = map[string]int{KataGPU: 3, KataNVSwitch: 1}
+
+// newLegacyGroupsReady: kataGroupsNode on a legacy node (no /dev/vfio/devices), the daemon
+// started, the GPUs registered and every ID Healthy.
+func newLegacyGroupsReady(t *testing.T) *kataScenario {
+	s := newLegacyKata(t, true, kataGroupsNode...)
+	s.startDaemon()
+	s.kataRegistered(KataGPU, 1, startBound)
+	s.kataDevices(KataGPU, eventBound, onlyDown())
+	return s
+}
+
+// everyID: every ID of every resource (n of each) reaches the state check wants; with allocate,
+// each is then allocatable; the daemon still runs.
+func (s *kataScenario) everyID(resources map[string]int, check func([]*api.Device) error, allocate bool) {
+	s.t.Helper()
+	for resource, n := range resources {
+		s.kataDevices(resource, eventBound, check)
+		if allocate {
+			s.allocateEach(resource, n)
+		}
+	}
+	if s.d.Exited() {
+		s.t.Errorf("the daemon exited")
+	}
+}
+
 // allocateEach: Allocate of every ID of resource succeeds.
 func (s *kataScenario) allocateEach(resource string, n int) {
 	s.t.Helper()
@@ -56,69 +84,49 @@ func TestKataAllUnboundRebound(t *testing.T) {
 		s.must(err)
 		nodes = append(nodes, node{e.N, major, minor})
 	}
+	counts := map[string]int{}
+	for resource, devs := range want {
+		counts[resource] = len(devs)
+	}
 	for _, nd := range nodes {
 		s.must(s.tree.RemoveCdev(nd.n))
 	}
 	s.must(os.Remove(s.tree.DevicesDir))
-	for resource := range want {
-		s.kataDevices(resource, eventBound, allDown)
-	}
+	s.everyID(counts, allDown, false)
 	s.must(os.Mkdir(s.tree.DevicesDir, 0o755))
 	for _, nd := range nodes {
 		s.must(s.tree.AddCdevNumber(nd.n, nd.major, nd.minor))
 	}
-	for resource, devs := range want {
-		s.kataDevices(resource, eventBound, onlyDown())
-		s.allocateEach(resource, len(devs))
-	}
-	if s.d.Exited() {
-		t.Errorf("the daemon exited")
-	}
+	s.everyID(counts, onlyDown(), true)
 }
 
 // A vfio module reload on a legacy node: /dev/vfio goes with every group node and the container
 // node, and comes back with the same nodes. Every ID Healthy again and allocatable.
 func TestKataLegacyVFIODirRecreated(t *testing.T) {
-	s := newLegacyKata(t, true, kataGroupsNode...)
-	s.startDaemon()
-	s.kataRegistered(KataGPU, 1, startBound)
-	s.kataDevices(KataGPU, eventBound, onlyDown())
+	s := newLegacyGroupsReady(t)
 	vfio := filepath.Join(s.tree.Root, "dev/vfio")
 	s.must(os.RemoveAll(vfio))
-	s.kataDevices(KataGPU, eventBound, allDown)
-	s.kataDevices(KataNVSwitch, eventBound, allDown)
+	s.everyID(kataGroupsResources, allDown, false)
 	s.must(os.Mkdir(vfio, 0o755))
 	for _, g := range []int{10, 11, 12, 13, 14} {
 		s.must(s.tree.AddGroupNode(g))
 	}
-	s.kataDevices(KataGPU, eventBound, onlyDown())
-	s.kataDevices(KataNVSwitch, eventBound, onlyDown())
-	s.allocateEach(KataGPU, 3)
-	s.allocateEach(KataNVSwitch, 1)
-	if s.d.Exited() {
-		t.Errorf("the daemon exited")
-	}
+	s.everyID(kataGroupsResources, onlyDown(), true)
 }
 
 // The legacy container node /dev/vfio/vfio, named in every spec entry: removed, an Allocate is
 // refused at once and the IDs turn Unhealthy (not ~30 s later); back, Healthy and allocatable.
 func TestKataContainerNodeRemoved(t *testing.T) {
-	s := newLegacyKata(t, true, kataGroupsNode...)
-	s.startDaemon()
-	s.kataRegistered(KataGPU, 1, startBound)
-	s.kataDevices(KataGPU, eventBound, onlyDown())
+	s := newLegacyGroupsReady(t)
 	node := filepath.Join(s.tree.Root, LegacyContainer)
 	s.must(os.Remove(node))
 	_, err := s.k.Allocate(KataGPU, []string{"0"})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), LegacyContainer) {
 		t.Errorf("Allocate without the container node: %v, want UNAVAILABLE naming %s", err, LegacyContainer)
 	}
-	s.kataDevices(KataGPU, eventBound, allDown)
-	s.kataDevices(KataNVSwitch, eventBound, allDown)
+	s.everyID(kataGroupsResources, allDown, false)
 	s.must(Mknod(node, 10, 196))
-	s.kataDevices(KataGPU, eventBound, onlyDown())
-	s.kataDevices(KataNVSwitch, eventBound, onlyDown())
-	s.allocateEach(KataGPU, 3)
+	s.everyID(kataGroupsResources, onlyDown(), true)
 }
 
 // auto on a legacy node whose /dev/vfio/devices holds a stray file and directory (no cdev):
@@ -144,10 +152,7 @@ func TestKataAutoStrayFile(t *testing.T) {
 // A GPU rebound to its host driver is "device unusable" (not a group made unusable by another
 // member); a companion's driver name holding a newline is quoted, never a record of its own.
 func TestKataRebindToHostDriver(t *testing.T) {
-	s := newLegacyKata(t, true, kataGroupsNode...)
-	s.startDaemon()
-	s.kataRegistered(KataGPU, 1, startBound)
-	s.kataDevices(KataGPU, eventBound, onlyDown())
+	s := newLegacyGroupsReady(t)
 
 	s.must(s.tree.Bind("0000:42:00.0", "nvidia"))
 	kernelPCIUevent(t)

@@ -30,7 +30,7 @@ const DefaultDialTimeout = 10 * time.Second
 // Event is one thing the mock kubelet saw or did, in order.
 type Event struct {
 	Time     time.Time
-	Kind     string // register, register-rejected, devices, stream-ended, disconnect, allocate, restart, socket-recreated, serving, stopped
+	Kind     string // register, register-held, register-cut, register-rejected, devices, stream-ended, disconnect, allocate, restart, socket-recreated, serving, stopped
 	Resource string
 	Endpoint string
 	Text     string
@@ -69,6 +69,8 @@ type MockKubelet struct {
 	mu      sync.Mutex
 	server  *grpc.Server
 	lis     *net.UnixListener
+	conns   *connTracker    // the connections the current server accepted
+	hold    bool            // Registers reaching the current server are held (RestartAsKubelet): events register-held, then register-cut
 	ctx     context.Context // cancelled when the registration server stops (kubelet "dies")
 	cancel  context.CancelFunc
 	gen     int // incremented by every Restart/Stop
@@ -176,19 +178,61 @@ func (k *MockKubelet) serveOn(lis *net.UnixListener) error {
 	srv := grpc.NewServer() // kubelet uses grpc-go defaults: no server options
 	api.RegisterRegistrationServer(srv, &registrationServer{k: k})
 	ctx, cancel := context.WithCancel(context.Background())
+	ct := &connTracker{}
 	k.mu.Lock()
 	k.server, k.lis, k.ctx, k.cancel, k.stopped = srv, lis, ctx, cancel, false
+	k.conns, k.hold = ct, false
 	k.mu.Unlock()
-	go srv.Serve(lis) //nolint:errcheck // returns when stopped
+	go srv.Serve(trackingListener{lis, ct}) //nolint:errcheck // returns when stopped
 	k.emit(Event{Kind: "serving", Text: k.SocketPath()})
 	return nil
 }
 
-// stopServer stops the Registration server as a dying kubelet would: every connection to
-// kubelet.sock is closed, in-flight Register calls are abandoned, the socket file stays.
-func (k *MockKubelet) stopServer() {
+// connTracker holds the connections one server accepted, to cut them at once.
+type connTracker struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// trackingListener records every connection it accepts.
+type trackingListener struct {
+	*net.UnixListener
+	t *connTracker
+}
+
+func (l trackingListener) Accept() (net.Conn, error) {
+	c, err := l.UnixListener.Accept()
+	if err == nil {
+		l.t.mu.Lock()
+		l.t.conns = append(l.t.conns, c)
+		l.t.mu.Unlock()
+	}
+	return c, err
+}
+
+// cut shuts every connection down (shutdown(2)): the peer reads EOF now, whenever Go closes
+// the file itself (its close waits for a goroutine still reading it).
+func (t *connTracker) cut() {
+	t.mu.Lock()
+	cs := t.conns
+	t.conns = nil
+	t.mu.Unlock()
+	for _, c := range cs {
+		sc, ok := c.(syscall.Conn)
+		if !ok {
+			continue
+		}
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }) //nolint:errcheck // a closed one is cut already
+		}
+	}
+}
+
+// detach takes the current server out of service (no new registration completes on it) and
+// returns it with its listener and connections, for the caller to stop.
+func (k *MockKubelet) detach() (*grpc.Server, *net.UnixListener, *connTracker) {
 	k.mu.Lock()
-	srv, cancel := k.server, k.cancel
+	srv, lis, ct, cancel := k.server, k.lis, k.conns, k.cancel
 	k.server, k.lis, k.cancel = nil, nil, nil
 	k.gen++
 	k.stopped = true
@@ -196,7 +240,13 @@ func (k *MockKubelet) stopServer() {
 	if cancel != nil {
 		cancel()
 	}
-	if srv != nil {
+	return srv, lis, ct
+}
+
+// stopServer stops the Registration server as a dying kubelet would: every connection to
+// kubelet.sock is closed, in-flight Register calls are abandoned, the socket file stays.
+func (k *MockKubelet) stopServer() {
+	if srv, _, _ := k.detach(); srv != nil {
 		srv.Stop()
 	}
 }
@@ -246,6 +296,80 @@ func (k *MockKubelet) Restart() error {
 	return k.serve()
 }
 
+// KubeletRestart is the kubelet's own restart, step by step as its device manager's
+// registration server does it (pkg/kubelet/cm/devicemanager/plugin/v1beta1, server.go: Stop of
+// the running server, then Start of a new one):
+//  1. every plugin client disconnected (Stop's visitClients): their ListAndWatch streams end;
+//     then AfterDisconnect;
+//  2. the gRPC server stops: its listener closes (kubelet.sock stays, refusing), its connections
+//     are cut (Registers in flight get no answer), unless CutLate;
+//  3. Start: every socket in the directory deleted (CleanupPluginDirectory), kubelet.sock
+//     created and listened on;
+//  4. with CutLate, the stopped server's connections are cut only now: grpc-go's Stop closes
+//     a connection's file when the goroutine reading it lets go, which can be after the new
+//     server started.
+//
+// BeforeCut runs right before the cut.
+type KubeletRestart struct {
+	// HoldRegisters: a Register that reaches the stopping kubelet (after step 1) is held,
+	// unanswered, until its connection is cut; event "register-held" says it arrived.
+	HoldRegisters   bool
+	CutLate         bool
+	AfterDisconnect func()
+	BeforeCut       func()
+}
+
+// RestartAsKubelet restarts the mock as the kubelet's own code does (KubeletRestart).
+func (k *MockKubelet) RestartAsKubelet(r KubeletRestart) error {
+	k.mu.Lock()
+	k.hold = r.HoldRegisters
+	k.mu.Unlock()
+	k.closeAllPlugins("kubelet restarting")
+	if r.AfterDisconnect != nil {
+		r.AfterDisconnect()
+	}
+	srv, lis, ct := k.detach()
+	if lis != nil {
+		lis.Close() // the file stays (SetUnlinkOnClose(false)): connects are refused
+	}
+	stop := func() {
+		if r.BeforeCut != nil {
+			r.BeforeCut()
+		}
+		if ct != nil {
+			ct.cut()
+		}
+		if srv != nil {
+			srv.Stop()
+		}
+	}
+	if !r.CutLate {
+		stop()
+	}
+	if err := k.cleanupDir(); err != nil {
+		return err
+	}
+	k.emit(Event{Kind: "restart", Text: "sockets deleted"})
+	if err := k.serve(); err != nil {
+		return err
+	}
+	if r.CutLate {
+		stop()
+	}
+	return nil
+}
+
+// EventsSince returns the events of kind from index from on.
+func (k *MockKubelet) EventsSince(from int, kind string) []Event {
+	var out []Event
+	for i, e := range k.Events() {
+		if i >= from && e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // RestartListenLater is Restart with a slow kubelet start: the new kubelet.sock is bound (its
 // creation seen by inotify) and refuses connections for hold before kubelet listens on it.
 func (k *MockKubelet) RestartListenLater(hold time.Duration) error {
@@ -272,7 +396,7 @@ func (k *MockKubelet) RestartListenLater(hold time.Duration) error {
 // sockets and plugin connections are left alone.
 func (k *MockKubelet) RecreateSocketOnly() error {
 	k.mu.Lock()
-	srv, old := k.server, k.lis
+	srv, old, ct := k.server, k.lis, k.conns
 	k.mu.Unlock()
 	if srv == nil {
 		return fmt.Errorf("mock kubelet: not serving")
@@ -287,7 +411,7 @@ func (k *MockKubelet) RecreateSocketOnly() error {
 	k.mu.Lock()
 	k.lis = lis
 	k.mu.Unlock()
-	go srv.Serve(lis) //nolint:errcheck
+	go srv.Serve(trackingListener{lis, ct}) //nolint:errcheck
 	k.emit(Event{Kind: "socket-recreated", Text: k.SocketPath()})
 	return nil
 }
@@ -371,8 +495,8 @@ type registrationServer struct {
 	k *MockKubelet
 }
 
-func (s *registrationServer) Register(_ context.Context, r *api.RegisterRequest) (*api.Empty, error) {
-	return s.k.register(r)
+func (s *registrationServer) Register(ctx context.Context, r *api.RegisterRequest) (*api.Empty, error) {
+	return s.k.register(ctx, r)
 }
 
 func (k *MockKubelet) reject(r *api.RegisterRequest, err error) (*api.Empty, error) {
@@ -380,7 +504,7 @@ func (k *MockKubelet) reject(r *api.RegisterRequest, err error) (*api.Empty, err
 	return nil, err
 }
 
-func (k *MockKubelet) register(r *api.RegisterRequest) (*api.Empty, error) {
+func (k *MockKubelet) register(rpc context.Context, r *api.RegisterRequest) (*api.Empty, error) {
 	if !versionSupported(r.Version) {
 		return k.reject(r, fmt.Errorf(errUnsupportedVersion, r.Version, SupportedVersions))
 	}
@@ -388,8 +512,14 @@ func (k *MockKubelet) register(r *api.RegisterRequest) (*api.Empty, error) {
 		return k.reject(r, fmt.Errorf(errInvalidResourceName, r.ResourceName))
 	}
 	k.mu.Lock()
-	ctx, gen, timeout := k.ctx, k.gen, k.dialTimeout
+	ctx, gen, timeout, hold := k.ctx, k.gen, k.dialTimeout, k.hold
 	k.mu.Unlock()
+	if hold { // until the connection is cut: no answer ever reaches the plugin
+		k.emit(Event{Kind: "register-held", Resource: r.ResourceName, Endpoint: r.Endpoint})
+		<-rpc.Done()
+		k.emit(Event{Kind: "register-cut", Resource: r.ResourceName, Endpoint: r.Endpoint})
+		return nil, fmt.Errorf("kubelet stopped during registration")
+	}
 	if ctx == nil {
 		return k.reject(r, fmt.Errorf("kubelet is stopping"))
 	}

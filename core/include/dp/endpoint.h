@@ -14,6 +14,11 @@
  * ListAndWatch stream ending: old streams are closed, a fresh server is created and registered
  * at once, except when streams keep ending soon after registering (another plugin registers the
  * same resource): then 100 ms doubling to 60 s, reset by a registration that stayed up 30 s.
+ * Causes that come while a restart is scheduled join it (one restart, told once, for the stream
+ * end, the deleted sockets and the new kubelet.sock of one kubelet restart). kubelet.sock created
+ * again before the registration that followed its last creation succeeded (no kubelet starts
+ * that fast: something recreates it in a loop) restarts 100 ms after the previous such restart,
+ * doubling to 5 s, until a registration succeeds: the server keeps serving in between.
  * Only sockets this endpoint created are deleted, and stale ones of our prefix (nobody
  * listening, exact name pattern): at start, and when one holds the name we bind.
  *

@@ -68,6 +68,11 @@ int dp_timer_add_disarmed(dp_loop *l, dp_timer_fn fn, void *userdata, dp_source 
  * usec 0 with interval > 0 fires as soon as possible, then every interval. An expiry pending
  * in the current batch is dropped by a re-arm or disarm (fn is not called for it). */
 int dp_timer_set(dp_source *s, uint64_t usec, uint64_t interval_usec);
+/* Fire once as soon as possible (fn runs after this call, in this batch or the next). A timer
+ * already requested this way and not fired since (nor re-armed or disarmed by the calls above)
+ * is left as it is, without a system call: a burst of requests (one per event of a flood) makes
+ * one callback, and the request is never pushed back. The first request after fn began arms
+ * it again, so fn may request itself. */
 int dp_timer_set_asap(dp_source *s);
 
 /* Backstop and periodic timers share wake-ups: with usec >= DP_TIMER_GRID_USEC the timer fires
@@ -100,7 +105,11 @@ int dp_child_kill(dp_source *s, int sig);
 bool dp_child_reaped(const dp_source *s);
 
 /* Watch path with its own inotify instance; mask as for inotify_add_watch (IN_IGNORED always
- * reaches fn: the watch is gone then; free the source and add a new one to re-arm). */
+ * reaches fn: the watch is gone then; free the source and add a new one to re-arm). Each turn
+ * of the loop reads at most one 4 KiB buffer of the queued events (at least one event, up to
+ * 256) and leaves the rest for the next turns, after the other ready sources: a flood of events
+ * delays them, it does not stop the loop. A queue that overflows meanwhile reports
+ * IN_Q_OVERFLOW (events were lost: rescan). */
 int dp_inotify_add(dp_loop *l, const char *path, uint32_t mask, dp_inotify_fn fn, void *userdata,
 		   dp_source **ret);
 

@@ -20,83 +20,12 @@
 #define BACKOFF_MAX_USEC (5 * DP_USEC_PER_SEC)
 #define DEFAULT_CHECK_USEC (30 * DP_USEC_PER_SEC)
 #define FAIL_RETELL_USEC (300 * DP_USEC_PER_SEC)
-#define CONTEND_MIN_USEC (100 * DP_USEC_PER_MSEC)
-#define CONTEND_MAX_USEC (60 * DP_USEC_PER_SEC)
-#define STABLE_USEC (30 * DP_USEC_PER_SEC)
-#define LISTEN_WAIT_MIN_USEC (1 * DP_USEC_PER_MSEC)
-#define LISTEN_WAIT_MAX_USEC (16 * DP_USEC_PER_MSEC)
+#define LISTEN_WAIT_MIN_USEC (250)
+#define LISTEN_WAIT_MAX_USEC (1 * DP_USEC_PER_MSEC)
 #define LISTEN_WAIT_LIMIT_USEC (1 * DP_USEC_PER_SEC)
 
-static void ep_schedule_register(dp_endpoint *ep, uint64_t usec);
-static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec);
-static void ep_stream_ended(dp_endpoint *ep);
 static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st);
-
-/* ---- devices ---- */
-
-static int cmp_offset(const void *a, const void *b, void *ud)
-{
-	const char *ids = ud;
-	return strcmp(ids + *(const uint32_t *)a, ids + *(const uint32_t *)b);
-}
-
-/* The arena size for devs, or -EINVAL (a bad ID) / -E2BIG (offsets would not fit 32 bits). */
-static ssize_t ep_ids_size(const dp_device *devs, size_t n, bool *ret_numa)
-{
-	size_t total = 0;
-	bool numa = false;
-	for (size_t i = 0; i < n; i++) {
-		size_t len = devs[i].id ? strlen(devs[i].id) : 0;
-		if (len == 0 || len > 63)
-			return -EINVAL;
-		total += len + 1;
-		numa = numa || devs[i].numa_node >= 0;
-	}
-	if (total > UINT32_MAX)
-		return -E2BIG;
-	*ret_numa = numa;
-	return (ssize_t)total;
-}
-
-/* One block (freed through ep->sorted): the sorted offsets, the NUMA nodes when one is known (at
- * an 8-byte boundary), the ID arena. */
-static int ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n)
-{
-	bool numa = false;
-	ssize_t size = ep_ids_size(devs, n, &numa);
-	if (size < 0)
-		return (int)size;
-	size_t numa_at = (n * sizeof(*ep->sorted) + 7) & ~(size_t)7;
-	size_t ids_at = numa_at + (numa ? n * sizeof(*ep->numa) : 0);
-	char *b = malloc(ids_at + (size_t)size + 1);
-	if (!b)
-		return -ENOMEM;
-	ep->sorted = (uint32_t *)b;
-	ep->numa = numa ? (int64_t *)(b + numa_at) : NULL;
-	ep->ids = b + ids_at;
-	size_t off = 0;
-	for (size_t i = 0; i < n; i++) {
-		size_t len = strlen(devs[i].id) + 1;
-		memcpy(ep->ids + off, devs[i].id, len);
-		ep->sorted[i] = (uint32_t)off;
-		if (ep->numa)
-			ep->numa[i] = devs[i].numa_node;
-		off += len;
-	}
-	ep->n_devices = n;
-	if (ep->driver.prefer) { /* GetPreferredAllocation's answers name devices by index */
-		ep->offs = malloc((n ? n : 1) * sizeof(*ep->offs));
-		if (!ep->offs)
-			return -ENOMEM;
-		for (size_t i = 0; i < n; i++)
-			ep->offs[i] = ep->sorted[i];
-	}
-	qsort_r(ep->sorted, n, sizeof(*ep->sorted), cmp_offset, ep->ids);
-	for (size_t i = 1; i < n; i++)
-		if (strcmp(ep->ids + ep->sorted[i - 1], ep->ids + ep->sorted[i]) == 0)
-			return -EINVAL;
-	return 0;
-}
+static void ep_retry_cut(dp_endpoint *ep);
 
 /* ---- the ListAndWatch response ---- */
 
@@ -161,7 +90,7 @@ static void ep_stream_gone(dp_endpoint *ep, struct ep_stream *st)
 	if (ep->state == EP_REGISTERING)
 		ep->stream_ended_registering = true;
 	if (ep->state == EP_REGISTERED && !ep->stopping)
-		ep_stream_ended(ep);
+		dp_ep_stream_ended(ep);
 }
 
 static void ep_on_stream_cancel(dp_grpc_call *call, int status, void *userdata)
@@ -250,6 +179,10 @@ static enum ep_fail ep_fail_kind(int status, const char *message)
 		return strstr(message, "while connecting") ? EP_FAIL_CONNECT : EP_FAIL_TIMEOUT;
 	if (status == DP_GRPC_UNAVAILABLE && strncmp(message, "connect to ", 11) == 0)
 		return EP_FAIL_CONNECT;
+	/* the client's own word for a connection closed, reset or broken before the answer (or a
+	 * stream the server kept refusing): no answer from kubelet, most often one stopping */
+	if (status == DP_GRPC_UNAVAILABLE)
+		return EP_FAIL_CUT;
 	/* kubelet's errFailedToDialDevicePlugin */
 	if (strstr(message, "failed to dial device plugin"))
 		return EP_FAIL_DIAL_BACK;
@@ -259,36 +192,31 @@ static enum ep_fail ep_fail_kind(int status, const char *message)
 /* keep: go on serving meanwhile (nothing reached kubelet), so liveness probes reach the loop. */
 static void ep_backoff(dp_endpoint *ep, bool keep)
 {
+	dp_debug("registration backing off", "resource=%s delay_us=%llu", ep->resource,
+		 (unsigned long long)(ep->backoff ? ep->backoff : BACKOFF_MIN_USEC));
 	ep->state = EP_BACKOFF;
 	if (!keep)
 		ep_stop_server(ep, "plugin re-registering");
 	uint64_t b = ep->backoff ? ep->backoff : BACKOFF_MIN_USEC;
 	ep->backoff = b * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : b * 2;
-	ep_schedule_register(ep, b);
+	dp_ep_schedule_register(ep, b);
 }
 
-/* ---- two plugins registering one resource: each Register ends the other's stream ---- */
-
-static void ep_stream_ended(dp_endpoint *ep)
+/*
+ * Register cut off (the connection closed or reset before kubelet's answer): kubelet was going
+ * away, most often, and the next sign of it alive is awaited rather than a back-off: a fresh
+ * server at once, which registers if kubelet.sock is connectable now, waits for it to be
+ * created if it is gone, and if it refuses takes the refused path (its creation cuts that
+ * short). Once: a kubelet that cuts off every Register gets the back-off from the second on
+ * (until a registration or a new kubelet.sock).
+ */
+static void ep_retry_cut(dp_endpoint *ep)
 {
-	const char *why = "ListAndWatch stream ended";
-	if (dp_now_usec() - ep->registered_at >= STABLE_USEC) {
-		ep->quick_ends = 0;
-		ep->contend_backoff = 0;
-	}
-	/* One quick end is kubelet restarting or a replaced registration: register at once. */
-	if (++ep->quick_ends < 2) {
-		ep_restart_after(ep, why, 0);
-		return;
-	}
-	uint64_t d = ep->contend_backoff ? ep->contend_backoff : CONTEND_MIN_USEC;
-	ep->contend_backoff = d * 2 > CONTEND_MAX_USEC ? CONTEND_MAX_USEC : d * 2;
-	snprintf(ep->reason_register, sizeof(ep->reason_register),
-		 "another plugin is registering %s: re-registering in %llu ms", ep->resource,
-		 (unsigned long long)(d / DP_USEC_PER_MSEC));
-	if (ep->quick_ends == 2 && ep->events.on_contended)
-		ep->events.on_contended(ep, d, ep->events.userdata);
-	ep_restart_after(ep, why, d);
+	ep->cut_retried = true;
+	ep_stop_server(ep, "plugin re-registering");
+	ep->state = EP_IDLE;
+	dp_debug("register cut off: again at once", "resource=%s", ep->resource);
+	dp_ep_schedule_register(ep, 0);
 }
 
 /* ---- registration ---- */
@@ -304,15 +232,21 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 			 dp_grpc_status_name(status), m);
 		dp_debug("register failed", "resource=%s status=%s", ep->resource,
 			 dp_grpc_status_name(status));
-		ep_backoff(ep, false);
-		ep_failed(ep, ep_fail_kind(status, m));
+		enum ep_fail kind = ep_fail_kind(status, m);
+		if (kind == EP_FAIL_CUT && !ep->cut_retried)
+			ep_retry_cut(ep);
+		else
+			ep_backoff(ep, false);
+		ep_failed(ep, kind);
 		return;
 	}
 	ep->state = EP_REGISTERED;
 	ep->backoff = 0;
+	ep->churn_gap = 0;
 	ep->registered_at = dp_now_usec();
 	ep->reason_register[0] = '\0';
-	dp_endpoint_watch_remember(ep);
+	ep->restart_told = false;
+	ep->cut_retried = false;
 	dp_debug("registered", "resource=%s socket=%s", ep->resource, ep->socket_name);
 	dp_ep_metrics_registration(ep, EP_FAIL_NONE);
 	if (ep->health)
@@ -324,7 +258,7 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 	ep->fail_kind = EP_FAIL_NONE;
 	if (ep->stream_ended_registering && !ep->kubelet_stream && ep->state == EP_REGISTERED &&
 	    !ep->stopping)
-		ep_stream_ended(ep);
+		dp_ep_stream_ended(ep);
 }
 
 static int ep_send_register(dp_endpoint *ep)
@@ -340,6 +274,7 @@ static int ep_send_register(dp_endpoint *ep)
 	req.resource_name = ep->resource;
 	req.options = &opts;
 	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
+	dp_endpoint_watch_remember(ep);
 	/* A kubelet.sock nobody listens on would only show as a timeout 20 s later. */
 	if (dp_ep_socket_stale(kubelet_sock) == 1) {
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "connect to %s: %s", kubelet_sock,
@@ -354,8 +289,10 @@ static int ep_send_register(dp_endpoint *ep)
 /*
  * kubelet.sock refused, and it was created since our last Register: a starting kubelet has bound
  * it (inotify saw the creation) and not yet listened, which no event reports. Not a failure: the
- * same server connects again soon (1 ms doubling to 16 ms) until kubelet listens; after 1 s it
- * is a refused connect like any other (false: the caller backs off).
+ * same server connects again soon (250 µs doubling to 1 ms: a kubelet preempted between its bind
+ * and its listen on a busy node is seen within a millisecond of its listen; a connect is a few
+ * microseconds) until kubelet listens; after 1 s it is a refused connect like any other (false:
+ * the caller backs off).
  */
 static bool ep_wait_listen(dp_endpoint *ep)
 {
@@ -373,7 +310,7 @@ static bool ep_wait_listen(dp_endpoint *ep)
 	uint64_t d = ep->listen_wait ? ep->listen_wait : LISTEN_WAIT_MIN_USEC;
 	ep->listen_wait = d * 2 > LISTEN_WAIT_MAX_USEC ? LISTEN_WAIT_MAX_USEC : d * 2;
 	ep->state = EP_WAIT_LISTEN;
-	ep_schedule_register(ep, d);
+	dp_ep_schedule_register(ep, d);
 	return true;
 }
 
@@ -441,42 +378,12 @@ static void ep_register_now(dp_endpoint *ep)
 static int ep_on_register_timer(dp_source *s, void *userdata)
 {
 	dp_endpoint *ep = userdata;
+	ep->restart_pending = false;
 	if (ep->state == EP_WAIT_LISTEN)
 		ep_try_register(ep);
 	else
 		ep_register_now(ep);
 	return 0;
-}
-
-static void ep_schedule_register(dp_endpoint *ep, uint64_t usec)
-{
-	if (usec == 0)
-		(void)dp_timer_set_asap(ep->register_timer);
-	else
-		(void)dp_timer_set(ep->register_timer, usec, 0);
-}
-
-static void ep_restart_after(dp_endpoint *ep, const char *why, uint64_t usec)
-{
-	if (ep->stopping)
-		return;
-	dp_debug("re-registering", "resource=%s reason=%s delay_us=%llu", ep->resource, why,
-		 (unsigned long long)usec);
-	if (ep->events.on_restart)
-		ep->events.on_restart(ep, why, ep->events.userdata);
-	ep->state = EP_IDLE;
-	ep->backoff = 0;
-	dp_ep_metrics_state(ep);
-	ep_schedule_register(ep, usec);
-	if (ep->health)
-		dp_health_changed(ep->health);
-}
-
-/* kubelet restarted (or our socket went): at once, and not counted as contention. */
-void dp_endpoint_restart(dp_endpoint *ep, const char *why)
-{
-	ep->quick_ends = 0;
-	ep_restart_after(ep, why, 0);
 }
 
 /* ---- public ---- */
@@ -534,7 +441,7 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 		ep->events = *cfg->events;
 	r = ep_copy_names(ep, cfg->resource_name, cfg->socket_prefix, kubelet_dir);
 	if (r >= 0)
-		r = ep_copy_devices(ep, cfg->devices, cfg->n_devices);
+		r = dp_ep_copy_devices(ep, cfg->devices, cfg->n_devices);
 	if (r < 0)
 		/* ep is freed by its _cleanup_ attribute, which the analyzers do not model */
 		// cppcheck-suppress memleak

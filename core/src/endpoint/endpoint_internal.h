@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "api.pb-c.h"
 #include "dp/endpoint.h"
@@ -24,6 +25,7 @@ enum ep_fail {
 	EP_FAIL_DIAL_BACK, /* kubelet could not dial our socket back */
 	EP_FAIL_TIMEOUT,   /* no answer to Register in time */
 	EP_FAIL_REFUSED,   /* kubelet answered Register with an error */
+	EP_FAIL_CUT,       /* the connection closed or was reset before kubelet's answer */
 };
 
 /* One Allocate call (endpoint_rpc.c): the decoded request and the response being built. */
@@ -85,13 +87,18 @@ struct dp_endpoint {
 	uint64_t contend_backoff;
 	uint64_t listen_since; /* when kubelet.sock, just created, first refused */
 	uint64_t listen_wait;  /* the next wait for it to listen */
+	uint64_t restart_at;   /* when the restart scheduled (restart_pending) runs */
+	uint64_t churn_at;     /* when the last restart for kubelet.sock created ran or runs */
+	uint64_t churn_gap;    /* the least time from it to the next one (0: none) */
 	struct ep_stream *streams;
 	struct ep_stream *kubelet_stream; /* the first stream opened since Register was sent */
 
 	/* kubelet directory watch */
 	dp_watch *watch; /* with the stat backstop (endpoint_watch.c) */
+	/* kubelet.sock as the last Register was sent to it (dp_endpoint_watch_remember) */
 	ino_t kubelet_ino;
 	dev_t kubelet_dev;
+	struct timespec kubelet_ctime;
 
 	dp_driver driver;
 	dp_endpoint_events events;
@@ -115,6 +122,11 @@ struct dp_endpoint {
 	bool stopping;
 	bool stream_ended_registering; /* a stream ended before Register returned */
 	bool kubelet_created;          /* kubelet.sock created since the last Register was sent */
+	bool restart_pending;          /* the register timer runs a restart (ep_restart_after) */
+	bool restart_joined;           /* a cause joined it (said once) */
+	bool restart_told;             /* on_restart told since the last registration */
+	bool cut_retried;              /* a cut-off Register retried at once since the last
+					* registration or kubelet.sock creation */
 
 	char socket_name[DP_SOCKET_NAME_MAX + 1];
 	char reason[512];
@@ -123,8 +135,19 @@ struct dp_endpoint {
 };
 
 /* endpoint.c */
-void dp_endpoint_restart(dp_endpoint *ep, const char *why);
+/* endpoint_devices.c: devs copied into ep (ids, sorted, numa, n_devices; offs with a prefer
+ * hook): -EINVAL for an empty, over-long or duplicate ID, -E2BIG, -ENOMEM. */
+int dp_ep_copy_devices(dp_endpoint *ep, const dp_device *devs, size_t n);
 int dp_endpoint_health_status(const char *service, void *userdata);
+/* endpoint_restart.c: arm the register timer (usec 0: as soon as possible), replacing a restart
+ * scheduled; start over now (kubelet restarted, our socket went: not counted as contention); for
+ * kubelet.sock created (spaced while it is created again and again without a registration in
+ * between); for kubelet's ListAndWatch stream ended (backs off when it keeps ending soon after
+ * registering). */
+void dp_ep_schedule_register(dp_endpoint *ep, uint64_t usec);
+void dp_endpoint_restart(dp_endpoint *ep, const char *why);
+void dp_endpoint_kubelet_created(dp_endpoint *ep);
+void dp_ep_stream_ended(dp_endpoint *ep);
 /* endpoint_state.c: the metrics (dp/metrics.h) of ep's current state; of a health change (first:
  * the first check); of a registration attempt (EP_FAIL_NONE: registered). */
 void dp_ep_metrics_state(const dp_endpoint *ep);
@@ -166,5 +189,9 @@ int dp_endpoint_watch_start(dp_endpoint *ep);
 void dp_endpoint_watch_stop(dp_endpoint *ep);
 /* Re-arm the directory watch if it is gone. */
 void dp_endpoint_watch_ensure(dp_endpoint *ep);
-/* Remember kubelet.sock's identity at registration time. */
+/* Remember kubelet.sock's identity (device, inode, ctime) as a Register is sent to it. */
 void dp_endpoint_watch_remember(dp_endpoint *ep);
+/* True when kubelet.sock is still the file remembered (its creation is no news). */
+bool dp_endpoint_watch_kubelet_same(const dp_endpoint *ep);
+/* kubelet.sock created (the watch's event): restart, unless registering with that very file. */
+void dp_endpoint_watch_kubelet_created(dp_endpoint *ep);

@@ -35,6 +35,7 @@ void dp_ep_metrics_registration(const dp_endpoint *ep, enum ep_fail kind)
 		[EP_FAIL_DIAL_BACK] = "dial_back_failed",
 		[EP_FAIL_TIMEOUT] = "timeout",
 		[EP_FAIL_REFUSED] = "refused",
+		[EP_FAIL_CUT] = "cut_off",
 	};
 	dp_metrics_registration(ep->resource, results[kind]);
 	dp_ep_metrics_state(ep);

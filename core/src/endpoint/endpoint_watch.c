@@ -21,6 +21,21 @@
 
 static void stat_compare(dp_endpoint *ep);
 
+/*
+ * kubelet.sock created (or renamed in). An event read after our Register was sent to that very
+ * file (same device, inode and ctime) is no news: the kubelet restart that created it is the one
+ * we are registering with (its other signs, our stream ended or our socket deleted, came first).
+ */
+void dp_endpoint_watch_kubelet_created(dp_endpoint *ep)
+{
+	if ((ep->state == EP_REGISTERING || ep->state == EP_REGISTERED) && dp_endpoint_watch_kubelet_same(ep)) {
+		dp_debug("kubelet.sock created: already registering with it", "resource=%s", ep->resource);
+		return;
+	}
+	ep->cut_retried = false;
+	dp_endpoint_kubelet_created(ep); /* bound: it may not listen yet; spaced when it churns */
+}
+
 static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t mask,
 		     void *userdata)
 {
@@ -36,10 +51,9 @@ static void on_watch(dp_watch *w, dp_watch_kind kind, const char *name, uint32_t
 								 : "device-plugins directory removed");
 		break;
 	case DP_WATCH_ENTRY:
-		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0) {
-			ep->kubelet_created = true; /* bound: it may not listen yet */
-			dp_endpoint_restart(ep, "kubelet.sock created");
-		} else if ((mask & (IN_DELETE | IN_MOVED_FROM)) && ep->socket_name[0] &&
+		if ((mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(name, "kubelet.sock") == 0)
+			dp_endpoint_watch_kubelet_created(ep);
+		else if ((mask & (IN_DELETE | IN_MOVED_FROM)) && ep->socket_name[0] &&
 			   strcmp(name, ep->socket_name) == 0 &&
 			   (ep->state == EP_REGISTERED || ep->state == EP_REGISTERING ||
 			    ep->state == EP_WAIT_LISTEN))
@@ -61,7 +75,24 @@ void dp_endpoint_watch_remember(dp_endpoint *ep)
 	if (stat(path, &st) == 0) {
 		ep->kubelet_ino = st.st_ino;
 		ep->kubelet_dev = st.st_dev;
+		ep->kubelet_ctime = st.st_ctim;
+	} else {
+		ep->kubelet_ino = 0;
+		ep->kubelet_dev = 0;
+		ep->kubelet_ctime = (struct timespec){ 0 };
 	}
+}
+
+/* The ctime tells a new file that got a freed inode number back (delete and create, back to
+ * back) from the one remembered. */
+bool dp_endpoint_watch_kubelet_same(const dp_endpoint *ep)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/kubelet.sock", ep->dir);
+	return ep->kubelet_ino != 0 && stat(path, &st) == 0 && st.st_ino == ep->kubelet_ino &&
+	       st.st_dev == ep->kubelet_dev && st.st_ctim.tv_sec == ep->kubelet_ctime.tv_sec &&
+	       st.st_ctim.tv_nsec == ep->kubelet_ctime.tv_nsec;
 }
 
 static bool same_file(const char *path, ino_t ino, dev_t dev)

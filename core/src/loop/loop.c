@@ -23,6 +23,9 @@
 #include "loop_internal.h"
 
 #define DP_LOOP_BATCH 64
+/* One read of an inotify source per turn: 128 events of a short name (16 + 16 bytes), and room for
+ * one of the longest (16 + NAME_MAX + 1). */
+#define INOTIFY_READ_BYTES 4096
 
 typedef struct defer_entry {
 	dp_defer_fn fn;
@@ -132,32 +135,31 @@ void loop_source_epoll_del(dp_source *s)
 	}
 }
 
+/*
+ * One read of at most one buffer per turn: epoll is level-triggered, so what stays queued is
+ * read at the next turn, after the other ready sources were served. Reading until EAGAIN, a
+ * flood (a loop recreating a node makes events faster than they are handled) kept the loop in
+ * here for good: no RPC, timer or signal was served while it lasted. A queue that overflows
+ * meanwhile says so with IN_Q_OVERFLOW, which the consumers (dp_watch) answer with a rescan.
+ */
 static void dispatch_inotify(dp_source *s)
 {
-	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	char buf[INOTIFY_READ_BYTES] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n = read(s->fd, buf, sizeof(buf));
 
-	for (;;) {
-		ssize_t n = read(s->fd, buf, sizeof(buf));
-		if (n <= 0)
-			return;
-		for (char *p = buf; p < buf + n;) {
-			const struct inotify_event *ev = (const struct inotify_event *)p;
-			p += sizeof(*ev) + ev->len;
-			if (s->dead || s->ignored)
-				continue; /* drain, never call fn again */
-			if (ev->mask & IN_IGNORED)
-				s->ignored = true;
-			int r = s->fn.inotify(s, ev, s->userdata);
-			if (r < 0)
-				dp_debug("inotify callback failed", "error=%s", dp_errname(r));
-		}
-		if (s->dead)
-			return;
-		if (s->ignored) {
-			loop_source_epoll_del(s); /* no watch left */
-			return;
-		}
+	for (char *p = buf; n > 0 && p < buf + n;) {
+		const struct inotify_event *ev = (const struct inotify_event *)p;
+		p += sizeof(*ev) + ev->len;
+		if (s->dead || s->ignored)
+			continue; /* drain, never call fn again */
+		if (ev->mask & IN_IGNORED)
+			s->ignored = true;
+		int r = s->fn.inotify(s, ev, s->userdata);
+		if (r < 0)
+			dp_debug("inotify callback failed", "error=%s", dp_errname(r));
 	}
+	if (!s->dead && s->ignored)
+		loop_source_epoll_del(s); /* no watch left */
 }
 
 static void dispatch(dp_source *s, uint32_t revents)

@@ -31,6 +31,7 @@ struct dp_source {
 	bool reaped;   /* SOURCE_CHILD */
 	bool polled;   /* SOURCE_CHILD without pidfd: fd is a polling interval timerfd (loop_child.c) */
 	bool ignored;  /* SOURCE_INOTIFY: IN_IGNORED seen, fn is not called again */
+	bool asap;     /* SOURCE_TIMER: armed by dp_timer_set_asap, not fired (nor re-armed) since */
 	DP_LIST_FIELDS(dp_source); /* on the live list, or the dead list */
 };
 

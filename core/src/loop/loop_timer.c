@@ -16,6 +16,7 @@ void loop_dispatch_timer(dp_source *s)
 	/* EAGAIN: re-armed or disarmed earlier in this batch; the event is stale. */
 	if (read(s->fd, &expirations, sizeof(expirations)) != (ssize_t)sizeof(expirations))
 		return;
+	s->asap = false; /* fired: the next request arms it again (also from fn) */
 	int r = s->fn.timer(s, s->userdata);
 	if (r < 0)
 		dp_debug("timer callback failed", "error=%s", dp_errname(r));
@@ -76,17 +77,23 @@ int dp_timer_set(dp_source *s, uint64_t usec, uint64_t interval_usec)
 {
 	if (!s || s->dead || s->type != SOURCE_TIMER)
 		return -EINVAL;
+	s->asap = false;
 	return timer_arm(s->fd, usec, interval_usec);
 }
 
+/* Armed as soon as possible and not fired since: nothing to do (a burst of requests, one per
+ * event of a flood, costs one system call, not one each). */
 int dp_timer_set_asap(dp_source *s)
 {
 	struct itimerspec its = {.it_value.tv_nsec = 1};
 
 	if (!s || s->dead || s->type != SOURCE_TIMER)
 		return -EINVAL;
+	if (s->asap)
+		return 0;
 	if (timerfd_settime(s->fd, 0, &its, NULL) < 0)
 		return -errno;
+	s->asap = true;
 	return 0;
 }
 
@@ -97,6 +104,7 @@ int dp_timer_set_coarse(dp_source *s, uint64_t usec, uint64_t interval_usec)
 
 	if (!s || s->dead || s->type != SOURCE_TIMER)
 		return -EINVAL;
+	s->asap = false;
 	if (usec < DP_TIMER_GRID_USEC)
 		return timer_arm(s->fd, usec, interval_usec);
 	/* the slack: re-armed from a grid expiry's callback (a few ms after it), a timer lands

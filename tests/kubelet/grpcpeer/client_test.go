@@ -156,6 +156,9 @@ func (c *clientCmd) wait(t *testing.T) clientResult {
 	return r
 }
 
+// blockRelease lets /test.Test/Block answer (TestClientDeadline closes it once its client ended).
+var blockRelease = make(chan struct{})
+
 func echoHandler(ctx context.Context, method string, req []byte, st grpc.ServerStream) ([]byte, error) {
 	switch method {
 	case "/test.Test/Echo":
@@ -163,7 +166,15 @@ func echoHandler(ctx context.Context, method string, req []byte, st grpc.ServerS
 	case "/test.Test/Fail":
 		return nil, status.Error(codes.FailedPrecondition, string(req))
 	case "/test.Test/Block":
+		// Its answer (UNKNOWN: this grpc-go sends a context error as that) waits for the client
+		// to have given up: under ASan on a loaded machine the server's copy of the deadline
+		// (grpc-timeout) answered first and the client reported the server's UNKNOWN instead
+		// of its own DEADLINE_EXCEEDED.
 		<-ctx.Done()
+		select {
+		case <-blockRelease:
+		case <-time.After(5 * time.Second): // bounded: a client that never gives up fails the test
+		}
 		return nil, ctx.Err()
 	case "/test.Test/Big":
 		return make([]byte, 4*1024*1024+1), nil
@@ -235,6 +246,7 @@ func TestClientDeadline(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "go.sock")
 	g := startGoServer(t, sock, echoHandler)
 	r := runClient(t, sock, "/test.Test/Block", nil, 300)
+	close(blockRelease)
 	if r.status != int(codes.DeadlineExceeded) {
 		t.Fatalf("blocked handler: %+v, want DEADLINE_EXCEEDED", r)
 	}
