@@ -16,7 +16,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts cluster cluster-down
+.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts cluster cluster-down test-cluster
 
 all: build
 
@@ -198,6 +198,11 @@ cluster: images
 
 cluster-down:
 	@cluster/down.sh
+
+# Both charts on the cluster of make cluster, through the real components (tests/cluster/README.md).
+test-cluster: build
+	@scripts/install-deps.sh cluster
+	tests/cluster/run.sh $(BUILD)
 
 # Builds quietly itself (the build's output shown only when it fails).
 demo:

@@ -14,7 +14,8 @@
 # go.mod, go.sum and sources, the build flags below, the Go version and this recipe's version: a
 # second run builds nothing. The module cache (GOMODCACHE, CACHE/go/mod: module@version paths) and
 # the build cache (GOCACHE, CACHE/go/build-<go version>: content-addressed) stay there too, so a
-# version bump recompiles only what changed. Older keys of a module are removed when a new one is
+# version bump recompiles only what changed. Older keys of a module (but those a running cluster
+# uses) are removed when a new one is
 # built.
 #
 # Usage: cluster/build.sh       prints the directory holding every binary (symlinks), its only
@@ -160,12 +161,25 @@ build() {
 	touch "$tmp/.complete"
 	# older keys of this module go
 	for old in "$cache/bin/$m"-*; do
-		[ "$old" != "$dir" ] && [ -d "$old" ] && [[ $old != *.tmp.* ]] && rm -rf "$old"
+		[ "$old" != "$dir" ] && [ -d "$old" ] && [[ $old != *.tmp.* ]] && ! kept "$old" && rm -rf "$old"
 	done
 	rm -rf "$dir"
 	mv "$tmp" "$dir"
 	cd "$here"
 }
+
+# What a running cluster uses (STATE/bin links to its set, whose links name the module
+# directories) is never removed as an older key: its processes, make cluster-down and
+# make test-cluster run those binaries until make cluster-down.
+keep=" "
+if [ -L "$STATE/bin" ]; then
+	inuse=$(readlink "$STATE/bin")
+	keep+="$inuse "
+	for f in sdp-kube containerd runc; do
+		t=$(readlink "$inuse/$f" 2>/dev/null) && keep+="$(dirname "$t") "
+	done
+fi
+kept() { [[ $keep == *" $1 "* ]]; }
 
 kube_key=$(key kube "$KUBE_LDFLAGS")
 ctrd_key=$(key containerd "$CTRD_TAGS $CTRD_LDFLAGS")
@@ -185,7 +199,7 @@ build runc "$runc_key" github.com/opencontainers/runc 1 "$RUNC_TAGS" "$RUNC_LDFL
 # One directory with every binary by its name.
 set_dir="$cache/bin/cluster-$(echo "$kube_key $ctrd_key $runc_key" | sha256sum | cut -c1-16)"
 if [ ! -f "$set_dir/.complete" ]; then
-	for old in "$cache/bin/cluster"-*; do [ -d "$old" ] && rm -rf "$old"; done
+	for old in "$cache/bin/cluster"-*; do [ -d "$old" ] && ! kept "$old" && rm -rf "$old"; done
 	mkdir -p "$set_dir"
 	# The multicall binary (go build names it after its directory: kube) and its names.
 	ln -sfn "$cache/bin/kube-$kube_key/kube" "$set_dir/sdp-kube"

@@ -152,7 +152,11 @@ if [ -f "$before" ]; then
 	done
 fi
 
-# Directories: the cluster's own, then those of the components.
+# Directories: the cluster's own, then those of the components. make test-cluster's VFIO tree
+# (under STATE) bind-mounted at /dev/vfio, if a killed run left it: unmounted first.
+if mountpoint -q /dev/vfio 2>/dev/null && [ -f "$STATE/test/vfio-mounted" ]; then
+	umount /dev/vfio && say "make test-cluster's VFIO tree unmounted from /dev/vfio"
+fi
 rm -rf "$STATE" "$RUN"
 for d in "${CLUSTER_DIRS[@]}"; do
 	d=$(readlink -m "$d")

@@ -19,6 +19,7 @@ CLUSTER_DIRS=(
 	/var/run/cdi
 	/var/lib/cni         # libcni's cache of results (fixed in libcni)
 	/run/containerd      # the shims' sockets (/run/containerd/s, fixed in containerd)
+	/dev/vfio            # the kata chart's hostPath (DirectoryOrCreate) makes it on a node without VFIO
 )
 # Where a component would write by default but ours are told otherwise (a real cluster's
 # /etc/cni/net.d, /opt/cni/bin, /var/lib/containerd, /var/run/netns, ...): compared before and

@@ -356,6 +356,9 @@ failSwapOn: false
 volumePluginDir: $STATE/kubelet-plugins/volume/exec
 shutdownGracePeriod: 0s
 runtimeRequestTimeout: 15m
+# As a GPU node is run: a container's devices on one NUMA node, kata's GetPreferredAllocation
+# asked to choose among the aligned ones (make test-cluster checks the pair it gets).
+topologyManagerPolicy: single-numa-node
 EOF
 start kubelet "$bin/kubelet" --config="$STATE/config/kubelet.yaml" --kubeconfig="$STATE/kubelet.conf" \
 	--node-ip="$node_ip" --hostname-override="$node"

@@ -7,7 +7,8 @@
 // argument when run as sdp-kube: `sdp-kube kubelet --config ...`. Each component's main is
 // reproduced from its own cmd/<name>/<name>.go in the release (the same side-effect imports).
 // `sdp-kube cri-clean ENDPOINT` (cri.go) removes every pod sandbox through the CRI for make
-// cluster-down.
+// cluster-down; `sdp-kube podresources SOCKET` (podresources.go) asks the kubelet's pod-resources
+// API for make test-cluster.
 package main
 
 import (
@@ -48,8 +49,9 @@ var components = map[string]func() int{
 		}
 		return 0
 	},
-	"etcd":      func() int { etcdmain.Main(os.Args); return 0 },
-	"cri-clean": func() int { return criClean(os.Args[1:]) },
+	"etcd":         func() int { etcdmain.Main(os.Args); return 0 },
+	"cri-clean":    func() int { return criClean(os.Args[1:]) },
+	"podresources": func() int { return podResources(os.Args[1:]) },
 }
 
 func main() {
