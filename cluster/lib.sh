@@ -89,3 +89,27 @@ pid_alive() {
 	[ "$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null)" = "$start" ] || return 1
 	echo "$pid"
 }
+
+# restart_component NAME: stops a component we started (SIGTERM; SIGKILL after 30 s) and starts
+# it again with the same command line, environment and working directory, in a session of its
+# own, its output appended to STATE/log/NAME.log; RUN/NAME.pid updated. For make test-cluster's
+# kubelet restart. Prints the new pid.
+restart_component() {
+	local name=$1 pid i cwd
+	pid=$(pid_alive "$name") || { echo "restart_component: $name is not running" >&2; return 1; }
+	local -a cmd env
+	mapfile -d '' -t cmd <"/proc/$pid/cmdline"
+	mapfile -d '' -t env <"/proc/$pid/environ"
+	cwd=$(readlink "/proc/$pid/cwd")
+	kill -TERM "$pid"
+	for ((i = 0; i < 300; i++)); do
+		[ -d "/proc/$pid" ] || break
+		sleep 0.1
+	done
+	[ ! -d "/proc/$pid" ] || kill -KILL "$pid"
+	while [ -d "/proc/$pid" ]; do sleep 0.1; done
+	(cd "$cwd" && exec env -i "${env[@]}" setsid "${cmd[@]}" >>"$STATE/log/$name.log" 2>&1 </dev/null) &
+	pid=$!
+	echo "$pid $(awk '{print $22}' "/proc/$pid/stat")" >"$RUN/$name.pid"
+	echo "$pid"
+}

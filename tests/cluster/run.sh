@@ -236,6 +236,183 @@ pod_resources() {
 	note "pod-resources: gpu-pair holds IDs $ids(groups $groups); allocatable: $alloc nvidia.com/gpu IDs"
 }
 
+# --- faults with the real components -----------------------------------------------------------
+
+ctr_() { "$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io "$@" 2>/dev/null; }
+
+# container_pid NS POD: the host pid of the pod's (first) container, from containerd's task.
+container_pid() {
+	local id
+	id=$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.containerStatuses[0].containerID}')
+	id=${id#containerd://}
+	[ -n "$id" ] && ctr_ tasks ls | awk -v id="$id" '$1 == id { print $2 }'
+}
+
+# fingerprint NS POD: its phase, container ID, restart count and start time, and what its
+# /dev/vfio holds: the same string before and after a fault when the pod was left alone.
+fingerprint() {
+	echo "$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.phase} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.running.startedAt}') $(kubectl -n "$1" exec "$2" -- ls /dev/vfio 2>&1 | tr '\n' ' ')"
+}
+
+# restarts NS POD: the restart count of its container.
+restarts() { kubectl -n "$1" get pod "$2" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
+ready() { [ "$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+
+n_gpus() { jq '[.devices[] | select(.resource == "nvidia.com/gpu")] | length' "$TEST/kata-tree.json"; }
+gpus_all() { [ "$(node_res allocatable nvidia.com/gpu)" = "$(n_gpus)" ]; }
+
+# one_gpu_pod NAME: an unprivileged pod with one GPU, applied (not waited for).
+one_gpu_pod() {
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: $NS
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 65534
+    runAsNonRoot: true
+  containers:
+  - name: main
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+    resources:
+      limits:
+        nvidia.com/gpu: 1
+EOF
+}
+
+# new_pod_runs: a new pod with one GPU schedules, runs with exactly one group and the container
+# node, and is deleted again.
+new_pod_runs() {
+	local t seen
+	t=$(date +%s.%N)
+	one_gpu_pod gpu-new
+	running() { [ "$(kubectl -n "$NS" get pod gpu-new -o jsonpath='{.status.phase}')" = Running ]; }
+	until_ok 120 running || { diag "$NS" gpu-new; fail "a new pod with one GPU is not Running after 120 s"; return 1; }
+	seen=$(kubectl -n "$NS" exec gpu-new -- ls /dev/vfio | sort | tr '\n' ' ')
+	{ [ "$(echo "$seen" | wc -w)" = 2 ] && [[ $seen == *vfio* ]]; } || fail "the new pod's /dev/vfio holds: $seen; want one group and vfio" || return 1
+	kubectl -n "$NS" delete pod gpu-new --wait=true --timeout=60s >/dev/null
+	note "a new pod with one GPU ran ($(secs "$t") s to Running, /dev/vfio: $seen)"
+}
+
+# kill -9 of the kata container: the kubelet restarts it, it registers again, the running pod
+# keeps its devices, a new pod schedules.
+fault_kill_kata() {
+	local p pid rc before t
+	p=$(kata_pod)
+	pid=$(container_pid kube-system "$p")
+	[ -n "$pid" ] || fail "no host pid for the kata container of $p" || return 1
+	rc=$(restarts kube-system "$p")
+	before=$(fingerprint "$NS" gpu-pair)
+	t=$(date +%s.%N)
+	kill -KILL "$pid"
+	back() { [ "$(restarts kube-system "$p")" -gt "$rc" ] && ready kube-system "$p"; }
+	until_ok 120 back || { diag kube-system "$p"; fail "the kubelet did not restart the killed kata container to Ready in 120 s"; return 1; }
+	note "kill -9 of kata (pid $pid): restarted and Ready $(secs "$t") s later"
+	until_ok 60 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after the restart" || return 1
+	note "allocatable nvidia.com/gpu back to $(node_res allocatable nvidia.com/gpu) $(secs "$t") s after the kill"
+	[ "$(fingerprint "$NS" gpu-pair)" = "$before" ] || fail "the running GPU pod changed: before: $before; after: $(fingerprint "$NS" gpu-pair)" || return 1
+	note "the running GPU pod untouched: $before"
+	new_pod_runs
+}
+
+# A kubelet restart: capacity comes back, running pods untouched, the plugin re-registers by
+# itself (its container not restarted).
+fault_kubelet_restart() {
+	local p rc before t kpid
+	p=$(kata_pod)
+	rc=$(restarts kube-system "$p")
+	before=$(fingerprint "$NS" gpu-pair)
+	t=$(date +%s.%N)
+	kpid=$(restart_component kubelet) || return 1
+	node_ready() { [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+	until_ok 120 node_ready || fail "node not Ready 120 s after the kubelet restart" || return 1
+	until_ok 120 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) 120 s after the kubelet restart" || return 1
+	note "kubelet restarted (pid $kpid): allocatable nvidia.com/gpu back to $(node_res allocatable nvidia.com/gpu) $(secs "$t") s later"
+	[ "$(restarts kube-system "$p")" = "$rc" ] || fail "the kata container was restarted ($rc -> $(restarts kube-system "$p")): it should re-register by itself" || return 1
+	[ "$(fingerprint "$NS" gpu-pair)" = "$before" ] || fail "the running GPU pod changed: before: $before; after: $(fingerprint "$NS" gpu-pair)" || return 1
+	note "the running GPU pod untouched, the plugin's container not restarted"
+	new_pod_runs
+}
+
+# The host's device nodes of the free GPUs removed: allocatable drops, a new pod stays Pending
+# with the scheduler's reason; back when the nodes return.
+fault_node_removed() {
+	local t free g want pair
+	pair=" $(jq -r '.packed_pair | join(" ")' "$TEST/kata-tree.json") "
+	free=$(for n in $(jq -r '.devices[] | select(.resource == "nvidia.com/gpu") | .name' "$TEST/kata-tree.json"); do
+		[[ $pair == *" $n "* ]] || tree "$n" group
+	done | tr '\n' ' ')
+	want=$(($(n_gpus) - $(echo "$free" | wc -w)))
+	t=$(date +%s.%N)
+	for g in $free; do rm "/dev/vfio/$g"; done
+	dropped() { [ "$(node_res allocatable nvidia.com/gpu)" = "$want" ]; }
+	until_ok 60 dropped || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after removing the nodes of groups $free, want $want" || return 1
+	note "/dev/vfio nodes of the free GPUs (groups $free) removed: allocatable $want $(secs "$t") s later"
+	one_gpu_pod gpu-wait
+	why() { kubectl -n "$NS" get events --field-selector "involvedObject.name=gpu-wait,reason=FailedScheduling" -o jsonpath='{.items[*].message}' | grep -q 'Insufficient nvidia.com/gpu'; }
+	until_ok 60 why || { diag "$NS" gpu-wait; fail "the new pod is not Pending for 'Insufficient nvidia.com/gpu'"; return 1; }
+	note "a new pod with one GPU Pending: $(kubectl -n "$NS" get events --field-selector 'involvedObject.name=gpu-wait,reason=FailedScheduling' -o jsonpath='{.items[-1:].message}')"
+	t=$(date +%s.%N)
+	for g in $free; do mknod -m 0666 "/dev/vfio/$g" c 238 "$g"; done
+	until_ok 60 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after the nodes came back" || return 1
+	running() { [ "$(kubectl -n "$NS" get pod gpu-wait -o jsonpath='{.status.phase}')" = Running ]; }
+	until_ok 120 running || { diag "$NS" gpu-wait; fail "the waiting pod did not run once the nodes came back"; return 1; }
+	note "nodes back: allocatable $(node_res allocatable nvidia.com/gpu), the waiting pod Running $(secs "$t") s later"
+}
+
+# helm upgrade with a changed value: the DaemonSet rolls; no pod holding a device loses it,
+# watched all along.
+fault_helm_upgrade() {
+	local p before1 before2 t bad="" x
+	p=$(kata_pod)
+	before1=$(fingerprint "$NS" gpu-pair)
+	before2=$(fingerprint "$NS" gpu-wait)
+	t=$(date +%s.%N)
+	helm upgrade kata-device-plugin "$src/deploy/helm/kata-device-plugin" -n kube-system --reuse-values \
+		--set logLevel=info --post-renderer "$RENDERER" --post-renderer-args "$KATA_ROOT/sys" >"$TEST/helm-kata-up.log" 2>&1 ||
+		{ cat "$TEST/helm-kata-up.log" >&2; return 1; }
+	kubectl -n kube-system rollout status ds/kata-device-plugin --timeout=180s >"$TEST/rollout.log" 2>&1 &
+	local roll=$!
+	while kill -0 "$roll" 2>/dev/null; do
+		for x in gpu-pair gpu-wait; do
+			[ "$(kubectl -n "$NS" get pod "$x" -o jsonpath='{.status.phase}')" = Running ] || bad="$bad $x"
+		done
+		sleep 0.5
+	done
+	wait "$roll" || { cat "$TEST/rollout.log" >&2; fail "the upgraded DaemonSet did not roll out"; return 1; }
+	[ "$(kata_pod)" != "$p" ] || fail "helm upgrade with a changed value made no new pod" || return 1
+	[ -z "$bad" ] || fail "pods holding GPUs left Running during the roll-out:$bad" || return 1
+	until_ok 60 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after the upgrade" || return 1
+	{ [ "$(fingerprint "$NS" gpu-pair)" = "$before1" ] && [ "$(fingerprint "$NS" gpu-wait)" = "$before2" ]; } ||
+		fail "a pod holding GPUs changed across the upgrade" || return 1
+	note "helm upgrade (logLevel info): new pod $(kata_pod), rolled and allocatable back in $(secs "$t") s; both GPU pods Running throughout, devices unchanged"
+}
+
+# helm uninstall: what stays is what docs/operations.md says (the CDI specs), the sockets go,
+# allocatable drops to 0, running pods stay.
+fault_helm_uninstall() {
+	local t left f
+	t=$(date +%s.%N)
+	helm uninstall kata-device-plugin -n kube-system --wait --timeout 120s >/dev/null || return 1
+	gone() { [ -z "$(kubectl -n kube-system get pod -l app.kubernetes.io/name=kata-device-plugin -o name)" ]; }
+	until_ok 60 gone || fail "the kata pod is still there 60 s after helm uninstall" || return 1
+	zero() { [ "$(node_res allocatable nvidia.com/gpu)" = 0 ]; }
+	until_ok 60 zero || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after helm uninstall, want 0" || return 1
+	left=$(find /var/lib/kubelet/device-plugins -name 'kata-*' | tr '\n' ' ')
+	[ -z "$left" ] || fail "kata sockets left in /var/lib/kubelet/device-plugins: $left" || return 1
+	for f in kata.nvidia.com-gpu.yaml kata.nvidia.com-nvswitch.yaml; do
+		[ -f "/var/run/cdi/$f" ] || fail "/var/run/cdi/$f is gone: docs/operations.md says the specs stay for the pods using them" || return 1
+	done
+	[ "$(kubectl -n "$NS" get pod gpu-pair -o jsonpath='{.status.phase}')" = Running ] || fail "the GPU pod stopped with the plugin" || return 1
+	note "helm uninstall: pod and sockets gone, allocatable 0, CDI specs kept, GPU pods Running ($(secs "$t") s)"
+}
+
 # --- hyperlight ---------------------------------------------------------------------------------
 hl_install() {
 	kubectl label node "$node" hyperlight.dev/device-plugin=true --overwrite >/dev/null
@@ -378,6 +555,11 @@ step "kata chart installed with Helm, DaemonSet rolled out, pod Ready" kata_inst
 step "node advertises kata's resources, CDI specs written" kata_resources
 step "GPU pod (uid 65534, no privileges, nvidia.com/gpu: 2) sees exactly its groups and /dev/vfio/vfio" gpu_pod
 step "pod-resources API: the pod's devices and the allocatable ones" pod_resources
+step "fault: kill -9 of the kata container" fault_kill_kata
+step "fault: kubelet restart" fault_kubelet_restart
+step "fault: the host's device nodes of the free GPUs removed, then back" fault_node_removed
+step "fault: helm upgrade with a changed value" fault_helm_upgrade
+step "helm uninstall of kata leaves what docs/operations.md says" fault_helm_uninstall
 step "hyperlight chart installed with Helm (admission policies on)" hl_install
 if [ -c /dev/kvm ]; then
 	step "hyperlight on /dev/kvm: rolled out, 2000 allocatable, node labelled" hl_kvm
