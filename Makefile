@@ -16,7 +16,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts
+.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts cluster cluster-down test-cluster
 
 all: build
 
@@ -184,6 +184,25 @@ images: build
 # entrypoint), what they can do there, saying what not (tests/runtime/README.md).
 test-runtime: images
 	tests/runtime/run.sh $(BUILD)
+
+# A real single-node cluster on this machine (cluster/README.md): Kubernetes v1.37.2 (one
+# multicall binary: API server, controller manager, scheduler, kubelet, kube-proxy, kubectl,
+# etcd v3.7.0), containerd v2.4.2 with CDI, runc v1.5.3, all built from their Go modules
+# (cluster/*/go.mod) and cached in /var/cache/sdp-cluster keyed by their versions; TLS everywhere,
+# Node+RBAC authorizers, NodeRestriction; the pause, busybox and plugin images (make images)
+# imported into containerd. Left running; prints how to use kubectl. make cluster-down removes
+# it and every trace on the host, and proves it (cluster/trace.sh).
+cluster: images
+	@scripts/install-deps.sh cluster
+	@bin=$$(cluster/build.sh) && cluster/up.sh "$$bin" $(BUILD)
+
+cluster-down:
+	@cluster/down.sh
+
+# Both charts on the cluster of make cluster, through the real components (tests/cluster/README.md).
+test-cluster: build
+	@scripts/install-deps.sh cluster
+	tests/cluster/run.sh $(BUILD)
 
 # Builds quietly itself (the build's output shown only when it fails).
 demo:

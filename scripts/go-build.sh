@@ -28,6 +28,7 @@ fi
 go build -o "$out/mock-kubelet" sdp/kubelet/cmd/mock-kubelet
 go build -o "$out/sdp-demo" sdp/kubelet/cmd/demo
 go build -o "$out/sdp-startup" sdp/kubelet/cmd/startup
+go build -o "$out/sdp-katatree" sdp/kubelet/cmd/katatree
 go test -c -o "$out/scenario.test" sdp/kubelet
 go test -c -o "$out/grpcpeer.test" sdp/kubelet/grpcpeer
 CGO_ENABLED=0 go build -o "$out/live-kvm" sdp/kubelet/cmd/live-kvm

@@ -15,6 +15,13 @@
 # tools (bc, bison, flex, libelf-dev, libssl-dev, xz-utils, binutils) for the small guest kernel
 # built from linux-source-6.12 (bookworm-backports, fetched through a private apt list by
 # tests/live/build-kernel-iommufd.sh, never by changing the machine's sources).
+# Profile cluster: what `make cluster` adds (the real single-node cluster, cluster/README.md):
+# iptables (the nft backend; kube-proxy, the kubelet and the CNI plugins' rules), nftables (make
+# cluster-down deletes the tables iptables-nft made), conntrack (kube-proxy clears UDP flows with
+# it), containernetworking-plugins (the pods' bridge, host-local, loopback, portmap in
+# /usr/lib/cni), busybox-static (the workload image), curl (health checks), jq and python3-yaml
+# (make test-cluster reads the API's JSON and kata's CDI specs); the Go toolchain is
+# not Debian's (1.19 is too old): cluster/build.sh wants Go >= 1.26.
 # Profile lint: what `make lint` adds (clang-tidy 14, cppcheck 2.10; gcc is already there).
 # Profile runtime: what `make images` and `make test-runtime` add (podman 4.3, runc, conmon,
 # uidmap, busybox-static for the workload image), with the arm64 profile (the arm64 images'
@@ -43,13 +50,14 @@ case "${1:-}" in
 live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio binutils" ;;
 live-kvm-arm64) PKGS="qemu-system-arm qemu-user-static cpio binutils" ;;
 live-iommufd) PKGS="qemu-system-x86 busybox-static cpio bc bison flex libelf-dev libssl-dev xz-utils binutils" ;;
+cluster) PKGS="iptables nftables conntrack containernetworking-plugins busybox-static curl openssl libseccomp-dev python3 python3-yaml jq" ;;
 lint) PKGS="clang-tidy cppcheck" ;;
 runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
 static) PKGS="musl-tools" ;;
 arm64) PKGS="gcc-aarch64-linux-gnu libc6-dev:arm64 libnghttp2-dev:arm64 libprotobuf-c-dev:arm64 \
 libseccomp-dev:arm64 libmbedtls-dev:arm64 libcmocka-dev:arm64 musl-dev:arm64 qemu-user-static" ;;
 *)
-	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-kvm-arm64, live-iommufd, lint, runtime, static, arm64)" >&2
+	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-kvm-arm64, live-iommufd, cluster, lint, runtime, static, arm64)" >&2
 	exit 2
 	;;
 esac

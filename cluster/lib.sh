@@ -1,0 +1,115 @@
+# shellcheck shell=bash
+# Shared by cluster/up.sh, cluster/down.sh and cluster/trace.sh: where make cluster keeps its
+# state, and every place on the host it touches.
+
+# The cluster's own directories: everything it makes that a component lets us place.
+STATE=/var/lib/sdp-cluster # certificates, kubeconfigs, configs, etcd data, containerd root, logs
+RUN=/run/sdp-cluster       # pid files, containerd state and sockets, runc root, pod netns
+CACHE=${SDP_CLUSTER_CACHE:-/var/cache/sdp-cluster}
+TRACE_DIR=$CACHE/trace     # the host snapshot taken before make cluster (kept: it is the proof)
+
+# What the components insist on (fixed paths, or paths a real cluster has there). Each is
+# recorded before make cluster; make cluster-down removes those that did not exist then, and
+# only what is new in those that did.
+CLUSTER_DIRS=(
+	/var/lib/kubelet     # the kubelet's root (the charts mount its device-plugins directory)
+	/var/log/pods        # container logs (the kubelet's podLogsDir)
+	/var/log/containers  # the kubelet's symlinks to them
+	/etc/cdi             # CDI spec directories (containerd's cdi_spec_dirs), written by the plugins
+	/var/run/cdi
+	/var/lib/cni         # libcni's cache of results (fixed in libcni)
+	/run/containerd      # the shims' sockets (/run/containerd/s, fixed in containerd)
+	/dev/vfio            # the kata chart's hostPath (DirectoryOrCreate) makes it on a node without VFIO
+)
+# Where a component would write by default but ours are told otherwise (a real cluster's
+# /etc/cni/net.d, /opt/cni/bin, /var/lib/containerd, /var/run/netns, ...): compared before and
+# after, never cleaned (podman and others use some of them).
+WATCH_DIRS=(
+	/etc/cni /opt/cni /var/lib/containerd /opt/containerd /var/run/netns /var/lib/etcd
+	/etc/kubernetes /var/run/kubernetes /usr/libexec/kubernetes /var/run/nri /opt/nri /etc/nri
+)
+HOST_DIRS=("${CLUSTER_DIRS[@]}" "${WATCH_DIRS[@]}")
+
+# Sysctls the components set (the kubelet's kernel tunables, the bridge plugin's forwarding,
+# kube-proxy's conntrack and route_localnet): saved before, restored after.
+SYSCTLS=(
+	net.ipv4.ip_forward
+	net.ipv6.conf.all.forwarding
+	net.ipv4.conf.all.route_localnet
+	net.bridge.bridge-nf-call-iptables
+	net.bridge.bridge-nf-call-ip6tables
+	vm.overcommit_memory
+	vm.panic_on_oom
+	kernel.panic
+	kernel.panic_on_oops
+	kernel.keys.root_maxkeys
+	kernel.keys.root_maxbytes
+	net.netfilter.nf_conntrack_max
+	net.netfilter.nf_conntrack_tcp_timeout_established
+	net.netfilter.nf_conntrack_tcp_timeout_close_wait
+	net.netfilter.nf_conntrack_tcp_be_liberal
+	net.netfilter.nf_conntrack_udp_timeout
+	net.netfilter.nf_conntrack_udp_timeout_stream
+)
+
+# Network: the pods' bridge and ranges.
+BRIDGE=sdpcni0
+POD_CIDR=10.244.0.0/16
+NODE_POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/12
+SERVICE_IP=10.96.0.1 # the kubernetes Service's ClusterIP (first address of SERVICE_CIDR)
+CNI_NETWORK=sdp-cluster
+
+# The components, in start order (down.sh stops them in reverse).
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy containerd kubelet)
+PORTS=(2379 2380 2381 6443 10257 10259 10249 10256 10250 10248)
+
+KUBECONFIG_ADMIN=$STATE/admin.conf
+
+# The pinned versions, as the modules' go.mod files say them.
+_cluster_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+modver() { awk -v m="$2" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$_cluster_dir/$1/go.mod"; }
+K8S_VERSION=$(modver kube k8s.io/kubernetes)
+CONTAINERD_VERSION=$(modver containerd github.com/containerd/containerd/v2)
+
+# Pinned images built here (no registry).
+PAUSE_IMAGE=localhost/pause:3.10.2   # k8s.io/kubernetes v1.37.2 build/pause (TAG 3.10.2)
+BUSYBOX_IMAGE=localhost/busybox:1.35.0
+
+say() { echo "cluster: $*" >&2; }
+die() { echo "cluster: $*" >&2; exit 1; }
+
+# pid_alive NAME: the pid of a component we started, if it still runs (the pid file's process,
+# checked by its start time, so a reused pid is never taken for ours).
+pid_alive() {
+	local f=$RUN/$1.pid pid start
+	[ -f "$f" ] || return 1
+	read -r pid start <"$f" || return 1
+	[ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+	[ "$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null)" = "$start" ] || return 1
+	echo "$pid"
+}
+
+# restart_component NAME: stops a component we started (SIGTERM; SIGKILL after 30 s) and starts
+# it again with the same command line, environment and working directory, in a session of its
+# own, its output appended to STATE/log/NAME.log; RUN/NAME.pid updated. For make test-cluster's
+# kubelet restart. Prints the new pid.
+restart_component() {
+	local name=$1 pid i cwd
+	pid=$(pid_alive "$name") || { echo "restart_component: $name is not running" >&2; return 1; }
+	local -a cmd env
+	mapfile -d '' -t cmd <"/proc/$pid/cmdline"
+	mapfile -d '' -t env <"/proc/$pid/environ"
+	cwd=$(readlink "/proc/$pid/cwd")
+	kill -TERM "$pid"
+	for ((i = 0; i < 300; i++)); do
+		[ -d "/proc/$pid" ] || break
+		sleep 0.1
+	done
+	[ ! -d "/proc/$pid" ] || kill -KILL "$pid"
+	while [ -d "/proc/$pid" ]; do sleep 0.1; done
+	(cd "$cwd" && exec env -i "${env[@]}" setsid "${cmd[@]}" >>"$STATE/log/$name.log" 2>&1 </dev/null) &
+	pid=$!
+	echo "$pid $(awk '{print $22}' "/proc/$pid/stat")" >"$RUN/$name.pid"
+	echo "$pid"
+}
