@@ -2,7 +2,8 @@
 # Build the initramfs of the live KVM test: busybox-static, the kernel's KVM modules (amd64:
 # Debian's kvm/kvm-amd and their dependencies; arm64: none, KVM is built in), the daemon and its
 # node-label program with exactly the shared libraries the dynamic loader resolves plus the
-# loader, the seccomp check library (tests/fakes/scprobe.c) likewise, the live-kvm driver (static Go) and tests/live/init.
+# loader, the seccomp check library (tests/fakes/scprobe.c) likewise, the live-kvm driver (static Go),
+# the workload's KVM check sdp-kvm-run (tests/cluster/kvm-run, built static here) and tests/live/init.
 # Usage: tests/live/build-initramfs.sh BUILD_DIR [arm64 STATIC_BUILD_DIR]
 # Writes BUILD_DIR/live/initramfs.cpio and BUILD_DIR/live/vmlinuz (a symlink to the kernel).
 #
@@ -131,6 +132,10 @@ scprobe="$build/tests/fakes/libscprobe.so"
 [ -f "$scprobe" ] || die "$scprobe missing (make build)"
 [ -x "$driver" ] || die "$driver missing (scripts/go-build.sh $build)"
 is_static "$driver" || die "$driver is not static (CGO_ENABLED=0)"
+# The workload's guest run (live-kvm's kvm-run steps), built static for the guest's architecture.
+"$here/../cluster/kvm-run/build.sh" --arch "$arch" "$out/kvm-run" || die "building sdp-kvm-run failed"
+kvmrun="$out/kvm-run/sdp-kvm-run"
+is_static "$kvmrun" || die "$kvmrun is not static"
 
 rm -rf "$root"
 mkdir -p "$root" "$out"
@@ -185,6 +190,7 @@ if [ "$arch" = arm64 ]; then
 fi
 echo "$args" >etc/live-kvm-args
 cp "$driver" usr/local/bin/live-kvm
+cp "$kvmrun" usr/local/bin/sdp-kvm-run
 cp "$here/init" init
 chmod 0755 init
 echo "root:x:0:0:root:/root:/bin/sh" >etc/passwd

@@ -80,6 +80,9 @@ func runKVM(podDaemon string) int {
 	n := thisNode
 	return r.run(func() {
 		r.step("preflight", r.preflight)
+		// A workload's guest on this KVM, allowed and denied (workload.go).
+		r.step("kvm-run", r.kvmRun)
+		r.step("kvm-run-eacces", r.kvmRunEACCES)
 		r.step("foreign-files", r.foreignFiles)
 		r.step("mock-kubelet", r.startKubelet)
 		r.step("daemon-start", func() string { return r.startDaemon(0) })
