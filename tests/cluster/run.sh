@@ -248,10 +248,10 @@ container_pid() {
 	[ -n "$id" ] && ctr_ tasks ls | awk -v id="$id" '$1 == id { print $2 }'
 }
 
-# fingerprint NS POD: its phase, container ID, restart count and start time, and what its
-# /dev/vfio holds: the same string before and after a fault when the pod was left alone.
+# fingerprint NS POD [DEV]: its phase, container ID, restart count and start time, and what its
+# DEV (default /dev/vfio) is: the same string before and after a fault when the pod was left alone.
 fingerprint() {
-	echo "$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.phase} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.running.startedAt}') $(kubectl -n "$1" exec "$2" -- ls /dev/vfio 2>&1 | tr '\n' ' ')"
+	echo "$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.phase} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.running.startedAt}') $(kubectl -n "$1" exec "$2" -- ls -ln "${3:-/dev/vfio}" 2>&1 | tr '\n' ' ')"
 }
 
 # restarts NS POD: the restart count of its container.
@@ -444,6 +444,119 @@ hl_kvm() {
 	note "allocatable hyperlight.dev/hypervisor 2000; node labelled by the plugin through the chart's RBAC and admission policy"
 }
 
+# The workload's proof (with /dev/kvm): a pod of two containers, each with one
+# hyperlight.dev/hypervisor, from an image of busybox and sdp-kvm-run (tests/cluster/kvm-run):
+# the one running as the device's owner (DEVICE_UID/GID, 65534 by default) creates a VM and runs
+# guest code to its exits; the one running as another uid is refused the device by its mode.
+KVM_IMAGE=localhost/sdp-kvm-run:test
+kvm_image() {
+	local busybox links=() a
+	"$src/tests/cluster/kvm-run/build.sh" "$TEST" || return 1
+	busybox=$(command -v busybox) || fail "busybox-static is not installed (scripts/install-deps.sh cluster)" || return 1
+	for a in sh stat cat echo; do links+=(--link "/bin/$a:busybox"); done
+	python3 "$src/cluster/oci-image.py" "$TEST/kvm-run.tar" "$KVM_IMAGE" --file "$busybox:/bin/busybox:0755" "${links[@]}" \
+		--file "$TEST/sdp-kvm-run:/usr/local/bin/sdp-kvm-run:0755" --dir /tmp:1777 --cmd '["sh"]' >/dev/null || return 1
+	ctr_ images import --platform linux/amd64 "$TEST/kvm-run.tar" >/dev/null || fail "ctr images import $TEST/kvm-run.tar failed" || return 1
+}
+
+hl_workload() {
+	local t c code log
+	kvm_image || return 1
+	t=$(date +%s.%N)
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: kvm-workload
+  namespace: $NS
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsNonRoot: true
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+$(for c in owner:65534 other:1000; do cat <<EOC
+  - name: ${c%%:*}
+    image: $KVM_IMAGE
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo node: \$(stat -c '%F %a %u:%g' /dev/kvm); exec sdp-kvm-run"]
+    securityContext:
+      runAsUser: ${c#*:}
+      runAsGroup: ${c#*:}
+      allowPrivilegeEscalation: false
+      capabilities:
+        drop: ["ALL"]
+    resources:
+      limits:
+        hyperlight.dev/hypervisor: 1
+EOC
+done)
+EOF
+	done_() { [ "$(kubectl -n "$NS" get pod kvm-workload -o jsonpath='{.status.containerStatuses[*].state.terminated.reason}' | wc -w)" = 2 ]; }
+	until_ok 120 done_ || { diag "$NS" kvm-workload; fail "the KVM workload's containers did not both finish in 120 s"; return 1; }
+	note "KVM workload pod: both containers finished $(secs "$t") s after kubectl apply"
+	for c in owner other; do
+		code=$(kubectl -n "$NS" get pod kvm-workload -o jsonpath="{.status.containerStatuses[?(@.name==\"$c\")].state.terminated.exitCode}")
+		log=$(kubectl -n "$NS" logs kvm-workload -c "$c" 2>&1 | tr '\n' ' ')
+		note "$c: exit $code: $log"
+		echo "$log" | grep -q 'node: character special file 660 65534:65534' ||
+			fail "$c: the device node in the container is not 'character special file 660 65534:65534' (DEVICE_MODE, DEVICE_UID, DEVICE_GID)" || return 1
+	done
+	code=$(kubectl -n "$NS" get pod kvm-workload -o jsonpath='{.status.containerStatuses[?(@.name=="owner")].state.terminated.exitCode}')
+	log=$(kubectl -n "$NS" logs kvm-workload -c owner 2>&1)
+	{ [ "$code" = 0 ] && echo "$log" | grep -q '^sdp-kvm-run: ok api=12 exits=io(port=0x10,value=0x2a),hlt uid=65534 gid=65534$'; } ||
+		fail "the owner's sdp-kvm-run did not run its guest: exit $code, $log" || return 1
+	code=$(kubectl -n "$NS" get pod kvm-workload -o jsonpath='{.status.containerStatuses[?(@.name=="other")].state.terminated.exitCode}')
+	log=$(kubectl -n "$NS" logs kvm-workload -c other 2>&1)
+	{ [ "$code" = 1 ] && echo "$log" | grep -q '^sdp-kvm-run: FAIL open: Permission denied$'; } ||
+		fail "another uid was not refused the device: exit $code, $log" || return 1
+}
+
+# kill -9 of the hyperlight plugin's container (with /dev/kvm): restarted, 2000 allocatable
+# again, a pod holding the device untouched.
+hl_fault_kill() {
+	local p pid rc before t
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: kvm-hold
+  namespace: $NS
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 65534
+    runAsNonRoot: true
+  containers:
+  - name: main
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+    resources:
+      limits:
+        hyperlight.dev/hypervisor: 1
+EOF
+	running() { [ "$(kubectl -n "$NS" get pod kvm-hold -o jsonpath='{.status.phase}')" = Running ]; }
+	until_ok 120 running || { diag "$NS" kvm-hold; fail "a pod holding hyperlight.dev/hypervisor is not Running after 120 s"; return 1; }
+	p=$(hl_pod hyperlight-device-plugin)
+	pid=$(container_pid "$HL_NS" "$p")
+	[ -n "$pid" ] || fail "no host pid for the hyperlight container of $p" || return 1
+	rc=$(restarts "$HL_NS" "$p")
+	before=$(fingerprint "$NS" kvm-hold /dev/kvm)
+	t=$(date +%s.%N)
+	kill -KILL "$pid"
+	back() { [ "$(restarts "$HL_NS" "$p")" -gt "$rc" ] && ready "$HL_NS" "$p"; }
+	until_ok 120 back || { diag "$HL_NS" "$p"; fail "the kubelet did not restart the killed hyperlight container to Ready in 120 s"; return 1; }
+	hl_ok() { [ "$(node_res allocatable hyperlight.dev/hypervisor)" = 2000 ]; }
+	until_ok 60 hl_ok || fail "allocatable hyperlight.dev/hypervisor $(node_res allocatable hyperlight.dev/hypervisor) after the restart" || return 1
+	[ "$(fingerprint "$NS" kvm-hold /dev/kvm)" = "$before" ] || fail "the pod holding the device changed: before: $before; after: $(fingerprint "$NS" kvm-hold /dev/kvm)" || return 1
+	note "kill -9 of hyperlight (pid $pid): Ready and 2000 allocatable again $(secs "$t") s later; the pod holding /dev/kvm untouched"
+	kubectl -n "$NS" delete pod kvm-hold --wait=false >/dev/null
+}
+
 # Without a hypervisor: the bootstrap plugin says why and restarts, the main pod waits for it.
 hl_nokvm() {
 	local t ap mp
@@ -563,6 +676,8 @@ step "helm uninstall of kata leaves what docs/operations.md says" fault_helm_uni
 step "hyperlight chart installed with Helm (admission policies on)" hl_install
 if [ -c /dev/kvm ]; then
 	step "hyperlight on /dev/kvm: rolled out, 2000 allocatable, node labelled" hl_kvm
+	step "KVM workload (uid 65534): a VM runs guest code to its exits; another uid is refused the node" hl_workload
+	step "fault: kill -9 of the hyperlight container" hl_fault_kill
 else
 	step "hyperlight without a hypervisor: told, restarted, nothing advertised" hl_nokvm
 fi
