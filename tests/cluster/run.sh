@@ -258,6 +258,18 @@ fingerprint() {
 restarts() { kubectl -n "$1" get pod "$2" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
 ready() { [ "$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 
+# registered_since NS POD SINCE: the plugin's "registered with kubelet" lines logged since SINCE
+# (RFC 3339): its own word that it registered with the kubelet after a fault.
+registered_since() { kubectl -n "$1" logs "$2" --since-time="$3" 2>/dev/null | grep -c 'msg="registered with kubelet"'; }
+
+# status_since SINCE: the Node's Ready heartbeat is from SINCE (epoch seconds) or later: its
+# status comes from the kubelet as it is now, not from before a fault.
+status_since() {
+	local hb
+	hb=$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}')
+	[ -n "$hb" ] && [ "$(date -d "$hb" +%s)" -ge "$1" ]
+}
+
 n_gpus() { jq '[.devices[] | select(.resource == "nvidia.com/gpu")] | length' "$TEST/kata-tree.json"; }
 gpus_all() { [ "$(node_res allocatable nvidia.com/gpu)" = "$(n_gpus)" ]; }
 
@@ -310,11 +322,16 @@ fault_kill_kata() {
 	rc=$(restarts kube-system "$p")
 	before=$(fingerprint "$NS" gpu-pair)
 	t=$(date +%s.%N)
+	local since now
+	since=$(date -u +%FT%TZ)
+	now=$(date +%s)
 	kill -KILL "$pid"
 	back() { [ "$(restarts kube-system "$p")" -gt "$rc" ] && ready kube-system "$p"; }
 	until_ok 120 back || { diag kube-system "$p"; fail "the kubelet did not restart the killed kata container to Ready in 120 s"; return 1; }
 	note "kill -9 of kata (pid $pid): restarted and Ready $(secs "$t") s later"
-	until_ok 60 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after the restart" || return 1
+	[ "$(registered_since kube-system "$p" "$since")" -ge 2 ] || fail "the restarted kata did not log 'registered with kubelet' for both resources" || return 1
+	fresh_all() { status_since "$now" && gpus_all; }
+	until_ok 60 fresh_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) in the kubelet's status after the restart" || return 1
 	note "allocatable nvidia.com/gpu back to $(node_res allocatable nvidia.com/gpu) $(secs "$t") s after the kill"
 	[ "$(fingerprint "$NS" gpu-pair)" = "$before" ] || fail "the running GPU pod changed: before: $before; after: $(fingerprint "$NS" gpu-pair)" || return 1
 	note "the running GPU pod untouched: $before"
@@ -329,10 +346,15 @@ fault_kubelet_restart() {
 	rc=$(restarts kube-system "$p")
 	before=$(fingerprint "$NS" gpu-pair)
 	t=$(date +%s.%N)
+	local since now
+	since=$(date -u +%FT%TZ)
+	now=$(date +%s)
 	kpid=$(restart_component kubelet) || return 1
-	node_ready() { [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
-	until_ok 120 node_ready || fail "node not Ready 120 s after the kubelet restart" || return 1
-	until_ok 120 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) 120 s after the kubelet restart" || return 1
+	node_ready() { status_since "$now" && [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+	until_ok 120 node_ready || fail "node not Ready (in a status the restarted kubelet posted) 120 s after the kubelet restart" || return 1
+	fresh_all() { status_since "$now" && gpus_all; }
+	until_ok 120 fresh_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) in the restarted kubelet's status 120 s later" || return 1
+	[ "$(registered_since kube-system "$p" "$since")" -ge 2 ] || fail "kata did not log 'registered with kubelet' for both resources after the kubelet restart" || return 1
 	note "kubelet restarted (pid $kpid): allocatable nvidia.com/gpu back to $(node_res allocatable nvidia.com/gpu) $(secs "$t") s later"
 	[ "$(restarts kube-system "$p")" = "$rc" ] || fail "the kata container was restarted ($rc -> $(restarts kube-system "$p")): it should re-register by itself" || return 1
 	[ "$(fingerprint "$NS" gpu-pair)" = "$before" ] || fail "the running GPU pod changed: before: $before; after: $(fingerprint "$NS" gpu-pair)" || return 1
