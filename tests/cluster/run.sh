@@ -322,16 +322,16 @@ fault_kill_kata() {
 	rc=$(restarts kube-system "$p")
 	before=$(fingerprint "$NS" gpu-pair)
 	t=$(date +%s.%N)
-	local since now
+	local since
 	since=$(date -u +%FT%TZ)
-	now=$(date +%s)
 	kill -KILL "$pid"
 	back() { [ "$(restarts kube-system "$p")" -gt "$rc" ] && ready kube-system "$p"; }
 	until_ok 120 back || { diag kube-system "$p"; fail "the kubelet did not restart the killed kata container to Ready in 120 s"; return 1; }
 	note "kill -9 of kata (pid $pid): restarted and Ready $(secs "$t") s later"
 	[ "$(registered_since kube-system "$p" "$since")" -ge 2 ] || fail "the restarted kata did not log 'registered with kubelet' for both resources" || return 1
-	fresh_all() { status_since "$now" && gpus_all; }
-	until_ok 60 fresh_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) in the kubelet's status after the restart" || return 1
+	# (the kubelet posts the Node's status only when it changed or every 5 min: a drop to 0 and
+	# back within one 10 s sync never shows; the plugin's own lines above are the proof)
+	until_ok 60 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after the restart" || return 1
 	note "allocatable nvidia.com/gpu back to $(node_res allocatable nvidia.com/gpu) $(secs "$t") s after the kill"
 	[ "$(fingerprint "$NS" gpu-pair)" = "$before" ] || fail "the running GPU pod changed: before: $before; after: $(fingerprint "$NS" gpu-pair)" || return 1
 	note "the running GPU pod untouched: $before"
