@@ -97,8 +97,10 @@ diag() {
 # --- the fixtures -------------------------------------------------------------------------------
 fixtures() {
 	[ -x "$build/sdp-katatree" ] || fail "$build/sdp-katatree missing (scripts/go-build.sh $build)" || return 1
+	local imgs img
+	imgs=$("$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io images ls -q 2>/dev/null) # (not piped into grep -q: pipefail)
 	for img in "localhost/kata-device-plugin:$version" "localhost/hyperlight-device-plugin:$version" "$BUSYBOX_IMAGE"; do
-		"$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io images ls -q 2>/dev/null | grep -qx "$img" ||
+		grep -qx "$img" <<<"$imgs" ||
 			fail "image $img is not in containerd (make cluster imports it from make images)" || return 1
 	done
 	# /dev/vfio: absent, or an empty directory (the kata chart's hostPath makes one)
