@@ -175,7 +175,7 @@ func TestPodShapeRegistration(t *testing.T) {
 		}
 		if spec, err := ParseCDI(b); err != nil {
 			t.Error(err)
-		} else if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
+		} else if err := CheckHyperlightCDI(spec, 65534, 65534, HyperlightDefaultMode); err != nil {
 			t.Errorf("CDI spec: %v\n%s", err, b)
 		}
 		s.probeOK("--health-check")
