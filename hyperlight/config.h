@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* config: the hyperlight daemon's environment: DEVICE_COUNT, DEVICE_UID/GID, DEVICE_MODE,
- * HOST_DEVICE_DIR. */
+/* config: the hyperlight daemon's environment: DEVICE_COUNT, DEVICE_UID/GID/MODE, HOST_DEVICE_DIR. */
 #pragma once
 
 #include <limits.h>
