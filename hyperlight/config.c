@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,45 @@ static void load_id(const char *name, uint32_t *ret)
 	}
 }
 
+int hl_parse_mode(const char *name, const char *value, uint32_t *ret, char *err, size_t errlen)
+{
+	size_t n = strlen(value);
+	bool octal = n == 3 || n == 4;
+	uint32_t v = 0;
+
+	for (size_t i = 0; octal && i < n; i++) {
+		if (value[i] < '0' || value[i] > '7')
+			octal = false;
+		else
+			v = v * 8 + (uint32_t)(value[i] - '0');
+	}
+	if (!octal) {
+		char q[DP_ENV_QUOTED_SIZE];
+		dp_env_quote(q, sizeof(q), value);
+		snprintf(err, errlen, "%s=%s is not an octal mode of 3 or 4 digits", name, q);
+		return -EINVAL;
+	}
+	if (v > HL_MODE_MAX) {
+		snprintf(err, errlen, "%s=%s is out of range 0000..0777 (no setuid, setgid or sticky bit)", name,
+			 value);
+		return -ERANGE;
+	}
+	*ret = v;
+	return 0;
+}
+
+static void load_mode(uint32_t *ret)
+{
+	const char *v = getenv("DEVICE_MODE");
+	char err[DP_ENV_QUOTED_SIZE + 64];
+	*ret = HL_DEFAULT_MODE;
+	if (v && hl_parse_mode("DEVICE_MODE", v, ret, err, sizeof(err)) < 0) {
+		char q[sizeof(err) * 2];
+		dp_warn("invalid value ignored, default kept", "error=%s default=%04o",
+			dp_logq(q, sizeof(q), err), HL_DEFAULT_MODE);
+	}
+}
+
 static int load_host_dir(struct hl_config *c, char *err, size_t errlen)
 {
 	const char *v = getenv("HOST_DEVICE_DIR");
@@ -57,6 +97,7 @@ int hl_config_load(struct hl_config *ret, char *err, size_t errlen)
 		return r;
 	load_id("DEVICE_UID", &c.uid);
 	load_id("DEVICE_GID", &c.gid);
+	load_mode(&c.mode);
 	r = load_host_dir(&c, err, errlen);
 	if (r < 0)
 		return r;

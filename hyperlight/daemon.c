@@ -66,8 +66,11 @@ static const char *label_exe(char *buf, size_t size)
 static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 {
 	char exe[PATH_MAX];
-	dp_info("advertising", "resource=%s devices=%u host_device_dir=%s", HL_RESOURCE, d->cfg.device_count,
-		d->cfg.host_device_dir[0] ? d->cfg.host_device_dir : "none");
+	/* The spec's owner and mode too: what a workload's process needs to open the device. */
+	dp_info("advertising",
+		"resource=%s devices=%u host_device_dir=%s device_uid=%u device_gid=%u device_mode=%04o",
+		HL_RESOURCE, d->cfg.device_count, d->cfg.host_device_dir[0] ? d->cfg.host_device_dir : "none",
+		d->cfg.uid, d->cfg.gid, d->cfg.mode);
 	int r = hl_plugin_new(loop, &d->cfg, &d->dev, &d->plugin);
 	if (r < 0)
 		return r;

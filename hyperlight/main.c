@@ -22,6 +22,8 @@ static void usage_env(FILE *f)
 	fprintf(f,
 		"  DEVICE_COUNT          devices advertised (default 2000; 1..%u)\n"
 		"  DEVICE_UID, DEVICE_GID  owner of the device node in containers (default 65534)\n"
+		"  DEVICE_MODE           its permission bits in containers, octal (default 0660: only\n"
+		"                        DEVICE_UID and DEVICE_GID may open it; 0666: every uid)\n"
 		"  HOST_DEVICE_DIR       the host's /dev mounted read-only, e.g. /host-dev\n"
 		"  NODE_NAME             label this node through the in-cluster service account\n",
 		hl_device_count_ceiling());

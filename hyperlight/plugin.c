@@ -315,7 +315,7 @@ static int setup_cdi(struct hl_plugin *p)
 	int r = dp_path(dir, sizeof(dir), DP_CDI_DIR);
 	if (r < 0)
 		return r;
-	hl_spec_render(&p->dev, p->cfg.uid, p->cfg.gid, &spec);
+	hl_spec_render(&p->dev, p->cfg.uid, p->cfg.gid, p->cfg.mode, &spec);
 	return dp_cdi_file_new_owned(p->loop, dir, HL_CDI_FILE, &spec, on_cdi_changed, p, &p->cdi);
 }
 

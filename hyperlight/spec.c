@@ -6,7 +6,7 @@
 
 #include "config.h"
 
-void hl_spec_render(const struct hl_device *d, uint32_t uid, uint32_t gid, dp_buf *out)
+void hl_spec_render(const struct hl_device *d, uint32_t uid, uint32_t gid, uint32_t mode, dp_buf *out)
 {
 	dp_cdi_features f = { 0 }; /* a plain device node, a letter-first name: nothing newer */
 	char env[256];
@@ -21,6 +21,7 @@ void hl_spec_render(const struct hl_device *d, uint32_t uid, uint32_t gid, dp_bu
 			 "            \"path\": ");
 	dp_buf_json_string(out, d->path);
 	dp_buf_puts(out, ",\n            \"type\": \"c\",\n            \"permissions\": \"rw\",\n");
+	dp_buf_printf(out, "            \"fileMode\": %u,\n", mode);
 	dp_buf_printf(out, "            \"uid\": %u,\n            \"gid\": %u\n          }\n        ],\n",
 		      uid, gid);
 	dp_buf_puts(out, "        \"env\": [\n          ");

@@ -147,6 +147,25 @@ static void test_env_u32_range(void **state)
 	assert_int_equal(dp_env_u32("X", 0, 0, 1, NULL, NULL, 0), -EINVAL);
 }
 
+/* dp_env_quote, as hyperlight's DEVICE_MODE message uses it: the same quoting as above, and a
+ * value of 64 bytes or more, each needing the longest escape, still fits DP_ENV_QUOTED_SIZE. */
+static void test_env_quote(void **state)
+{
+	char q[DP_ENV_QUOTED_SIZE], value[300];
+
+	dp_env_quote(q, sizeof(q), "0o660");
+	assert_string_equal(q, "\"0o660\"");
+	dp_env_quote(q, sizeof(q), "");
+	assert_string_equal(q, "\"\"");
+	dp_env_quote(q, sizeof(q), "a\"b\\c\nd\te\x01");
+	assert_string_equal(q, "\"a\\\"b\\\\c\\nd\\te\\x01\"");
+	memset(value, 0x01, sizeof(value) - 1);
+	value[sizeof(value) - 1] = '\0';
+	dp_env_quote(q, sizeof(q), value);
+	assert_int_equal(strlen(q), 1 + 64 * 4 + 3 + 1);
+	assert_memory_equal(q + strlen(q) - 8, "\\x01...\"", 8);
+}
+
 static void test_hex_digit(void **state)
 {
 	const char *digits = "0123456789abcdef", *upper = "ABCDEF";
@@ -175,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_env_messages),
 		cmocka_unit_test(test_env_long_value_cut),
 		cmocka_unit_test(test_env_u32_range),
+		cmocka_unit_test(test_env_quote),
 		cmocka_unit_test(test_hex_digit),
 	};
 

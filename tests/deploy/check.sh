@@ -38,15 +38,17 @@ cp "$src/docs/operations.md" "$tmp/broken/docs/"
 ds="$tmp/broken/deploy/hyperlight/30-device-plugin.yaml"
 sed -i -e 's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/' \
 	-e 's/"--health-check=readiness"/"--health-check"/' \
-	-e 's|value: /host-dev|value: /host-dev\n            - name: SDP_TEST_ROOT\n              value: /x|' "$ds"
+	-e 's|value: /host-dev|value: /host-dev\n            - name: SDP_TEST_ROOT\n              value: /x|' \
+	-e '/name: DEVICE_MODE/{n;s/value: .*/value: "4660"/}' "$ds"
 out=$(python3 "$src/tests/deploy/check_manifests.py" "$tmp/broken" 2>&1)
 rc=$?
 if [ $rc -ne 0 ] && grep -q '^FAIL device-plugin read-only root' <<<"$out" &&
 	grep -q '^FAIL device-plugin readinessProbe command' <<<"$out" &&
-	grep -q '^FAIL SDP_TEST_ROOT' <<<"$out"; then
-	result "manifest checks catch a writable root, a wrong probe flag and SDP_TEST_ROOT" 1
+	grep -q '^FAIL SDP_TEST_ROOT' <<<"$out" &&
+	grep -q '^FAIL device-plugin DEVICE_MODE' <<<"$out"; then
+	result "manifest checks catch a writable root, a wrong probe flag, SDP_TEST_ROOT and a DEVICE_MODE with a setuid bit" 1
 else
-	result "manifest checks catch a writable root, a wrong probe flag and SDP_TEST_ROOT" 0 \
+	result "manifest checks catch a writable root, a wrong probe flag, SDP_TEST_ROOT and a DEVICE_MODE with a setuid bit" 0 \
 		"exit $rc: $(grep '^FAIL' <<<"$out" | tr '\n' ' ')"
 fi
 
@@ -245,6 +247,16 @@ for ds in json.load(open(sys.argv[1])).values():
 	cdi="$r/var/run/cdi/hyperlight.json"
 	result "CDI spec written as uid 0 without capabilities" \
 		"$([ -f "$cdi" ] && [ "$(stat -c %u "$cdi")" = 0 ] && echo 1)" "no $cdi"
+	# Its device node as the manifest's DEVICE_UID, DEVICE_GID and DEVICE_MODE make it: the
+	# owner and the permission bits (fileMode, a decimal number) a workload's /dev/kvm gets.
+	node=$(python3 -c 'import json, sys
+n = json.load(open(sys.argv[1]))["devices"][0]["containerEdits"]["deviceNodes"][0]
+print(n.get("uid"), n.get("gid"), oct(n["fileMode"]) if "fileMode" in n else "no-fileMode")' "$cdi" 2>&1)
+	want=$(env_of hyperlight-device-plugin | python3 -c 'import sys
+e = dict(l.rstrip("\n").split("=", 1) for l in sys.stdin if "=" in l)
+print(e.get("DEVICE_UID", "65534"), e.get("DEVICE_GID", "65534"), oct(int(e.get("DEVICE_MODE", "0660"), 8)))')
+	result "CDI spec's device node: uid gid mode $want, as the manifest's DEVICE_UID, DEVICE_GID, DEVICE_MODE" \
+		"$([ "$node" = "$want" ] && echo 1)" "spec has $node"
 	grep -q 'NODE_NAME' <(env_of hyperlight-device-plugin) &&
 		result "node labelling inactive without a service account (logged, not fatal)" \
 			"$(grep -q 'msg="node labelling disabled"' "$tmp/hyperlight-device-plugin.log" && echo 1)" \

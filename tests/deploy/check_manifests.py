@@ -245,6 +245,9 @@ def check_daemonsets(docs, version):
         check("device-plugin %s is a valid value" % var,
               v is None or (isinstance(v, str) and v.isdigit() and int(v) >= lo and (hi is None or int(v) <= hi)),
               "%s=%r" % (var, v))
+    v = dig(env, "DEVICE_MODE", "value")
+    check("device-plugin DEVICE_MODE is 3 or 4 octal digits up to 0777",
+          v is None or (isinstance(v, str) and re.fullmatch(r"0?[0-7]{3}", v) is not None), "DEVICE_MODE=%r" % v)
     return mc
 
 
@@ -272,6 +275,17 @@ def check_workload(docs, main_container):
               str(spec["securityContext"].get("runAsUser")) == uid and str(spec["securityContext"].get("runAsGroup")) == gid,
               "pod runs as %r:%r, device owner %s:%s" % (spec["securityContext"].get("runAsUser"),
                                                         spec["securityContext"].get("runAsGroup"), uid, gid))
+        # What the kernel checks at open: the owner's bits for the owner, else the group's for a
+        # process with the group (runAsGroup, supplementalGroups, fsGroup), else the others'.
+        mode = dig(env, "DEVICE_MODE", "value", default="0660")
+        if re.fullmatch(r"0?[0-7]{3}", str(mode)):
+            sc = spec["securityContext"]
+            groups = {str(sc.get("runAsGroup")), str(sc.get("fsGroup"))} | {str(g) for g in sc.get("supplementalGroups", [])}
+            bits = int(mode, 8)
+            shift = 6 if str(sc.get("runAsUser")) == uid else 3 if gid in groups else 0
+            check("workload may open the injected device read/write (DEVICE_MODE %s)" % mode,
+                  (bits >> shift) & 0o6 == 0o6, "pod runs as %r:%r groups %r, device %s:%s mode %s" % (
+                      sc.get("runAsUser"), sc.get("runAsGroup"), sorted(groups), uid, gid, mode))
 
 
 def check_policies(docs):

@@ -21,7 +21,7 @@ func TestHelpShortFlag(t *testing.T) {
 		bin  string
 		want []string // in --help's text
 	}{
-		{HyperlightBinary, []string{"-h, --help", "DEVICE_COUNT", "DEVICE_UID", "HOST_DEVICE_DIR", "NODE_NAME",
+		{HyperlightBinary, []string{"-h, --help", "DEVICE_COUNT", "DEVICE_UID", "DEVICE_MODE", "HOST_DEVICE_DIR", "NODE_NAME",
 			"LOG_LEVEL", "METRICS_ADDRESS", "SDP_SECCOMP", "Exit status", "1 for a startup error",
 			"2 for a bad argument"}},
 		{KataBinary, []string{"-h, --help", "RESOURCE_NAMING", "VFIO_BACKEND", "LOG_LEVEL", "METRICS_ADDRESS", "SDP_SECCOMP",

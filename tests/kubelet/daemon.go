@@ -65,7 +65,7 @@ func ShimPath(buildDir string) (string, error) {
 }
 
 // daemonEnvKeys are removed from the inherited environment so only the test decides them.
-var daemonEnvKeys = []string{"SDP_TEST_ROOT", "DEVICE_COUNT", "DEVICE_UID", "DEVICE_GID", "LOG_LEVEL",
+var daemonEnvKeys = []string{"SDP_TEST_ROOT", "DEVICE_COUNT", "DEVICE_UID", "DEVICE_GID", "DEVICE_MODE", "LOG_LEVEL",
 	"HOST_DEVICE_DIR", "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "LD_PRELOAD"}
 
 // PlainDaemonEnv is the inherited environment without the daemon's own variables (nor

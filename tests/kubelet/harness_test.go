@@ -260,15 +260,15 @@ func (s *scenario) readCDI() []byte {
 }
 
 // checkCDI requires the CDI spec on disk to parse and meet the contract (CheckHyperlightCDI)
-// with the owner uid:gid.
-func (s *scenario) checkCDI(uid, gid uint32) {
+// with the owner uid:gid and the permission bits mode.
+func (s *scenario) checkCDI(uid, gid, mode uint32) {
 	s.t.Helper()
 	b := s.readCDI()
 	spec, err := ParseCDI(b)
 	if err != nil {
 		s.t.Fatalf("%v:\n%s", err, b)
 	}
-	if err := CheckHyperlightCDI(spec, uid, gid); err != nil {
+	if err := CheckHyperlightCDI(spec, uid, gid, mode); err != nil {
 		s.t.Errorf("CDI spec: %v\n%s", err, b)
 	}
 }

@@ -32,9 +32,10 @@ func otherFile(t *testing.T, n *Node) func() {
 }
 
 func TestHyperlightCDIContent(t *testing.T) {
-	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=1000", "DEVICE_GID=1001")
+	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=1000", "DEVICE_GID=1001", "DEVICE_MODE=0600")
 	s.ready(3)
-	s.checkCDI(1000, 1001)
+	s.checkCDI(1000, 1001, 0o600)
+	s.advertisedOwner("device_uid=1000 device_gid=1001 device_mode=0600")
 	fi, err := os.Lstat(s.node.CDIPath())
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
 		t.Errorf("CDI spec file mode %v (%v), want a regular file 0644", fi.Mode(), err)
@@ -50,18 +51,60 @@ func TestHyperlightCDIContent(t *testing.T) {
 	}
 }
 
+// advertisedOwner requires the daemon's msg=advertising line to report the spec's owner and mode
+// (want: "device_uid=N device_gid=N device_mode=0NNN"), what an operator reads at start.
+func (s *scenario) advertisedOwner(want string) {
+	s.t.Helper()
+	l, ok := s.d.WaitLog(eventBound, func(l string) bool { return strings.Contains(l, "msg=advertising ") })
+	if !ok || !strings.HasSuffix(l, " "+want) {
+		s.t.Errorf("msg=advertising line %q, want it ending %q", l, want)
+	}
+}
+
+// The defaults: the device node owned 65534:65534, mode 0660 (fileMode 432), byte for byte.
 func TestHyperlightCDIDefaultOwner(t *testing.T) {
 	s := newScenario(t, "DEVICE_COUNT=3")
 	s.ready(3)
-	s.checkCDI(65534, 65534)
+	s.checkCDI(65534, 65534, HyperlightDefaultMode)
+	s.advertisedOwner("device_uid=65534 device_gid=65534 device_mode=0660")
+	want := `{
+  "cdiVersion": "0.3.0",
+  "kind": "hyperlight.dev/hypervisor",
+  "devices": [
+    {
+      "name": "kvm",
+      "containerEdits": {
+        "deviceNodes": [
+          {
+            "path": "/dev/kvm",
+            "type": "c",
+            "permissions": "rw",
+            "fileMode": 432,
+            "uid": 65534,
+            "gid": 65534
+          }
+        ],
+        "env": [
+          "HYPERLIGHT_HYPERVISOR=kvm",
+          "HYPERLIGHT_DEVICE_PATH=/dev/kvm"
+        ]
+      }
+    }
+  ]
+}
+`
+	if got := string(s.readCDI()); got != want {
+		t.Errorf("CDI spec:\n%s\nwant:\n%s", got, want)
+	}
 }
 
-// Invalid DEVICE_UID/DEVICE_GID keep the default with a warning (design: env contract).
+// Invalid DEVICE_UID/DEVICE_GID/DEVICE_MODE keep the default with a warning (design: env contract).
 func TestHyperlightCDIInvalidOwner(t *testing.T) {
-	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=abc", "DEVICE_GID=-5")
+	s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_UID=abc", "DEVICE_GID=-5", "DEVICE_MODE=4660")
 	s.ready(3)
-	s.checkCDI(65534, 65534)
-	for _, name := range []string{"DEVICE_UID", "DEVICE_GID"} {
+	s.checkCDI(65534, 65534, HyperlightDefaultMode)
+	s.advertisedOwner("device_uid=65534 device_gid=65534 device_mode=0660")
+	for _, name := range []string{"DEVICE_UID", "DEVICE_GID", "DEVICE_MODE"} {
 		if _, ok := s.d.WaitLog(eventBound, func(l string) bool { return strings.Contains(l, name) }); !ok {
 			t.Errorf("no warning naming %s in the log", name)
 		}

@@ -279,7 +279,7 @@ func TestHyperlightFirstCheckWithoutRegistration(t *testing.T) {
 			}); !ok {
 				s.fatalf("no \"device usable\" line within %v:\n%s", eventBound, s.d.Log())
 			}
-			s.checkCDI(65534, 65534)
+			s.checkCDI(65534, 65534, HyperlightDefaultMode)
 			log := s.d.Log()
 			if strings.Contains(log, "registered with kubelet") {
 				t.Errorf("registered without a kubelet answering:\n%s", log)

@@ -619,7 +619,7 @@ func TestHyperlightCDIOwnerRange(t *testing.T) {
 		t.Run(strings.Join(tc.env, ","), func(t *testing.T) {
 			s := newScenario(t, append([]string{"DEVICE_COUNT=3"}, tc.env...)...)
 			s.ready(3)
-			s.checkCDI(tc.uid, tc.gid)
+			s.checkCDI(tc.uid, tc.gid, HyperlightDefaultMode)
 			warnings := countLines(s.d, "level=warn", "DEVICE_")
 			if tc.warn == nil {
 				if warnings != 0 {
@@ -629,6 +629,39 @@ func TestHyperlightCDIOwnerRange(t *testing.T) {
 			}
 			if waitCount(s.d, 1, append([]string{"level=warn"}, tc.warn...)...) != 1 {
 				t.Errorf("no single warning naming %q", tc.warn)
+			}
+		})
+	}
+}
+
+// DEVICE_MODE is 3 or 4 octal digits up to 0777, the spec's fileMode; anything else keeps 0660
+// with one warning naming the value and the default, the daemon serving on (as DEVICE_UID).
+func TestHyperlightCDIModeRange(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		mode  uint32
+		warn  string // the warning's error=, "" for a valid value
+	}{
+		{"0666", 0o666, ""},
+		{"600", 0o600, ""},
+		{"0o660", HyperlightDefaultMode, `error="DEVICE_MODE=\"0o660\" is not an octal mode of 3 or 4 digits" default=0660`},
+		{"", HyperlightDefaultMode, `error="DEVICE_MODE=\"\" is not an octal mode of 3 or 4 digits" default=0660`},
+		{"1666", HyperlightDefaultMode, `error="DEVICE_MODE=1666 is out of range 0000..0777 (no setuid, setgid or sticky bit)" default=0660`},
+	} {
+		t.Run("DEVICE_MODE="+tc.value, func(t *testing.T) {
+			s := newScenario(t, "DEVICE_COUNT=3", "DEVICE_MODE="+tc.value)
+			s.ready(3)
+			s.checkCDI(65534, 65534, tc.mode)
+			s.advertisedOwner(fmt.Sprintf("device_uid=65534 device_gid=65534 device_mode=%04o", tc.mode))
+			if tc.warn == "" {
+				if n := countLines(s.d, "level=warn", "DEVICE_"); n != 0 {
+					t.Errorf("%d warnings about DEVICE_* for a valid value", n)
+				}
+				return
+			}
+			want := `level=warn msg="invalid value ignored, default kept" ` + tc.warn
+			if waitCount(s.d, 1, want) != 1 || countLines(s.d, "DEVICE_MODE") != 1 {
+				t.Errorf("want a single line ending %q:\n%s", want, s.d.Log())
 			}
 		})
 	}

@@ -210,8 +210,14 @@ func ParseCDI(data []byte) (*CDISpec, error) {
 	return &s, nil
 }
 
-// CheckHyperlightCDI checks a parsed hyperlight spec against the contract for a KVM node.
-func CheckHyperlightCDI(s *CDISpec, uid, gid uint32) error {
+// HyperlightDefaultMode is DEVICE_MODE's default: the device node's permission bits in the
+// workload (the spec's fileMode), read and write for DEVICE_UID and DEVICE_GID only.
+const HyperlightDefaultMode = 0o660
+
+// CheckHyperlightCDI checks a parsed hyperlight spec against the contract for a KVM node: the
+// device node owned uid:gid with the permission bits mode (fileMode, always present: without it
+// the runtime picks the mode, containerd's CDI library the host node's, 0666 on most hosts).
+func CheckHyperlightCDI(s *CDISpec, uid, gid, mode uint32) error {
 	if s.CDIVersion != "0.3.0" {
 		return fmt.Errorf("cdiVersion %q, want \"0.3.0\"", s.CDIVersion)
 	}
@@ -239,6 +245,9 @@ func CheckHyperlightCDI(s *CDISpec, uid, gid uint32) error {
 	if dn.UID == nil || *dn.UID != uid || dn.GID == nil || *dn.GID != gid {
 		return fmt.Errorf("deviceNode uid/gid %v/%v, want %d/%d", ptr(dn.UID), ptr(dn.GID), uid, gid)
 	}
+	if dn.FileMode == nil || *dn.FileMode != mode {
+		return fmt.Errorf("deviceNode fileMode %v, want %#o (%d)", octal(dn.FileMode), mode, mode)
+	}
 	want := []string{"HYPERLIGHT_HYPERVISOR=kvm", "HYPERLIGHT_DEVICE_PATH=/dev/kvm"}
 	env := map[string]bool{}
 	for _, e := range d.ContainerEdits.Env {
@@ -253,6 +262,13 @@ func CheckHyperlightCDI(s *CDISpec, uid, gid uint32) error {
 		return fmt.Errorf("device env %q, want exactly %q", d.ContainerEdits.Env, want)
 	}
 	return nil
+}
+
+func octal(p *uint32) interface{} {
+	if p == nil {
+		return "absent"
+	}
+	return fmt.Sprintf("%#o (%d)", *p, *p)
 }
 
 func ptr(p *uint32) interface{} {

@@ -175,7 +175,7 @@ func TestPodShapeRegistration(t *testing.T) {
 		}
 		if spec, err := ParseCDI(b); err != nil {
 			t.Error(err)
-		} else if err := CheckHyperlightCDI(spec, 65534, 65534); err != nil {
+		} else if err := CheckHyperlightCDI(spec, 65534, 65534, HyperlightDefaultMode); err != nil {
 			t.Errorf("CDI spec: %v\n%s", err, b)
 		}
 		s.probeOK("--health-check")
@@ -409,7 +409,7 @@ func TestPodShapeManifests(t *testing.T) {
 		env   []string
 	}{
 		{HyperlightManifest, 64 << 20, nil, []string{"HOST_DEVICE_DIR=/host-dev", "DEVICE_COUNT=2000",
-			"DEVICE_UID=65534", "DEVICE_GID=65534", "LOG_LEVEL=info"}},
+			"DEVICE_UID=65534", "DEVICE_GID=65534", "DEVICE_MODE=0660", "LOG_LEVEL=info"}},
 		{DeviceAccessManifest, 48 << 20, []string{"--device-access"}, []string{"HOST_DEVICE_DIR=/host-dev", "LOG_LEVEL=info"}},
 		{KataValues, 64 << 20, nil, []string{"LOG_LEVEL=info"}},
 	} {

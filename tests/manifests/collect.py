@@ -124,7 +124,7 @@ def hyperlight_nondefault():
     c = pod(main)["containers"][0]
     e = env(c)
     assert "NODE_NAME" not in e, "NODE_NAME set with nodeLabels=false"
-    assert (e["DEVICE_COUNT"], e["DEVICE_UID"], e["DEVICE_GID"]) == ("500", "1000", "1001"), e
+    assert (e["DEVICE_COUNT"], e["DEVICE_UID"], e["DEVICE_GID"], e["DEVICE_MODE"]) == ("500", "1000", "1001", "0600"), e
     assert e["METRICS_ADDRESS"] == ":9500" and c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}], c.get("ports")
     assert c["resources"]["limits"] == {"cpu": "500m", "memory": "96Mi", "hyperlight.dev/device-access": "1"}, c["resources"]
     acc = find(docs, "DaemonSet", "hyperlight-device-access")[0]

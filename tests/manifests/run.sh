@@ -52,6 +52,19 @@ render() {
 	shift 2
 	"$helm" template "$(basename "$chart")" "$chart" -n kube-system "$@" >"$tmp/render/$name.yaml" 2>"$tmp/render/$name.err"
 }
+# refused (stdin: WHAT|HELM ARGS|WANT a line) with $chart and $dir: helm template must fail and
+# its error contain WANT.
+refused() {
+	local what args want rc
+	while IFS='|' read -r what args want; do
+		# shellcheck disable=SC2086
+		render "$chart-refused" "$dir" $args
+		rc=$?
+		result "$chart: helm template refuses $what" \
+			"$([ $rc -ne 0 ] && grep -q -- "$want" "$tmp/render/$chart-refused.err" && echo 1)" \
+			"exit $rc: $(head -c 400 "$tmp/render/$chart-refused.err")"
+	done
+}
 
 for chart in hyperlight-device-plugin kata-device-plugin; do
 	dir=$src/deploy/helm/$chart
@@ -86,20 +99,20 @@ PY
 	result "$chart: helm template -f $(basename "$nd")" "$([ $? -eq 0 ] && echo 1)" "$(cat "$tmp/render/$chart-nondefault.err")"
 
 	# Values the schema (or the templates) refuse: helm must fail and say why.
-	while IFS='|' read -r what args want; do
-		# shellcheck disable=SC2086
-		render "$chart-refused" "$dir" $args
-		rc=$?
-		result "$chart: helm template refuses $what" \
-			"$([ $rc -ne 0 ] && grep -q -- "$want" "$tmp/render/$chart-refused.err" && echo 1)" \
-			"exit $rc: $(head -c 400 "$tmp/render/$chart-refused.err")"
-	done <<EOT
+	refused <<EOT
 an unknown value (extraArgs)|--set extraArgs=x|extraArgs
 logLevel=verbose|--set logLevel=verbose|logLevel
 kubeletDir relative (var/lib/kubelet)|--set kubeletDir=var/lib/kubelet|kubeletDir
 kubeletDir of 69 bytes (kubelet's socket paths over 107)|--set kubeletDir=/kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk|kubeletDir: String length must be less than or equal to 68
 maxSurge=1|--set updateStrategy.rollingUpdate.maxSurge=1|maxSurge
 a ServiceMonitor without metrics.enabled|--set metrics.serviceMonitor.enabled=true|need metrics.enabled=true
+EOT
+	# hyperlight's DEVICE_MODE: a string of 3 or 4 octal digits up to 0777 (as the daemon takes it).
+	if [ "$chart" = hyperlight-device-plugin ]; then refused; fi <<EOT
+deviceMode=4660 (setuid)|--set-string deviceMode=4660|deviceMode: Does not match pattern
+deviceMode=0o660|--set-string deviceMode=0o660|deviceMode: Does not match pattern
+deviceMode=00660 (5 digits)|--set-string deviceMode=00660|deviceMode: Does not match pattern
+deviceMode=660 as a number (--set without a leading zero)|--set deviceMode=660|deviceMode: Invalid type
 EOT
 
 	# A copy whose template renders invalid YAML: helm template must fail.

@@ -231,7 +231,7 @@ wait_same() { # FILE REF SECONDS
 echo "== hyperlight-device-plugin container"
 HL_ARGS=(--name sdp-rt-hyperlight --device /dev/kvm -v "$HOSTDEV:/host-dev:ro"
 	-e NODE_NAME=sdp-runtime-node -e HOST_DEVICE_DIR=/host-dev -e DEVICE_COUNT=2000
-	-e DEVICE_UID=65534 -e DEVICE_GID=65534 -e LOG_LEVEL=info)
+	-e DEVICE_UID=65534 -e DEVICE_GID=65534 -e DEVICE_MODE=0660 -e LOG_LEVEL=info)
 if [ "$hv" = shim ]; then
 	# No working KVM here: the fake hypervisor (tests/fakes/hvshim.c, built against musl by
 	# scripts/build-static.sh, as the image's binary is) bind-mounted read-only and preloaded;
@@ -244,39 +244,68 @@ fi
 plugin_checks sdp-rt-hyperlight
 
 hl_spec=$CDI/hyperlight.json
-hl_workload() { # OUT: the device node, its access for uid 65534, the HYPERLIGHT_* variables
+# A workload's open of /dev/kvm read-write, as one line: open=ok or open=failed: <busybox's error>.
+# shellcheck disable=SC2016
+hl_open='if e=$( (exec 3<>/dev/kvm) 2>&1 ); then echo open=ok; else echo "open=failed: $e"; fi'
+# hl_workload OUT: a workload container as a pod runs it (busybox, --user 65534:65534, the
+# allocated CDI device). Its own process, of the pod's uid, writes the device node (type,
+# number, owner, mode), its open and the HYPERLIGHT_* variables ($T/OUT), then sleeps; two more
+# processes in the same container then try the open (podman exec --user, $T/OUT.group and
+# $T/OUT.other): uid 1000 with gid 65534 (DEVICE_GID: what runAsGroup, supplementalGroups or
+# fsGroup give a pod), and uid 1000 gid 1000 (any other uid in the container).
+hl_workload() {
+	local out=$1 name=sdp-rt-hl-workload i
+	rm -f "$T/$out" "$T/$out".*
 	# shellcheck disable=SC2046
-	workload "$1" $(for n in $(cdi_names hl-alloc); do echo --device "$n"; done) "$BB_IMAGE" \
+	workload "$out.id" -d --name "$name" $(for n in $(cdi_names hl-alloc); do echo --device "$n"; done) "$BB_IMAGE" \
 		/bin/busybox sh -c 'stat -c "%F|%t:%T|%u:%g|%a" /dev/kvm
-if e=$( (exec 3<>/dev/kvm) 2>&1 ); then echo open=ok; else echo "open=failed: $e"; fi
-env | grep ^HYPERLIGHT_ | sort'
+'"$hl_open"'
+env | grep ^HYPERLIGHT_ | sort
+echo end-of-report
+exec /bin/busybox sleep 600' || { cp "$T/$out.id.err" "$T/$out.err"; return; }
+	for ((i = 0; i < 100; i++)); do
+		"${P[@]}" logs "$name" >"$T/$out" 2>"$T/$out.err"
+		grep -qx end-of-report "$T/$out" && break
+		sleep 0.1
+	done
+	sed -i '/^end-of-report$/d' "$T/$out"
+	"${P[@]}" exec --user 1000:65534 "$name" /bin/busybox sh -c "$hl_open" >"$T/$out.group" 2>&1
+	"${P[@]}" exec --user 1000:1000 "$name" /bin/busybox sh -c "$hl_open" >"$T/$out.other" 2>&1
+	"${P[@]}" rm -f -t 0 "$name" >/dev/null 2>&1
+}
+# hl_open_passes WHAT OPEN: OPEN (an hl_open line) got past the device cgroup and the node's
+# permission bits: open=ok on real KVM; without the kvm module the stand-in 10:232 reaches no
+# driver and the open fails as root's does (ENXIO/ENODEV; not "Operation not permitted": the
+# device cgroup; not "Permission denied": the node's owner and mode).
+hl_open_passes() {
+	if [ "$kvm_open" = ok ]; then
+		check "$1 opens /dev/kvm read-write" "$2" open=ok
+	else
+		case $2 in
+		"open=failed: "*": $kvm_open") ok "$1 passes the device cgroup and permission checks on /dev/kvm (open fails as root's: $kvm_open)" ;;
+		*) bad "$1's open of /dev/kvm: want the error root gets ($kvm_open), got '$2'" ;;
+		esac
+	fi
 }
 hl_verify() { # OUT WHAT
 	local first open envs want_env
-	if [ ! -s "$T/$1" ] && [ -s "$T/$1.err" ]; then
-		bad "$2: workload did not start: $(cat "$T/$1.err")"
+	if [ ! -s "$T/$1" ]; then
+		bad "$2: workload did not start or wrote nothing: $(cat "$T/$1.err" 2>/dev/null)"
 		return
 	fi
 	first=$(head -n1 "$T/$1")
-	# The spec sets no fileMode: the mode is the runtime's choice; the owner must have rw.
-	check "$2: /dev/kvm is character device 10:232 (hex a:e8), uid:gid 65534:65534" \
-		"${first%|*}" "character special file|a:e8|65534:65534"
-	case ${first##*|} in
-	6?? | 7??) ok "$2: /dev/kvm mode ${first##*|} (owner rw)" ;;
-	*) bad "$2: /dev/kvm mode '${first##*|}' does not give its owner rw" ;;
-	esac
+	# The spec's fileMode (DEVICE_MODE=0660, 432) is the node's mode: without it podman 4.3.1
+	# creates 0666 and containerd copies the host node's (0666 under systemd's udev rule).
+	check "$2: /dev/kvm is character device 10:232 (hex a:e8), uid:gid 65534:65534, mode 660 (DEVICE_UID, DEVICE_GID, DEVICE_MODE)" \
+		"$first" "character special file|a:e8|65534:65534|660"
 	open=$(grep '^open=' "$T/$1")
-	if [ "$kvm_open" = ok ]; then
-		check "$2: uid 65534 opens /dev/kvm read-write" "$open" open=ok
-	else
-		# No kvm module: the stand-in 10:232 reaches no driver. The open failing as root's does
-		# (not "Operation not permitted": the device cgroup; not "Permission denied": the
-		# node's owner and mode) means uid 65534 got through both checks.
-		case $open in
-		"open=failed: "*": $kvm_open") ok "$2: uid 65534 passes the device cgroup and permission checks on /dev/kvm (open fails as root's: $kvm_open)" ;;
-		*) bad "$2: uid 65534's open of /dev/kvm: want the error root gets ($kvm_open), got '$open' $(cat "$T/$1.err")" ;;
-		esac
-	fi
+	hl_open_passes "$2: the pod's uid 65534" "$open"
+	hl_open_passes "$2: uid 1000 with gid 65534 (DEVICE_GID), in the same container" "$(cat "$T/$1.group")"
+	# Any other uid: refused by the node's mode, EACCES, whether KVM is there or not.
+	case $(cat "$T/$1.other") in
+	"open=failed: "*": Permission denied") ok "$2: uid 1000 gid 1000, in the same container, is refused by the node's mode: $(cat "$T/$1.other")" ;;
+	*) bad "$2: uid 1000 gid 1000's open of /dev/kvm: want Permission denied (EACCES), got '$(cat "$T/$1.other")'" ;;
+	esac
 	envs=$(grep '^HYPERLIGHT_' "$T/$1")
 	want_env=$(spec_env "$hl_spec" "${dev#*=}")
 	check "$2: environment is exactly the spec's: $(tr '\n' ' ' <<<"$want_env")" "$envs" "$want_env"
@@ -486,7 +515,7 @@ echo "== hyperlight-device-plugin container, arm64"
 rm -f "$hl_spec" # the amd64 plugin's: this plugin must write its own
 "${P[@]}" "${PLUGIN_RUN[@]}" --name sdp-rt-hyperlight-arm64 --device /dev/kvm -v "$HOSTDEV:/host-dev:ro" \
 	-e NODE_NAME=sdp-runtime-node -e HOST_DEVICE_DIR=/host-dev -e DEVICE_COUNT=2000 \
-	-e DEVICE_UID=65534 -e DEVICE_GID=65534 -e LOG_LEVEL=info "${EMU[@]}" \
+	-e DEVICE_UID=65534 -e DEVICE_GID=65534 -e DEVICE_MODE=0660 -e LOG_LEVEL=info "${EMU[@]}" \
 	--entrypoint "$(entry /hyperlight-device-plugin)" "$HL_IMAGE-arm64" >/dev/null 2>"$T/err" ||
 	die "podman run $HL_IMAGE-arm64: $(cat "$T/err")"
 plugin_checks sdp-rt-hyperlight-arm64

@@ -27,5 +27,10 @@ int dp_env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max, uint6
 int dp_env_u32(const char *name, uint32_t def, uint32_t min, uint32_t max, uint32_t *ret, char *err,
 	       size_t errlen);
 
+/* value quoted for a message as the errors above show it: "..." with \" \\ \n \t \xNN escapes,
+ * cut after 64 bytes ("..." then). size DP_ENV_QUOTED_SIZE holds any value. */
+#define DP_ENV_QUOTED_SIZE 264
+void dp_env_quote(char *buf, size_t size, const char *value);
+
 /* The value of one hexadecimal digit, either case ('7' -> 7, 'b' and 'B' -> 11), or -1. */
 int dp_hex_digit(char c);

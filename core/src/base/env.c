@@ -2,6 +2,7 @@
 /* env: strict decimal parsing of configuration values. */
 #include "dp/env.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -45,8 +46,10 @@ int dp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
 	return 0;
 }
 
+static_assert(DP_ENV_QUOTED_SIZE >= VALUE_SHOWN_MAX * 4 + 8, "a quoted value fits DP_ENV_QUOTED_SIZE");
+
 /* Quote s C-style for a message: "..." with \" \\ \n \t \xNN, at most VALUE_SHOWN_MAX bytes. */
-static void quote_value(char *buf, size_t size, const char *s)
+void dp_env_quote(char *buf, size_t size, const char *s)
 {
 	size_t o = 0, i = 0;
 
@@ -84,7 +87,7 @@ static bool is_negative_integer(const char *s)
 static void format_error(char *err, size_t errlen, const char *name, const char *value, int r,
 			 uint64_t min, uint64_t max)
 {
-	char q[VALUE_SHOWN_MAX * 4 + 8];
+	char q[DP_ENV_QUOTED_SIZE];
 
 	if (!err || errlen == 0)
 		return;
@@ -96,7 +99,7 @@ static void format_error(char *err, size_t errlen, const char *name, const char 
 			 VALUE_SHOWN_MAX, value, strlen(value) > VALUE_SHOWN_MAX ? "..." : "",
 			 value[0] == '-' ? "negative: " : "", min, max);
 	} else {
-		quote_value(q, sizeof(q), value);
+		dp_env_quote(q, sizeof(q), value);
 		snprintf(err, errlen, "%s=%s is not a decimal integer", name, q);
 	}
 }

@@ -432,7 +432,7 @@ func (r *liveRun) cdiSpec() string {
 	r.check(err)
 	spec, err := kubelet.ParseCDI(b)
 	r.check(err)
-	r.check(kubelet.CheckHyperlightCDI(spec, nobody, nobody))
+	r.check(kubelet.CheckHyperlightCDI(spec, nobody, nobody, kubelet.HyperlightDefaultMode))
 	fi, err := os.Lstat(cdiPath)
 	r.check(err)
 	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {

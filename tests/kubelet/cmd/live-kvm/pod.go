@@ -138,7 +138,7 @@ func dropPrivileges() error {
 // labels.
 func (r *liveRun) podEnv() []string {
 	return append([]string{"PATH=/bin:/usr/bin:/usr/local/bin", "HOST_DEVICE_DIR=" + hostDevDir,
-		"DEVICE_COUNT=2000", "DEVICE_UID=65534", "DEVICE_GID=65534", "LOG_LEVEL=info"}, r.labelEnv()...)
+		"DEVICE_COUNT=2000", "DEVICE_UID=65534", "DEVICE_GID=65534", "DEVICE_MODE=0660", "LOG_LEVEL=info"}, r.labelEnv()...)
 }
 
 // labelEnv: NODE_NAME and the in-cluster KUBERNETES_SERVICE_* kubelet sets, naming the stub.
