@@ -39,9 +39,11 @@ if [ -d "$STATE" ] || [ -d "$RUN" ]; then
 	for c in "${COMPONENTS[@]}"; do pid_alive "$c" >/dev/null || all=0; done
 	if [ "$all" = 1 ] && [ -f "$STATE/up.done" ]; then
 		# the running release: the module directory of its sdp-kube (CACHE/bin/<module>-<key>)
-		running=$(readlink -f "$STATE/bin/sdp-kube" 2>/dev/null || true)
-		running=$(basename "$(dirname "$running")")
-		running=${running%-*}
+		running=""
+		if t=$(readlink -e "$STATE/bin/sdp-kube"); then
+			running=$(basename "$(dirname "$t")")
+			running=${running%-*}
+		fi
 		if [ -n "$running" ] && [ "$running" != "$KUBE_MODULE" ]; then
 			die "a cluster of Kubernetes $(modver "$running" k8s.io/kubernetes 2>/dev/null || echo "cluster/$running") runs, not $K8S_VERSION: make cluster-down first"
 		fi
