@@ -191,7 +191,16 @@ test-runtime: images
 # (cluster/*/go.mod) and cached in /var/cache/sdp-cluster keyed by their versions; TLS everywhere,
 # Node+RBAC authorizers, NodeRestriction; the pause, busybox and plugin images (make images)
 # imported into containerd. Left running; prints how to use kubectl. make cluster-down removes
-# it and every trace on the host, and proves it (cluster/trace.sh).
+# it and every trace on the host, and proves it (cluster/trace.sh). K8S_VERSION=v1.34.4 (make
+# cluster and make test-cluster) builds, runs and tests Kubernetes v1.34.4 instead (etcd v3.6.4,
+# cluster/kube-v1.34), the oldest release with DRA GA; any other value is refused.
+# A K8S_VERSION that names no release cluster/ builds is refused before anything is built.
+ifneq ($(and $(K8S_VERSION),$(filter cluster test-cluster,$(MAKECMDGOALS))),)
+k8s_release_error := $(shell K8S_VERSION='$(K8S_VERSION)' bash -c '. cluster/lib.sh && kube_release' 2>&1)
+ifneq ($(k8s_release_error),)
+$(error $(k8s_release_error))
+endif
+endif
 cluster: images
 	@scripts/install-deps.sh cluster
 	@bin=$$(cluster/build.sh) && cluster/up.sh "$$bin" $(BUILD)
@@ -199,7 +208,8 @@ cluster: images
 cluster-down:
 	@cluster/down.sh
 
-# Both charts on the cluster of make cluster, through the real components (tests/cluster/README.md).
+# Both charts on the cluster of make cluster, through the real components (tests/cluster/README.md);
+# with K8S_VERSION, the running cluster must be that release.
 test-cluster: build
 	@scripts/install-deps.sh cluster
 	tests/cluster/run.sh $(BUILD)

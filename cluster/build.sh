@@ -1,11 +1,13 @@
 #!/bin/bash
-# Build (or find in the cache) the binaries of make cluster, from the three Go modules beside
+# Build (or find in the cache) the binaries of make cluster, from three of the Go modules beside
 # this script, each pinned by its go.mod and go.sum:
 #   kube/        sdp-kube: ONE multicall binary linking kube-apiserver, kube-controller-manager,
 #                kube-scheduler, kubelet, kube-proxy, kubectl (k8s.io/kubernetes v1.37.2, its
 #                staging modules at v0.37.2) and etcd (go.etcd.io/etcd/server/v3 v3.7.0, the
 #                version 1.37.2 is tested with); symlinks of those names point at it.
 #                Static (CGO_ENABLED=0), as the release builds them.
+#   kube-v1.34/  instead of kube/ when K8S_VERSION=v1.34.4 (lib.sh kube_release): the same
+#                sources for k8s.io/kubernetes v1.34.4 (staging modules at v0.34.4), etcd v3.6.4.
 #   containerd/  containerd, ctr, containerd-shim-runc-v2 (github.com/containerd/containerd/v2
 #                v2.4.2, its own dependency versions); CGO_ENABLED=0, without the btrfs, devmapper
 #                and zfs snapshotters and the OTLP exporter (build tags).
@@ -15,18 +17,20 @@
 # second run builds nothing. The module cache (GOMODCACHE, CACHE/go/mod: module@version paths) and
 # the build cache (GOCACHE, CACHE/go/build-<go version>: content-addressed) stay there too, so a
 # version bump recompiles only what changed. Older keys of a module (but those a running cluster
-# uses) are removed when a new one is
-# built.
+# uses) are removed when a new one is built; another module's never (kube-v1.34-<key> is not an
+# older key of kube).
 #
 # Usage: cluster/build.sh       prints the directory holding every binary (symlinks), its only
-#                               stdout; the steps and their times go to stderr and to
+#                               stdout: CACHE/bin/cluster-<key> (cluster-v1.34-<key> for
+#                               v1.34.4); the steps and their times go to stderr and to
 #                               CACHE/timings.log.
+# K8S_VERSION: the Kubernetes release, v1.37.2 (default) or v1.34.4 (lib.sh kube_release).
 # SDP_CLUSTER_CACHE: the cache (default /var/cache/sdp-cluster).
 # GO: the go command (default: go on PATH, or /usr/local/go/bin/go when that one is newer).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=cluster/lib.sh
-. "$here/lib.sh" # K8S_VERSION, CONTAINERD_VERSION: from the modules' go.mod
+. "$here/lib.sh" # CONTAINERD_VERSION, kube_release: from the modules' go.mod
 recipe=1 # bump when the steps below change what gets built
 cache=${SDP_CLUSTER_CACHE:-/var/cache/sdp-cluster}
 
@@ -88,6 +92,7 @@ log_time() { # MODULE STEP SECONDS CPU_SECONDS
 	echo "$(date -u +%FT%TZ) $goversion $1 $2 $3 s, $4 CPU s (load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs)" >>"$cache/timings.log"
 }
 
+kube_release # KUBE_MODULE and K8S_VERSION: the release K8S_VERSION names, or the default
 [ -n "$K8S_VERSION" ] && [ -n "$CONTAINERD_VERSION" ] || die "no k8s.io/kubernetes or containerd version in cluster/*/go.mod"
 kv=k8s.io/component-base/version
 k8s_minor=${K8S_VERSION#v1.}
@@ -110,7 +115,7 @@ key() {
 
 # check_pins MODULE RELEASE MODULES_FILE: every module a package of the build comes from has the
 # version RELEASE's own go.mod pins, where that go.mod names it (k8s.io/kubernetes's staging
-# modules, v0.0.0 there, are replaced by the published v0.37.2: not compared). A version bump
+# modules, v0.0.0 there, are replaced by the published v0.37.2 or v0.34.4: not compared). A version bump
 # that moves a dependency of the release stops here.
 check_pins() {
 	local m=$1 rel=$2 list=$3 gomod diffs
@@ -159,9 +164,9 @@ build() {
 	log_time "$m" "build" $(($(date +%s) - start)) $((CPU - cpu))
 	rm -f "$tmp/download.log" "$tmp/build.log" "$tmp/modules"
 	touch "$tmp/.complete"
-	# older keys of this module go
+	# older keys of this module go (only MODULE-<key>: kube-v1.34-<key> is another module's)
 	for old in "$cache/bin/$m"-*; do
-		[ "$old" != "$dir" ] && [ -d "$old" ] && [[ $old != *.tmp.* ]] && ! kept "$old" && rm -rf "$old"
+		is_key "$m" "$old" && [ "$old" != "$dir" ] && [ -d "$old" ] && ! kept "$old" && rm -rf "$old"
 	done
 	rm -rf "$dir"
 	mv "$tmp" "$dir"
@@ -180,12 +185,15 @@ if [ -L "$STATE/bin" ]; then
 	done
 fi
 kept() { [[ $keep == *" $1 "* ]]; }
+# is_key NAME PATH: PATH is CACHE/bin/NAME-<key> (16 hex digits), so not another name's
+# (kube-v1.34-<key> for kube) nor an interrupted build's (.tmp.<pid>).
+is_key() { [[ ${2##*/} == "$1"-* && ${2##*/"$1"-} =~ ^[0-9a-f]{16}$ ]]; }
 
-kube_key=$(key kube "$KUBE_LDFLAGS")
+kube_key=$(key "$KUBE_MODULE" "$KUBE_LDFLAGS")
 ctrd_key=$(key containerd "$CTRD_TAGS $CTRD_LDFLAGS")
 runc_key=$(key runc "$RUNC_TAGS $RUNC_LDFLAGS pie")
 
-build kube "$kube_key" k8s.io/kubernetes 0 "" "$KUBE_LDFLAGS" "" .
+build "$KUBE_MODULE" "$kube_key" k8s.io/kubernetes 0 "" "$KUBE_LDFLAGS" "" .
 build containerd "$ctrd_key" github.com/containerd/containerd/v2 0 "$CTRD_TAGS" "$CTRD_LDFLAGS" "" \
 	github.com/containerd/containerd/v2/cmd/containerd \
 	github.com/containerd/containerd/v2/cmd/ctr \
@@ -196,13 +204,17 @@ command -v gcc >/dev/null || die "gcc missing (scripts/install-deps.sh)"
 pkg-config --exists libseccomp 2>/dev/null || die "libseccomp-dev missing (scripts/install-deps.sh cluster)"
 build runc "$runc_key" github.com/opencontainers/runc 1 "$RUNC_TAGS" "$RUNC_LDFLAGS" "-buildmode=pie" github.com/opencontainers/runc
 
-# One directory with every binary by its name.
-set_dir="$cache/bin/cluster-$(echo "$kube_key $ctrd_key $runc_key" | sha256sum | cut -c1-16)"
+# One directory with every binary by its name: cluster-<key> for cluster/kube's release,
+# cluster-v1.34-<key> for cluster/kube-v1.34's (each release's older sets go, not the other's).
+set_name=cluster${KUBE_MODULE#kube}
+set_dir="$cache/bin/$set_name-$(echo "$kube_key $ctrd_key $runc_key" | sha256sum | cut -c1-16)"
 if [ ! -f "$set_dir/.complete" ]; then
-	for old in "$cache/bin/cluster"-*; do [ -d "$old" ] && ! kept "$old" && rm -rf "$old"; done
+	for old in "$cache/bin/$set_name"-*; do is_key "$set_name" "$old" && [ -d "$old" ] && ! kept "$old" && rm -rf "$old"; done
 	mkdir -p "$set_dir"
-	# The multicall binary (go build names it after its directory: kube) and its names.
-	ln -sfn "$cache/bin/kube-$kube_key/kube" "$set_dir/sdp-kube"
+	# The multicall binary (go build names it after the last element of its module path: kube,
+	# kube-v1.34) and its names.
+	kube_bin=$(awk '$1 == "module" {n = split($2, p, "/"); print p[n]; exit}' "$here/$KUBE_MODULE/go.mod")
+	ln -sfn "$cache/bin/$KUBE_MODULE-$kube_key/$kube_bin" "$set_dir/sdp-kube"
 	for n in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd; do
 		ln -sfn sdp-kube "$set_dir/$n"
 	done

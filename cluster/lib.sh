@@ -66,18 +66,40 @@ PORTS=(2379 2380 2381 6443 10257 10259 10249 10256 10250 10248)
 
 KUBECONFIG_ADMIN=$STATE/admin.conf
 
+say() { echo "cluster: $*" >&2; }
+die() { echo "cluster: $*" >&2; exit 1; }
+
 # The pinned versions, as the modules' go.mod files say them.
 _cluster_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 modver() { awk -v m="$2" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$_cluster_dir/$1/go.mod"; }
-K8S_VERSION=$(modver kube k8s.io/kubernetes)
 CONTAINERD_VERSION=$(modver containerd github.com/containerd/containerd/v2)
 
-# Pinned images built here (no registry).
-PAUSE_IMAGE=localhost/pause:3.10.2   # k8s.io/kubernetes v1.37.2 build/pause (TAG 3.10.2)
-BUSYBOX_IMAGE=localhost/busybox:1.35.0
+# The Kubernetes releases make cluster builds, each from a module of its own (its go.mod pins
+# k8s.io/kubernetes, and etcd at that release's version), with the tag its build/pause/Makefile
+# gives the pause image (TAG). The first is the default.
+KUBE_RELEASES=(
+	"kube 3.10.2"       # k8s.io/kubernetes v1.37.2
+	"kube-v1.34 3.10.1" # k8s.io/kubernetes v1.34.4: the oldest release with DRA GA
+)
+# kube_release: the release K8S_VERSION names (the environment; make passes its command line's
+# K8S_VERSION=... there), or the default without it: sets KUBE_MODULE (its directory here),
+# K8S_VERSION and PAUSE_IMAGE. Any other value is refused, naming those built here.
+kube_release() {
+	local r m tag v known=""
+	for r in "${KUBE_RELEASES[@]}"; do
+		read -r m tag <<<"$r"
+		v=$(modver "$m" k8s.io/kubernetes)
+		if [ -z "${K8S_VERSION:-}" ] || [ "$K8S_VERSION" = "$v" ]; then
+			KUBE_MODULE=$m K8S_VERSION=$v PAUSE_IMAGE=localhost/pause:$tag
+			return 0
+		fi
+		if [ -z "$known" ]; then known="$v (cluster/$m, the default)"; else known+=", $v (cluster/$m)"; fi
+	done
+	die "K8S_VERSION=$K8S_VERSION is not a release make cluster builds; it builds $known"
+}
 
-say() { echo "cluster: $*" >&2; }
-die() { echo "cluster: $*" >&2; exit 1; }
+# Pinned images built here (no registry); the pause image's tag is the release's (kube_release).
+BUSYBOX_IMAGE=localhost/busybox:1.35.0
 
 # pid_alive NAME: the pid of a component we started, if it still runs (the pid file's process,
 # checked by its start time, so a reused pid is never taken for ours).

@@ -5,7 +5,8 @@
 #
 # BIN_DIR: the binaries of cluster/build.sh. BUILD_DIR: the project's build directory, whose
 # podman store (make images) holds the plugin images imported into containerd; without it they
-# are not imported.
+# are not imported. K8S_VERSION: the Kubernetes release BIN_DIR holds, v1.37.2 (default) or
+# v1.34.4 (lib.sh kube_release): its pause image is built from that release's pause.c.
 #
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy (iptables mode),
 # containerd (CDI from /etc/cdi and /var/run/cdi) with runc, and the kubelet run in the
@@ -24,6 +25,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)
 # shellcheck source=cluster/lib.sh
 . "$here/lib.sh"
+kube_release # K8S_VERSION, KUBE_MODULE, PAUSE_IMAGE
 [ $# -ge 1 ] || { echo "usage: $0 BIN_DIR [BUILD_DIR]" >&2; exit 2; }
 bin=$(cd "$1" && pwd)
 build=${2:-}
@@ -36,6 +38,15 @@ if [ -d "$STATE" ] || [ -d "$RUN" ]; then
 	all=1
 	for c in "${COMPONENTS[@]}"; do pid_alive "$c" >/dev/null || all=0; done
 	if [ "$all" = 1 ] && [ -f "$STATE/up.done" ]; then
+		# the running release: the module directory of its sdp-kube (CACHE/bin/<module>-<key>)
+		running=""
+		if t=$(readlink -e "$STATE/bin/sdp-kube"); then
+			running=$(basename "$(dirname "$t")")
+			running=${running%-*}
+		fi
+		if [ -n "$running" ] && [ "$running" != "$KUBE_MODULE" ]; then
+			die "a cluster of Kubernetes $(modver "$running" k8s.io/kubernetes 2>/dev/null || echo "cluster/$running") runs, not $K8S_VERSION: make cluster-down first"
+		fi
 		say "already running (KUBECONFIG=$KUBECONFIG_ADMIN); make cluster-down removes it"
 		exit 0
 	fi
@@ -286,7 +297,10 @@ cc=gcc
 command -v musl-gcc >/dev/null && cc=musl-gcc
 pause_src=$CACHE/go/mod/k8s.io/kubernetes@$K8S_VERSION/build/pause/linux/pause.c
 [ -f "$pause_src" ] || die "pause.c of k8s.io/kubernetes@$K8S_VERSION not in $CACHE/go/mod (cluster/build.sh fetches it)"
-"$cc" -Os -Wall -Werror -static -DVERSION=v3.10.2-sdp -o "$img/pause" "$pause_src"
+pause_tag=$(sed -n 's/^TAG ?= *//p' "${pause_src%/linux/pause.c}/Makefile")
+[ "$pause_tag" = "${PAUSE_IMAGE##*:}" ] ||
+	die "k8s.io/kubernetes@$K8S_VERSION tags its pause image $pause_tag (build/pause/Makefile), lib.sh says $PAUSE_IMAGE"
+"$cc" -Os -Wall -Werror -static -DVERSION="v$pause_tag-sdp" -o "$img/pause" "$pause_src"
 strip "$img/pause"
 python3 "$here/oci-image.py" "$img/pause.tar" "$PAUSE_IMAGE" --file "$img/pause:/pause:0755" \
 	--entrypoint '["/pause"]' --user 65535:65535 >/dev/null
@@ -330,6 +344,7 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine's cgroup hierarchy is $cgroup. Since 1.35 the kubelet refuses cgroup v1 unless
 # failCgroupV1 is false (KEP-5573); 1.37 still honours it (pkg/kubelet/apis/config/validation).
+# 1.34 (the field since 1.31) defaults it to false. Every field here is in 1.34's v1beta1 too.
 failCgroupV1: false
 cgroupDriver: cgroupfs
 containerRuntimeEndpoint: unix://$RUN/containerd/containerd.sock

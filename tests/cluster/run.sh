@@ -6,6 +6,8 @@
 #
 #   tests/cluster/run.sh BUILD_DIR
 #
+# K8S_VERSION: the Kubernetes release the running cluster must be, v1.37.2 (default) or v1.34.4
+# (make cluster K8S_VERSION=v1.34.4; cluster/lib.sh kube_release).
 # Needs make cluster running (its kubeconfig, binaries and images) and BUILD_DIR's sdp-katatree
 # (scripts/go-build.sh). Ends with `test-cluster: N passed, M failed`; exit 1 if any failed.
 # Everything it makes (the charts' releases, test pods and namespace, node labels, the kata
@@ -15,6 +17,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: tests/cluster/run.sh BUILD_DIR}" && pwd)
 # shellcheck source=cluster/lib.sh
 . "$src/cluster/lib.sh"
+kube_release # K8S_VERSION: the release under test
 
 export KUBECONFIG=$KUBECONFIG_ADMIN
 bin=$STATE/bin
@@ -63,6 +66,9 @@ until_ok() {
 
 node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}' 2>/dev/null) ||
 	{ echo "test-cluster: no cluster (make cluster first): kubectl get nodes failed" >&2; exit 1; }
+server=$(kubectl version -o json 2>/dev/null | jq -r .serverVersion.gitVersion) || true
+[ "$server" = "$K8S_VERSION" ] ||
+	{ echo "test-cluster: the cluster runs Kubernetes $server, not $K8S_VERSION: make cluster-down, then make cluster K8S_VERSION=$K8S_VERSION" >&2; exit 1; }
 
 # --- cleanup ------------------------------------------------------------------------------------
 cleanup() {
