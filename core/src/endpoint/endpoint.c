@@ -204,11 +204,14 @@ static void ep_backoff(dp_endpoint *ep, bool keep)
 
 /*
  * Register cut off (the connection closed or reset before kubelet's answer): kubelet was going
- * away, most often, and the next sign of it alive is awaited rather than a back-off: a fresh
- * server at once, which registers if kubelet.sock is connectable now, waits for it to be
- * created if it is gone, and if it refuses takes the refused path (its creation cuts that
- * short). Once: a kubelet that cuts off every Register gets the back-off from the second on
- * (until a registration or a new kubelet.sock).
+ * away, most often. The first cut-off is no failure (not told, not in dp_endpoint_failures): in
+ * a kubelet restart the cut and kubelet.sock's creation can come in one batch of events, in
+ * either order, and both orders must look the same to the operator. The next sign of a live
+ * kubelet is awaited rather than a back-off: a fresh server at once, which registers if
+ * kubelet.sock is connectable now, waits for it to be created if it is gone, and if it refuses
+ * takes the refused path (its creation cuts that short). Once: a kubelet that cuts off every
+ * Register gets a failure and the back-off from the second on (until a registration or a new
+ * kubelet.sock).
  */
 static void ep_retry_cut(dp_endpoint *ep)
 {
@@ -233,10 +236,14 @@ static void ep_on_registered(void *userdata, int status, const char *message, co
 		dp_debug("register failed", "resource=%s status=%s", ep->resource,
 			 dp_grpc_status_name(status));
 		enum ep_fail kind = ep_fail_kind(status, m);
-		if (kind == EP_FAIL_CUT && !ep->cut_retried)
+		if (kind == EP_FAIL_CUT && !ep->cut_retried) {
+			/* no failure yet: counted by outcome, said at debug, told only if it recurs */
+			dp_ep_hold_release(ep);
+			dp_ep_metrics_registration(ep, kind);
 			ep_retry_cut(ep);
-		else
-			ep_backoff(ep, false);
+			return;
+		}
+		ep_backoff(ep, false);
 		ep_failed(ep, kind);
 		return;
 	}
