@@ -157,6 +157,9 @@ fi
 if mountpoint -q /dev/vfio 2>/dev/null && [ -f "$STATE/test/vfio-mounted" ]; then
 	umount /dev/vfio && say "make test-cluster's VFIO tree unmounted from /dev/vfio"
 fi
+# make test-cluster's /dev/kvm, if a killed run left it removed (a real one) or made (the stand-in)
+kvm_node_restore "$STATE/test/kvm-node" | while read -r l; do say "$l"; done
+kvm_standin_remove | while read -r l; do say "$l"; done
 rm -rf "$STATE" "$RUN"
 for d in "${CLUSTER_DIRS[@]}"; do
 	d=$(readlink -m "$d")

@@ -101,6 +101,31 @@ kube_release() {
 # Pinned images built here (no registry); the pause image's tag is the release's (kube_release).
 BUSYBOX_IMAGE=localhost/busybox:1.35.0
 
+# make test-cluster's /dev/kvm (tests/cluster/run.sh). kvm_opens: /dev/kvm is a character
+# device that opens (a driver behind it).
+kvm_opens() { [ -c /dev/kvm ] && (exec 3<>/dev/kvm) 2>/dev/null; }
+# On a host without KVM the test makes a stand-in /dev/kvm (c 10:232, no driver) and marks it
+# here; kvm_standin_remove removes it (by make test-cluster on the way out, by make cluster-down
+# after a killed test): only while the mark is there, and only a c 10:232 node that does not open.
+KVM_STANDIN_MARK=$STATE/kvm-standin
+kvm_standin_remove() {
+	[ -f "$KVM_STANDIN_MARK" ] || return 0
+	if [ -c /dev/kvm ] && [ "$(stat -c '%t:%T' /dev/kvm)" = a:e8 ] && ! kvm_opens; then
+		rm -f /dev/kvm && echo "the stand-in /dev/kvm of make test-cluster removed"
+	fi
+	rm -f "$KVM_STANDIN_MARK"
+}
+# kvm_node_restore FILE: the test's fault removes /dev/kvm after writing its "mode uid gid major
+# minor" (stat -c '%a %u %g %t %T') to FILE; a test that ended before it made the node again
+# leaves FILE, and /dev/kvm is made again from it (by the test's cleanup, by make cluster-down).
+kvm_node_restore() {
+	local mode uid gid maj min
+	[ -f "$1" ] && [ ! -e /dev/kvm ] || return 0
+	read -r mode uid gid maj min <"$1" || return 1
+	mknod -m "$mode" /dev/kvm c "$((16#$maj))" "$((16#$min))" && chown "$uid:$gid" /dev/kvm &&
+		echo "/dev/kvm made again ($mode $uid:$gid), removed by a make test-cluster that ended early"
+}
+
 # pid_alive NAME: the pid of a component we started, if it still runs (the pid file's process,
 # checked by its start time, so a reused pid is never taken for ours).
 pid_alive() {

@@ -26,7 +26,7 @@ export PATH=$bin:$helm_bin:$PATH # the cluster's kubectl (its release) before He
 NS=sdp-test
 TEST=$STATE/test
 KATA_ROOT=$TEST/kata
-RENDERER=$src/tests/cluster/kata-sysfs-renderer.py
+RENDERER=$src/tests/cluster/test-renderer.py
 HL_NS=hyperlight-system
 version=$(sed -n "s/^  version: '\([^']*\)',$/\1/p" "$src/meson.build" | head -n1)
 
@@ -83,6 +83,8 @@ cleanup() {
 	if mountpoint -q /dev/vfio 2>/dev/null && [ -f "$TEST/vfio-mounted" ]; then
 		umount /dev/vfio && [ -f "$TEST/vfio-made" ] && rmdir /dev/vfio
 	fi
+	kvm_node_restore "$TEST/kvm-node"
+	kvm_standin_remove >/dev/null
 	rm -rf "$TEST"
 	set -e
 }
@@ -101,10 +103,13 @@ diag() {
 }
 
 # --- the fixtures -------------------------------------------------------------------------------
+# ctr_ ARGS: containerd's ctr on the cluster's socket, in the kubelet's namespace.
+ctr_() { "$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io "$@" 2>/dev/null; }
+
 fixtures() {
 	[ -x "$build/sdp-katatree" ] || fail "$build/sdp-katatree missing (scripts/go-build.sh $build)" || return 1
 	local imgs img
-	imgs=$("$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io images ls -q 2>/dev/null) # (not piped into grep -q: pipefail)
+	imgs=$(ctr_ images ls -q) # (not piped into grep -q: pipefail)
 	for img in "localhost/kata-device-plugin:$version" "localhost/hyperlight-device-plugin:$version" "$BUSYBOX_IMAGE"; do
 		grep -qx "$img" <<<"$imgs" ||
 			fail "image $img is not in containerd (make cluster imports it from make images)" || return 1
@@ -130,7 +135,7 @@ tree() { jq -r --arg n "$1" ".devices[] | select(.name == \$n) | .$2" "$TEST/kat
 # --- kata ---------------------------------------------------------------------------------------
 kata_install() {
 	helm upgrade --install kata-device-plugin "$src/deploy/helm/kata-device-plugin" -n kube-system \
-		--set logLevel=debug --post-renderer "$RENDERER" --post-renderer-args "$KATA_ROOT/sys" >"$TEST/helm-kata.log" 2>&1 ||
+		--set logLevel=debug --post-renderer "$RENDERER" --post-renderer-args sysfs --post-renderer-args "$KATA_ROOT/sys" >"$TEST/helm-kata.log" 2>&1 ||
 		{ cat "$TEST/helm-kata.log" >&2; return 1; }
 	local t
 	t=$(date +%s.%N)
@@ -246,8 +251,6 @@ pod_resources() {
 
 # --- faults with the real components -----------------------------------------------------------
 
-ctr_() { "$bin/ctr" --address "$RUN/containerd/containerd.sock" -n k8s.io "$@" 2>/dev/null; }
-
 # container_pid NS POD: the host pid of the pod's (first) container, from containerd's task.
 container_pid() {
 	local id
@@ -281,8 +284,9 @@ status_since() {
 n_gpus() { jq '[.devices[] | select(.resource == "nvidia.com/gpu")] | length' "$TEST/kata-tree.json"; }
 gpus_all() { [ "$(node_res allocatable nvidia.com/gpu)" = "$(n_gpus)" ]; }
 
-# one_gpu_pod NAME: an unprivileged pod with one GPU, applied (not waited for).
-one_gpu_pod() {
+# one_pod NAME RESOURCE: an unprivileged pod (uid 65534) with one RESOURCE, applied (not waited
+# for).
+one_pod() {
 	kubectl apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
@@ -302,9 +306,12 @@ spec:
     command: ["sleep", "3600"]
     resources:
       limits:
-        nvidia.com/gpu: 1
+        $2: 1
 EOF
 }
+one_gpu_pod() { one_pod "$1" nvidia.com/gpu; }
+# phase POD: the test namespace's pod POD's phase.
+phase() { kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}'; }
 
 # new_pod_runs: a new pod with one GPU schedules, runs with exactly one group and the container
 # node, and is deleted again.
@@ -320,22 +327,30 @@ new_pod_runs() {
 	note "a new pod with one GPU ran ($(secs "$t") s to Running, /dev/vfio: $seen)"
 }
 
+# kill_container NS POD WHAT: kill -9 of the pod's container (its host pid from containerd);
+# returns once the kubelet restarted it and it is Ready again (within 120 s). Sets killed_pid and
+# killed_at (the kill's time, for secs).
+kill_container() {
+	local ns=$1 pod=$2 what=$3 rc
+	killed_pid=$(container_pid "$ns" "$pod")
+	[ -n "$killed_pid" ] || fail "no host pid for the $what container of $pod" || return 1
+	rc=$(restarts "$ns" "$pod")
+	killed_at=$(date +%s.%N)
+	kill -KILL "$killed_pid"
+	back() { [ "$(restarts "$ns" "$pod")" -gt "$rc" ] && ready "$ns" "$pod"; }
+	until_ok 120 back || { diag "$ns" "$pod"; fail "the kubelet did not restart the killed $what container to Ready in 120 s"; return 1; }
+}
+
 # kill -9 of the kata container: the kubelet restarts it, it registers again, the running pod
 # keeps its devices, a new pod schedules.
 fault_kill_kata() {
-	local p pid rc before t
+	local p before since t
 	p=$(kata_pod)
-	pid=$(container_pid kube-system "$p")
-	[ -n "$pid" ] || fail "no host pid for the kata container of $p" || return 1
-	rc=$(restarts kube-system "$p")
 	before=$(fingerprint "$NS" gpu-pair)
-	t=$(date +%s.%N)
-	local since
 	since=$(date -u +%FT%TZ)
-	kill -KILL "$pid"
-	back() { [ "$(restarts kube-system "$p")" -gt "$rc" ] && ready kube-system "$p"; }
-	until_ok 120 back || { diag kube-system "$p"; fail "the kubelet did not restart the killed kata container to Ready in 120 s"; return 1; }
-	note "kill -9 of kata (pid $pid): restarted and Ready $(secs "$t") s later"
+	kill_container kube-system "$p" kata || return 1
+	t=$killed_at
+	note "kill -9 of kata (pid $killed_pid): restarted and Ready $(secs "$t") s later"
 	[ "$(registered_since kube-system "$p" "$since")" -ge 2 ] || fail "the restarted kata did not log 'registered with kubelet' for both resources" || return 1
 	# (the kubelet posts the Node's status only when it changed or every 5 min: a drop to 0 and
 	# back within one 10 s sync never shows; the plugin's own lines above are the proof)
@@ -405,7 +420,7 @@ fault_helm_upgrade() {
 	before2=$(fingerprint "$NS" gpu-wait)
 	t=$(date +%s.%N)
 	helm upgrade kata-device-plugin "$src/deploy/helm/kata-device-plugin" -n kube-system --reuse-values \
-		--set logLevel=info --post-renderer "$RENDERER" --post-renderer-args "$KATA_ROOT/sys" >"$TEST/helm-kata-up.log" 2>&1 ||
+		--set logLevel=info --post-renderer "$RENDERER" --post-renderer-args sysfs --post-renderer-args "$KATA_ROOT/sys" >"$TEST/helm-kata-up.log" 2>&1 ||
 		{ cat "$TEST/helm-kata-up.log" >&2; return 1; }
 	kubectl -n kube-system rollout status ds/kata-device-plugin --timeout=180s >"$TEST/rollout.log" 2>&1 &
 	local roll=$!
@@ -444,6 +459,9 @@ fault_helm_uninstall() {
 }
 
 # --- hyperlight ---------------------------------------------------------------------------------
+# HL_RENDER: the post-renderer of every helm command on the hyperlight release, once the stand-in
+# hypervisor is in place (hl_standin); empty with the host's own /dev/kvm.
+HL_RENDER=()
 hl_install() {
 	kubectl label node "$node" hyperlight.dev/device-plugin=true --overwrite >/dev/null
 	helm upgrade --install hyperlight-device-plugin "$src/deploy/helm/hyperlight-device-plugin" -n kube-system \
@@ -451,21 +469,55 @@ hl_install() {
 }
 
 hl_pod() { kubectl -n "$HL_NS" get pod -l "app.kubernetes.io/name=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
+# hl_alloc: allocatable hyperlight.dev/hypervisor as a number (the API server writes 2000 as
+# the quantity 2k).
+hl_alloc() { node_res allocatable hyperlight.dev/hypervisor | sed 's/^\([0-9]*\)k$/\1000/'; }
+hl_all() { [ "$(hl_alloc)" = 2000 ]; }
 
-# With /dev/kvm: both DaemonSets Ready, 2000 slots allocatable, the node labelled by the plugin.
-hl_kvm() {
-	local t
-	t=$(date +%s.%N)
+# hl_rolled WHAT: both hyperlight DaemonSets rolled out (pods Ready) within 180 s.
+hl_rolled() {
+	local ds
 	for ds in hyperlight-device-access hyperlight-device-plugin; do
-		if ! kubectl -n "$HL_NS" rollout status "ds/$ds" --timeout=180s >/dev/null; then
+		if ! kubectl -n "$HL_NS" rollout status "ds/$ds" --timeout=180s >"$TEST/rollout.log" 2>&1; then
+			cat "$TEST/rollout.log" >&2
 			diag "$HL_NS" "$(hl_pod "$ds")"
-			fail "DaemonSet $ds did not roll out in 180 s"
+			fail "DaemonSet $ds did not roll out in 180 s $1"
 			return 1
 		fi
 	done
+}
+
+# The stand-in hypervisor, on a host without /dev/kvm (after hl_nokvm): the test makes /dev/kvm
+# (c 10:232, root:root 0660) with no driver behind it, and the hyperlight-device-plugin
+# container preloads the tests' hypervisor stand-in (tests/fakes/hvshim.c, the musl build of
+# make images) for /dev/kvm, so the daemon's real probe code passes. Nothing else is stood in:
+# the bootstrap plugin finds the node by stat, the kubelet, CDI, containerd, runc and the
+# device cgroup hand it to pods; only a guest cannot run (a workload's open gets ENODEV from the
+# kernel: no driver). The node goes on the way out (cleanup; make cluster-down too, if the test
+# was killed), found by its mark in $STATE.
+hl_standin() {
+	local shim=$src/build-static/musl-dynamic/libhvshim.so t
+	[ -f "$shim" ] || fail "$shim missing (make images builds it with the images: scripts/build-static.sh)" || return 1
+	t=$(date +%s.%N)
+	cp "$shim" "$TEST/libhvshim.so"
+	echo "c 10:232 made by tests/cluster/run.sh" >"$KVM_STANDIN_MARK"
+	mknod -m 0660 /dev/kvm c 10 232 || return 1
+	HL_RENDER=(--post-renderer "$RENDERER" --post-renderer-args hvshim --post-renderer-args "$TEST/libhvshim.so")
+	helm upgrade hyperlight-device-plugin "$src/deploy/helm/hyperlight-device-plugin" -n kube-system --reuse-values \
+		"${HL_RENDER[@]}" >"$TEST/helm-hl.log" 2>&1 || { cat "$TEST/helm-hl.log" >&2; return 1; }
+	# the bootstrap pod is in the kubelet's crash back-off from hl_nokvm: a new one now
+	kubectl -n "$HL_NS" delete pod "$(hl_pod hyperlight-device-access)" --wait=false >/dev/null
+	note "/dev/kvm made (c 10:232, no driver), the plugin's probe on the stand-in (LD_PRELOAD $TEST/libhvshim.so, HVSHIM_DEVICE=/dev/kvm) ($(secs "$t") s)"
+}
+
+# With /dev/kvm (or the stand-in): both DaemonSets Ready, 2000 slots allocatable, the node
+# labelled by the plugin.
+hl_kvm() {
+	local t
+	t=$(date +%s.%N)
+	hl_rolled "after helm" || return 1
 	note "both hyperlight DaemonSets rolled out, pods Ready: $(secs "$t") s after helm"
-	hl_ok() { [ "$(node_res allocatable hyperlight.dev/hypervisor)" = 2000 ]; }
-	until_ok 60 hl_ok || fail "allocatable hyperlight.dev/hypervisor $(node_res allocatable hyperlight.dev/hypervisor), want 2000" || return 1
+	until_ok 60 hl_all || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc), want 2000" || return 1
 	labels_ok() {
 		[ "$(kubectl get node "$node" -o jsonpath='{.metadata.labels.hyperlight\.dev/hypervisor}')" = kvm ] &&
 			[ "$(kubectl get node "$node" -o jsonpath='{.metadata.labels.hyperlight\.dev/enabled}')" = true ]
@@ -474,10 +526,12 @@ hl_kvm() {
 	note "allocatable hyperlight.dev/hypervisor 2000; node labelled by the plugin through the chart's RBAC and admission policy"
 }
 
-# The workload's proof (with /dev/kvm): a pod of two containers, each with one
-# hyperlight.dev/hypervisor, from an image of busybox and sdp-kvm-run (tests/cluster/kvm-run):
-# the one running as the device's owner (DEVICE_UID/GID, 65534 by default) creates a VM and runs
-# guest code to its exits; the one running as another uid is refused the device by its mode.
+# The workload's proof: a pod of two containers, each with one hyperlight.dev/hypervisor, from
+# an image of busybox and sdp-kvm-run (tests/cluster/kvm-run): the one running as the device's
+# owner (DEVICE_UID/GID, 65534 by default) creates a VM and runs guest code to its exits; the
+# one running as another uid is refused the device by its mode. With the stand-in, the owner's
+# open passes the mode and the device cgroup and reaches the kernel, which has no driver for
+# the node: ENODEV ("No such device"; the device cgroup would say EPERM, the mode EACCES).
 KVM_IMAGE=localhost/sdp-kvm-run:test
 kvm_image() {
 	local busybox links=() a
@@ -490,7 +544,7 @@ kvm_image() {
 }
 
 hl_workload() {
-	local t c code log
+	local t c code log want
 	kvm_image || return 1
 	t=$(date +%s.%N)
 	kubectl apply -f - >/dev/null <<EOF
@@ -536,55 +590,18 @@ EOF
 	done
 	code=$(kubectl -n "$NS" get pod kvm-workload -o jsonpath='{.status.containerStatuses[?(@.name=="owner")].state.terminated.exitCode}')
 	log=$(kubectl -n "$NS" logs kvm-workload -c owner 2>&1)
-	{ [ "$code" = 0 ] && echo "$log" | grep -q '^sdp-kvm-run: ok api=12 exits=io(port=0x10,value=0x2a),hlt uid=65534 gid=65534$'; } ||
-		fail "the owner's sdp-kvm-run did not run its guest: exit $code, $log" || return 1
+	if [ "$HV" = kvm ]; then
+		{ [ "$code" = 0 ] && echo "$log" | grep -q '^sdp-kvm-run: ok api=12 exits=io(port=0x10,value=0x2a),hlt uid=65534 gid=65534$'; } ||
+			fail "the owner's sdp-kvm-run did not run its guest: exit $code, $log" || return 1
+	else
+		{ [ "$code" = 1 ] && echo "$log" | grep -q '^sdp-kvm-run: FAIL open: No such device$'; } ||
+			fail "the owner's open of the stand-in node did not reach the kernel (want ENODEV: allowed by the mode and the device cgroup, no driver): exit $code, $log" || return 1
+	fi
 	code=$(kubectl -n "$NS" get pod kvm-workload -o jsonpath='{.status.containerStatuses[?(@.name=="other")].state.terminated.exitCode}')
 	log=$(kubectl -n "$NS" logs kvm-workload -c other 2>&1)
 	{ [ "$code" = 1 ] && echo "$log" | grep -q '^sdp-kvm-run: FAIL open: Permission denied$'; } ||
 		fail "another uid was not refused the device: exit $code, $log" || return 1
-}
-
-# kill -9 of the hyperlight plugin's container (with /dev/kvm): restarted, 2000 allocatable
-# again, a pod holding the device untouched.
-hl_fault_kill() {
-	local p pid rc before t
-	kubectl apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: kvm-hold
-  namespace: $NS
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  securityContext:
-    runAsUser: 65534
-    runAsNonRoot: true
-  containers:
-  - name: main
-    image: $BUSYBOX_IMAGE
-    imagePullPolicy: Never
-    command: ["sleep", "3600"]
-    resources:
-      limits:
-        hyperlight.dev/hypervisor: 1
-EOF
-	running() { [ "$(kubectl -n "$NS" get pod kvm-hold -o jsonpath='{.status.phase}')" = Running ]; }
-	until_ok 120 running || { diag "$NS" kvm-hold; fail "a pod holding hyperlight.dev/hypervisor is not Running after 120 s"; return 1; }
-	p=$(hl_pod hyperlight-device-plugin)
-	pid=$(container_pid "$HL_NS" "$p")
-	[ -n "$pid" ] || fail "no host pid for the hyperlight container of $p" || return 1
-	rc=$(restarts "$HL_NS" "$p")
-	before=$(fingerprint "$NS" kvm-hold /dev/kvm)
-	t=$(date +%s.%N)
-	kill -KILL "$pid"
-	back() { [ "$(restarts "$HL_NS" "$p")" -gt "$rc" ] && ready "$HL_NS" "$p"; }
-	until_ok 120 back || { diag "$HL_NS" "$p"; fail "the kubelet did not restart the killed hyperlight container to Ready in 120 s"; return 1; }
-	hl_ok() { [ "$(node_res allocatable hyperlight.dev/hypervisor)" = 2000 ]; }
-	until_ok 60 hl_ok || fail "allocatable hyperlight.dev/hypervisor $(node_res allocatable hyperlight.dev/hypervisor) after the restart" || return 1
-	[ "$(fingerprint "$NS" kvm-hold /dev/kvm)" = "$before" ] || fail "the pod holding the device changed: before: $before; after: $(fingerprint "$NS" kvm-hold /dev/kvm)" || return 1
-	note "kill -9 of hyperlight (pid $pid): Ready and 2000 allocatable again $(secs "$t") s later; the pod holding /dev/kvm untouched"
-	kubectl -n "$NS" delete pod kvm-hold --wait=false >/dev/null
+	kubectl -n "$NS" delete pod kvm-workload --wait=false >/dev/null
 }
 
 # Without a hypervisor: the bootstrap plugin says why and restarts, the main pod waits for it.
@@ -600,9 +617,147 @@ hl_nokvm() {
 	mp=$(hl_pod hyperlight-device-plugin)
 	pending() { kubectl -n "$HL_NS" get events --field-selector "involvedObject.name=$mp,reason=FailedScheduling" -o jsonpath='{.items[*].message}' | grep -q 'Insufficient hyperlight.dev/device-access'; }
 	until_ok 60 pending || { diag "$HL_NS" "$mp"; fail "the main pod is not Pending for 'Insufficient hyperlight.dev/device-access'"; return 1; }
-	[ -z "$(node_res allocatable hyperlight.dev/hypervisor)" ] || [ "$(node_res allocatable hyperlight.dev/hypervisor)" = 0 ] ||
-		fail "allocatable hyperlight.dev/hypervisor $(node_res allocatable hyperlight.dev/hypervisor) on a node without a hypervisor" || return 1
+	[ -z "$(hl_alloc)" ] || [ "$(hl_alloc)" = 0 ] ||
+		fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) on a node without a hypervisor" || return 1
 	note "no /dev/kvm on this host: device-access logged msg=\"no usable hypervisor device\" and was restarted, the main pod Pending (Insufficient hyperlight.dev/device-access), nothing advertised ($(secs "$t") s)"
+}
+
+# kvm-hold: a pod holding one hyperlight.dev/hypervisor through the faults below, Running.
+hl_hold() {
+	one_pod kvm-hold hyperlight.dev/hypervisor
+	running() { [ "$(phase kvm-hold)" = Running ]; }
+	until_ok 120 running || { diag "$NS" kvm-hold; fail "a pod holding hyperlight.dev/hypervisor is not Running after 120 s"; return 1; }
+	note "kvm-hold Running: $(fingerprint "$NS" kvm-hold /dev/kvm)"
+}
+hl_held() { fingerprint "$NS" kvm-hold /dev/kvm; }
+
+# hl_new_pod_runs: a new pod with one hyperlight.dev/hypervisor runs with /dev/kvm, then goes.
+hl_new_pod_runs() {
+	local t seen
+	t=$(date +%s.%N)
+	one_pod kvm-new hyperlight.dev/hypervisor
+	running() { [ "$(phase kvm-new)" = Running ]; }
+	until_ok 120 running || { diag "$NS" kvm-new; fail "a new pod with hyperlight.dev/hypervisor is not Running after 120 s"; return 1; }
+	seen=$(kubectl -n "$NS" exec kvm-new -- stat -c '%F %t:%T' /dev/kvm 2>&1)
+	[ "$seen" = "character special file a:e8" ] || fail "the new pod's /dev/kvm: $seen; want the character device 10:232" || return 1
+	kubectl -n "$NS" delete pod kvm-new --wait=true --timeout=60s >/dev/null
+	note "a new pod with hyperlight.dev/hypervisor ran ($(secs "$t") s to Running, /dev/kvm 10:232)"
+}
+
+# kill -9 of the hyperlight plugin's container: restarted, 2000 allocatable again, the pod
+# holding the device untouched, a new one runs.
+hl_fault_kill() {
+	local p before since t
+	p=$(hl_pod hyperlight-device-plugin)
+	before=$(hl_held)
+	since=$(date -u +%FT%TZ)
+	kill_container "$HL_NS" "$p" hyperlight || return 1
+	t=$killed_at
+	[ "$(registered_since "$HL_NS" "$p" "$since")" -ge 1 ] || fail "the restarted hyperlight did not log 'registered with kubelet'" || return 1
+	until_ok 60 hl_all || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) after the restart" || return 1
+	[ "$(hl_held)" = "$before" ] || fail "the pod holding the device changed: before: $before; after: $(hl_held)" || return 1
+	note "kill -9 of hyperlight (pid $killed_pid): Ready and 2000 allocatable again $(secs "$t") s later; the pod holding /dev/kvm untouched"
+	hl_new_pod_runs
+}
+
+# A kubelet restart: both hyperlight plugins re-register by themselves (neither container
+# restarted), 2000 allocatable in the restarted kubelet's status, the holding pod untouched.
+hl_fault_kubelet() {
+	local p a rp ra before t since now kpid
+	p=$(hl_pod hyperlight-device-plugin)
+	a=$(hl_pod hyperlight-device-access)
+	rp=$(restarts "$HL_NS" "$p")
+	ra=$(restarts "$HL_NS" "$a")
+	before=$(hl_held)
+	t=$(date +%s.%N)
+	since=$(date -u +%FT%TZ)
+	now=$(date +%s)
+	kpid=$(restart_component kubelet) || return 1
+	fresh() { status_since "$now" && [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ] && hl_all; }
+	until_ok 120 fresh || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) (want 2000) in the restarted kubelet's status 120 s later" || return 1
+	[ "$(registered_since "$HL_NS" "$p" "$since")" -ge 1 ] || fail "hyperlight-device-plugin did not log 'registered with kubelet' after the kubelet restart" || return 1
+	[ "$(registered_since "$HL_NS" "$a" "$since")" -ge 1 ] || fail "hyperlight-device-access did not log 'registered with kubelet' after the kubelet restart" || return 1
+	note "kubelet restarted (pid $kpid): both hyperlight plugins registered again, 2000 allocatable $(secs "$t") s later"
+	{ [ "$(restarts "$HL_NS" "$p")" = "$rp" ] && [ "$(restarts "$HL_NS" "$a")" = "$ra" ]; } ||
+		fail "a hyperlight container was restarted: it should re-register by itself" || return 1
+	[ "$(hl_held)" = "$before" ] || fail "the pod holding the device changed: before: $before; after: $(hl_held)" || return 1
+	note "the pod holding /dev/kvm untouched, neither plugin container restarted"
+	hl_new_pod_runs
+}
+
+# The host's /dev/kvm removed: allocatable drops to 0, a new pod stays Pending with the
+# scheduler's reason; the node made again as it was (type, numbers, mode, owner): 2000 again and
+# the pod runs. The holding pod keeps its own node all along.
+hl_fault_node() {
+	local t before st mode uid gid maj min
+	before=$(hl_held)
+	st=$(stat -c '%a %u %g %t %T' /dev/kvm) || return 1
+	read -r mode uid gid maj min <<<"$st"
+	echo "$st" >"$TEST/kvm-node" # cleanup makes it again if the test ends in between
+	t=$(date +%s.%N)
+	rm /dev/kvm
+	zero() { [ "$(hl_alloc)" = 0 ]; }
+	until_ok 60 zero || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) after /dev/kvm was removed, want 0" || return 1
+	note "/dev/kvm removed: allocatable 0 $(secs "$t") s later"
+	one_pod kvm-wait hyperlight.dev/hypervisor
+	why() { kubectl -n "$NS" get events --field-selector "involvedObject.name=kvm-wait,reason=FailedScheduling" -o jsonpath='{.items[*].message}' | grep -q 'Insufficient hyperlight.dev/hypervisor'; }
+	until_ok 60 why || { diag "$NS" kvm-wait; fail "the new pod is not Pending for 'Insufficient hyperlight.dev/hypervisor'"; return 1; }
+	note "a new pod with hyperlight.dev/hypervisor Pending: $(kubectl -n "$NS" get events --field-selector 'involvedObject.name=kvm-wait,reason=FailedScheduling' -o jsonpath='{.items[-1:].message}')"
+	t=$(date +%s.%N)
+	mknod -m "$mode" /dev/kvm c "$((16#$maj))" "$((16#$min))" && chown "$uid:$gid" /dev/kvm || return 1
+	rm "$TEST/kvm-node"
+	until_ok 60 hl_all || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) after /dev/kvm came back, want 2000" || return 1
+	running() { [ "$(phase kvm-wait)" = Running ]; }
+	until_ok 120 running || { diag "$NS" kvm-wait; fail "the waiting pod did not run once /dev/kvm came back"; return 1; }
+	note "/dev/kvm back ($mode $uid:$gid): 2000 allocatable, the waiting pod Running $(secs "$t") s later"
+	[ "$(hl_held)" = "$before" ] || fail "the pod holding the device changed: before: $before; after: $(hl_held)" || return 1
+	kubectl -n "$NS" delete pod kvm-wait --wait=false >/dev/null
+}
+
+# helm upgrade with a changed value: both DaemonSets roll; the holding pod never leaves Running
+# (polled through the roll-out) and is unchanged after it; 2000 allocatable again.
+hl_fault_upgrade() {
+	local p before t bad=0 roll
+	p=$(hl_pod hyperlight-device-plugin)
+	before=$(hl_held)
+	t=$(date +%s.%N)
+	helm upgrade hyperlight-device-plugin "$src/deploy/helm/hyperlight-device-plugin" -n kube-system --reuse-values \
+		--set logLevel=debug "${HL_RENDER[@]}" >"$TEST/helm-hl-up.log" 2>&1 || { cat "$TEST/helm-hl-up.log" >&2; return 1; }
+	hl_rolled "after helm upgrade" &
+	roll=$!
+	while kill -0 "$roll" 2>/dev/null; do
+		[ "$(phase kvm-hold)" = Running ] || bad=$((bad + 1))
+		sleep 0.5
+	done
+	wait "$roll" || return 1
+	[ "$(hl_pod hyperlight-device-plugin)" != "$p" ] || fail "helm upgrade with a changed value made no new plugin pod" || return 1
+	[ "$bad" = 0 ] || fail "the pod holding the device left Running $bad times during the roll-out" || return 1
+	until_ok 60 hl_all || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) after the upgrade" || return 1
+	[ "$(hl_held)" = "$before" ] || fail "the pod holding the device changed across the upgrade" || return 1
+	note "helm upgrade (logLevel debug): new pod $(hl_pod hyperlight-device-plugin), both DaemonSets rolled, 2000 allocatable in $(secs "$t") s; the holding pod Running throughout, unchanged"
+	hl_new_pod_runs
+}
+
+# helm uninstall: what stays is what docs/operations.md says (the CDI spec and the node
+# labels); the pods, the namespace and the sockets go, allocatable drops to 0, the holding pod
+# stays.
+hl_fault_uninstall() {
+	local t left l v
+	t=$(date +%s.%N)
+	helm uninstall hyperlight-device-plugin -n kube-system --wait --timeout 120s >/dev/null || return 1
+	gone() { ! kubectl get namespace "$HL_NS" >/dev/null 2>&1; }
+	until_ok 120 gone || fail "namespace $HL_NS still there 120 s after helm uninstall" || return 1
+	zero() { [ "$(hl_alloc)" = 0 ]; }
+	until_ok 60 zero || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) after helm uninstall, want 0" || return 1
+	left=$(find /var/lib/kubelet/device-plugins -name 'hl-*' | tr '\n' ' ')
+	[ -z "$left" ] || fail "hyperlight sockets left in /var/lib/kubelet/device-plugins: $left" || return 1
+	[ -f /var/run/cdi/hyperlight.json ] || fail "/var/run/cdi/hyperlight.json is gone: docs/operations.md says it stays for the pods using it" || return 1
+	for l in hypervisor=kvm enabled=true device-plugin=true; do
+		v=$(kubectl get node "$node" -o jsonpath="{.metadata.labels.hyperlight\.dev/${l%%=*}}")
+		[ "$v" = "${l#*=}" ] || fail "node label hyperlight.dev/${l%%=*} is '$v' after helm uninstall: docs/operations.md says it stays (${l#*=})" || return 1
+	done
+	[ "$(phase kvm-hold)" = Running ] || fail "the pod holding the device stopped with the plugin" || return 1
+	note "helm uninstall: pods, namespace and sockets gone, allocatable 0, CDI spec and labels kept, the holding pod Running ($(secs "$t") s)"
 }
 
 # The node-label policy of the chart, enforced by the API server, both ways: the plugin's
@@ -686,13 +841,22 @@ EOF
 	kubectl label node sdp-test-other example.com/other=x >/dev/null || fail "the admin could not label sdp-test-other" || return 1
 	kubectl delete node sdp-test-other --wait=true >/dev/null
 	kubectl -n "$HL_NS" delete pod sdp-test-binder --wait=false >/dev/null
-	if [ ! -c /dev/kvm ]; then
-		kubectl label node "$node" hyperlight.dev/hypervisor- hyperlight.dev/enabled- >/dev/null
-	fi
 }
 
 # --- the run ------------------------------------------------------------------------------------
-say "on node $node: Kubernetes $(kubectl version -o json | jq -r .serverVersion.gitVersion), images $version"
+# The hypervisor: the host's own /dev/kvm (HV=kvm), or none (HV=none: the stand-in steps). What a
+# killed run left is put right first: a /dev/kvm it removed, its stand-in.
+kvm_node_restore "$TEST/kvm-node" || exit 1
+kvm_standin_remove
+if kvm_opens; then
+	HV=kvm
+elif [ -e /dev/kvm ]; then
+	echo "test-cluster: /dev/kvm exists but does not open ($(stat -c '%F %t:%T' /dev/kvm)): no driver behind it; the test will neither use it nor stand in for it" >&2
+	exit 1
+else
+	HV=none
+fi
+say "on node $node: Kubernetes $(kubectl version -o json | jq -r .serverVersion.gitVersion), images $version, hypervisor: $([ "$HV" = kvm ] && echo /dev/kvm || echo "none (a stand-in for the hyperlight steps)")"
 step "fixtures: the kata VFIO tree (legacy, 2 NUMA nodes), test namespace" fixtures
 step "kata chart installed with Helm, DaemonSet rolled out, pod Ready" kata_install
 step "node advertises kata's resources, CDI specs written" kata_resources
@@ -704,12 +868,20 @@ step "fault: the host's device nodes of the free GPUs removed, then back" fault_
 step "fault: helm upgrade with a changed value" fault_helm_upgrade
 step "helm uninstall of kata leaves what docs/operations.md says" fault_helm_uninstall
 step "hyperlight chart installed with Helm (admission policies on)" hl_install
-if [ -c /dev/kvm ]; then
+if [ "$HV" = kvm ]; then
 	step "hyperlight on /dev/kvm: rolled out, 2000 allocatable, node labelled" hl_kvm
 	step "KVM workload (uid 65534): a VM runs guest code to its exits; another uid is refused the node" hl_workload
-	step "fault: kill -9 of the hyperlight container" hl_fault_kill
 else
 	step "hyperlight without a hypervisor: told, restarted, nothing advertised" hl_nokvm
+	step "stand-in hypervisor: /dev/kvm made (no driver), the plugin's probe on the tests' stand-in" hl_standin
+	step "hyperlight on the stand-in /dev/kvm: rolled out, 2000 allocatable, node labelled" hl_kvm
+	step "stand-in workload (uid 65534): its open reaches the kernel (ENODEV); another uid is refused the node" hl_workload
 fi
 step "node-label admission policy enforced by the API server, both ways" hl_policy
+step "a pod holding hyperlight.dev/hypervisor through the faults" hl_hold
+step "fault: kill -9 of the hyperlight container" hl_fault_kill
+step "fault: kubelet restart (hyperlight)" hl_fault_kubelet
+step "fault: the host's /dev/kvm removed, then back" hl_fault_node
+step "fault: helm upgrade of hyperlight with a changed value" hl_fault_upgrade
+step "helm uninstall of hyperlight leaves what docs/operations.md says" hl_fault_uninstall
 finish
