@@ -16,6 +16,8 @@
 #   files       every file under the directories the components write to (lib.sh HOST_DIRS:
 #               the kubelet's root, the CDI directories, /run/containerd, ...), or "absent"
 #   state       the cluster's own directories (STATE, RUN): absent before and after
+#   devices     /dev/kvm (type, numbers, mode, owner, or absent): make test-cluster removes and
+#               makes it again, or stands in for it where the host has none
 #   cgroups     every kubepods cgroup (the kubelet's QoS tree and the pods' cgroups)
 #   sysctl      the values of the sysctls the components set (lib.sh SYSCTLS)
 set -euo pipefail
@@ -68,6 +70,7 @@ snapshot() {
 	for d in "$STATE" "$RUN"; do
 		if [ -e "$d" ]; then echo "state present $d"; else echo "state absent $d"; fi
 	done
+	if [ -e /dev/kvm ]; then echo "devices /dev/kvm $(stat -c '%F %t:%T %a %u:%g' /dev/kvm)"; else echo "devices /dev/kvm absent"; fi
 	find /sys/fs/cgroup -type d -path '*kubepods*' 2>/dev/null | sort | sed 's/^/cgroups /'
 	for s in "${SYSCTLS[@]}"; do
 		f=/proc/sys/$(echo "$s" | tr . /)
@@ -92,6 +95,7 @@ compare)
 			"$(n mounts) mounts, $(n links) network devices, $(n routes) routes," \
 			"$(n iptables) + $(n ip6tables) lines of iptables-save/ip6tables-save, $(n nft) nft tables," \
 			"$(n files) entries in ${#HOST_DIRS[@]} component directories, no $STATE or $RUN," \
+			"/dev/kvm as it was ($(grep '^devices /dev/kvm' "$before" | cut -d' ' -f3-))," \
 			"$(n cgroups) kubepods cgroups, $(n sysctl) sysctls ($3 vs $2)"
 	else
 		echo "host traces: make cluster left these differences (- before make cluster, + now):" >&2
