@@ -481,7 +481,7 @@ hl_rolled() {
 		if ! kubectl -n "$HL_NS" rollout status "ds/$ds" --timeout=180s >"$TEST/rollout.log" 2>&1; then
 			cat "$TEST/rollout.log" >&2
 			diag "$HL_NS" "$(hl_pod "$ds")"
-			fail "DaemonSet $ds did not roll out in 180 s $1"
+			fail "DaemonSet $ds did not roll out $1 (kubectl rollout status, 180 s: its words above)"
 			return 1
 		fi
 	done
