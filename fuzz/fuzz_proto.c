@@ -2,7 +2,8 @@
 /*
  * fuzz target (d): protobuf-c decoding of every message the plugins receive or send
  * (RegisterRequest, AllocateRequest, PreferredAllocationRequest, PreStartContainerRequest,
- * HealthCheckRequest, Empty, ListAndWatchResponse and the responses), each input decoded as
+ * HealthCheckRequest, Empty, ListAndWatchResponse and the responses; the plugin registration's
+ * InfoRequest, PluginInfo, RegistrationStatus and its response), each input decoded as
  * every type. Round trip: when x unpacks, y = pack(unpack(x)) must unpack again and re-pack to
  * exactly y (unknown fields included).
  *
@@ -18,6 +19,7 @@
 #include "api.pb-c.h"
 #include "fuzz.h"
 #include "health.pb-c.h"
+#include "pluginregistration.pb-c.h"
 
 static const ProtobufCMessageDescriptor *const types[] = {
 	&v1beta1__register_request__descriptor,
@@ -32,6 +34,10 @@ static const ProtobufCMessageDescriptor *const types[] = {
 	&v1beta1__preferred_allocation_response__descriptor,
 	&v1beta1__pre_start_container_response__descriptor,
 	&grpc__health__v1__health_check_response__descriptor,
+	&pluginregistration__info_request__descriptor,
+	&pluginregistration__plugin_info__descriptor,
+	&pluginregistration__registration_status__descriptor,
+	&pluginregistration__registration_status_response__descriptor,
 };
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *ret_len)
