@@ -3,7 +3,8 @@
  * fuzz target (d): protobuf-c decoding of every message the plugins receive or send
  * (RegisterRequest, AllocateRequest, PreferredAllocationRequest, PreStartContainerRequest,
  * HealthCheckRequest, Empty, ListAndWatchResponse and the responses; the plugin registration's
- * InfoRequest, PluginInfo, RegistrationStatus and its response), each input decoded as
+ * InfoRequest, PluginInfo, RegistrationStatus and its response; DRA's NodePrepareResources and
+ * NodeUnprepareResources requests and responses, NodeWatchResources'), each input decoded as
  * every type. Round trip: when x unpacks, y = pack(unpack(x)) must unpack again and re-pack to
  * exactly y (unknown fields included).
  *
@@ -17,6 +18,8 @@
 #include <string.h>
 
 #include "api.pb-c.h"
+#include "dra.pb-c.h"
+#include "dra_health.pb-c.h"
 #include "fuzz.h"
 #include "health.pb-c.h"
 #include "pluginregistration.pb-c.h"
@@ -38,6 +41,12 @@ static const ProtobufCMessageDescriptor *const types[] = {
 	&pluginregistration__plugin_info__descriptor,
 	&pluginregistration__registration_status__descriptor,
 	&pluginregistration__registration_status_response__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__descriptor,
+	&v1__node_watch_resources_request__descriptor,
+	&v1__node_watch_resources_response__descriptor,
 };
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *ret_len)
