@@ -50,7 +50,9 @@ func startReg(t *testing.T, dir string, versions ...string) *regServer {
 	s := &regServer{Daemon: d, t: t, sock: filepath.Join(dir, regDriver+"-reg.sock")}
 	t.Cleanup(func() {
 		if !s.Exited() {
-			s.Stop(20 * time.Second) //nolint:errcheck // the test's own checks come first
+			if code, err := s.Stop(20 * time.Second); err != nil || code != 0 {
+				t.Errorf("pluginreg_server at SIGTERM: exit %d, %v\n%s", code, err, s.Log())
+			}
 		}
 		checkSanitizers(t, "pluginreg_server", s.Log())
 	})
