@@ -124,7 +124,7 @@ static int answer_set(dp_dra_claim *c, const dp_dra_device *devs, size_t n, cons
 		return (*err = strdup(error)) ? 0 : -ENOMEM;
 	if (!c->call->prepare || n == 0)
 		return 0;
-	c->prepared.devices = calloc(n, sizeof(*c->prepared.devices));
+	c->prepared.devices = calloc(n, sizeof(*c->prepared.devices)); // NOLINT(bugprone-sizeof-expression): an array of pointers
 	if (!c->prepared.devices)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
@@ -149,7 +149,7 @@ static int send_prepare(struct dra_call *k)
 {
 	pb_prepare_resp resp = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
 	pb_prepare_entry *entries = calloc(k->n ? k->n : 1, sizeof(*entries));
-	pb_prepare_entry **ptrs = calloc(k->n ? k->n : 1, sizeof(*ptrs));
+	pb_prepare_entry **ptrs = calloc(k->n ? k->n : 1, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression): pointers
 	int r = -ENOMEM;
 	if (entries && ptrs) {
 		for (size_t i = 0; i < k->n; i++) {
@@ -171,7 +171,7 @@ static int send_unprepare(struct dra_call *k)
 {
 	pb_unprepare_resp resp = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_RESPONSE__INIT;
 	pb_unprepare_entry *entries = calloc(k->n ? k->n : 1, sizeof(*entries));
-	pb_unprepare_entry **ptrs = calloc(k->n ? k->n : 1, sizeof(*ptrs));
+	pb_unprepare_entry **ptrs = calloc(k->n ? k->n : 1, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression): pointers
 	int r = -ENOMEM;
 	if (entries && ptrs) {
 		for (size_t i = 0; i < k->n; i++) {

@@ -186,6 +186,7 @@ int dp_pluginreg_new(dp_loop *loop, const char *dir, const dp_pluginreg_config *
 	if ((size_t)snprintf(r->path, sizeof(r->path), "%s/%s%s", dir, c->name, DP_PLUGINREG_SUFFIX) >=
 	    sizeof(r->path)) {
 		r->path[0] = '\0';
+		// cppcheck-suppress memleak ; r is freed by its _cleanup_ attribute, which cppcheck does not model
 		return -ENAMETOOLONG;
 	}
 	int e = copy_config(r, c);
