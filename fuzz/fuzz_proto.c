@@ -2,7 +2,9 @@
 /*
  * fuzz target (d): protobuf-c decoding of every message the plugins receive or send
  * (RegisterRequest, AllocateRequest, PreferredAllocationRequest, PreStartContainerRequest,
- * HealthCheckRequest, Empty, ListAndWatchResponse and the responses), each input decoded as
+ * HealthCheckRequest, Empty, ListAndWatchResponse and the responses; the plugin registration's
+ * InfoRequest, PluginInfo, RegistrationStatus and its response; DRA's NodePrepareResources and
+ * NodeUnprepareResources requests and responses, NodeWatchResources'), each input decoded as
  * every type. Round trip: when x unpacks, y = pack(unpack(x)) must unpack again and re-pack to
  * exactly y (unknown fields included).
  *
@@ -16,8 +18,11 @@
 #include <string.h>
 
 #include "api.pb-c.h"
+#include "dra.pb-c.h"
+#include "dra_health.pb-c.h"
 #include "fuzz.h"
 #include "health.pb-c.h"
+#include "pluginregistration.pb-c.h"
 
 static const ProtobufCMessageDescriptor *const types[] = {
 	&v1beta1__register_request__descriptor,
@@ -32,6 +37,16 @@ static const ProtobufCMessageDescriptor *const types[] = {
 	&v1beta1__preferred_allocation_response__descriptor,
 	&v1beta1__pre_start_container_response__descriptor,
 	&grpc__health__v1__health_check_response__descriptor,
+	&pluginregistration__info_request__descriptor,
+	&pluginregistration__plugin_info__descriptor,
+	&pluginregistration__registration_status__descriptor,
+	&pluginregistration__registration_status_response__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__descriptor,
+	&k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__descriptor,
+	&v1__node_watch_resources_request__descriptor,
+	&v1__node_watch_resources_response__descriptor,
 };
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *ret_len)

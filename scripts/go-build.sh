@@ -20,6 +20,11 @@ gp="$out/gopath"
 mkdir -p "$gp/src/sdp/v1beta1"
 ln -sfn "$src/tests/kubelet" "$gp/src/sdp/kubelet"
 protoc --go_out=plugins=grpc:"$gp/src/sdp/v1beta1" -I"$src/proto" "$src/proto/api.proto"
+mkdir -p "$gp/src/sdp/pluginregistration"
+protoc --go_out=plugins=grpc:"$gp/src/sdp/pluginregistration" -I"$src/proto" "$src/proto/pluginregistration.proto"
+mkdir -p "$gp/src/sdp/drav1" "$gp/src/sdp/drahealthv1"
+protoc --go_out=plugins=grpc:"$gp/src/sdp/drav1" -I"$src/proto" "$src/proto/dra.proto"
+protoc --go_out=plugins=grpc:"$gp/src/sdp/drahealthv1" -I"$src/proto" "$src/proto/dra_health.proto"
 export GOPATH="$gp:/usr/share/gocode" GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" GOPROXY=off
 if [ -n "$arch" ]; then
 	GOARCH=$arch CGO_ENABLED=0 go build -o "$out/live-kvm" sdp/kubelet/cmd/live-kvm

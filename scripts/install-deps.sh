@@ -42,7 +42,7 @@
 # apt-get step prints apt's own error and stops the script (exit 100, apt's status).
 set -eu
 PKGS="gcc clang libclang-rt-14-dev make git meson ninja-build pkg-config \
-libnghttp2-dev libprotobuf-c-dev libmbedtls-dev protobuf-c-compiler libcmocka-dev libseccomp-dev \
+libnghttp2-dev libprotobuf-c-dev libmbedtls-dev protobuf-c-compiler libcmocka-dev libseccomp-dev libjansson-dev \
 golang-go golang-google-grpc-dev golang-goprotobuf-dev golang-github-fsnotify-fsnotify-dev protobuf-compiler python3-yaml valgrind openssl pci.ids musl-tools"
 need_npm=0
 case "${1:-}" in
@@ -55,7 +55,7 @@ lint) PKGS="clang-tidy cppcheck" ;;
 runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
 static) PKGS="musl-tools" ;;
 arm64) PKGS="gcc-aarch64-linux-gnu libc6-dev:arm64 libnghttp2-dev:arm64 libprotobuf-c-dev:arm64 \
-libseccomp-dev:arm64 libmbedtls-dev:arm64 libcmocka-dev:arm64 musl-dev:arm64 qemu-user-static" ;;
+libseccomp-dev:arm64 libmbedtls-dev:arm64 libcmocka-dev:arm64 libjansson-dev:arm64 musl-dev:arm64 qemu-user-static" ;;
 *)
 	echo "install-deps.sh: unknown profile '$1' (known: live-kvm, live-kvm-arm64, live-iommufd, cluster, lint, runtime, static, arm64)" >&2
 	exit 2

@@ -78,6 +78,17 @@ if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
 count "vg:scenarios" "$p" "$f"
 [ "$f" -ne 0 ] && grep -B2 -A30 -- '--- FAIL' "$out" | head -150
 
+# The DRA side's core modules alone (core/src/pluginreg, core/src/dra), as grpc-go's tests drive
+# them (tests/grpc/pluginreg_server, tests/grpc/dra_server: no daemon serves them yet).
+out="$logdir/dra.out"
+(cd "$src/tests/kubelet" && timeout 600 "$build/grpcpeer.test" -test.run '^Test(PluginReg|DRA)' -test.v) >"$out" 2>&1
+rc=$?
+p=$(grep -c -- '--- PASS' "$out")
+f=$(grep -c -- '--- FAIL' "$out")
+if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+count "vg:dra" "$p" "$f"
+[ "$f" -ne 0 ] && grep -B2 -A30 -- '--- FAIL' "$out" | head -80
+
 # Every log with an error line ("==pid== ...", or a "--pid-- WARNING" other than the known
 # unhandled pidfd_open (434), pidfd_send_signal (424), execveat (322) and seccomp (317),
 # see above).

@@ -214,6 +214,9 @@ size_t dp_endpoint_devices(const dp_endpoint *ep);
  * ECONNREFUSED); keep (may be NULL) is skipped; removed (may be NULL) is called with each name
  * removed. Returns how many were.
  *
+ * dp_socket_stale: 1 when path is a socket no one listens on (connect: ECONNREFUSED), 0 when
+ * someone does or it is not a socket, else -errno (-ENOENT: no such file).
+ *
  * dp_socket_dir_check: 0 when every name we make, and kubelet.sock, fits a sockaddr_un in dir
  * (strlen(dir) <= DP_SOCKET_DIR_MAX), else -ENAMETOOLONG.
  */
@@ -231,5 +234,6 @@ int dp_socket_name(char *buf, size_t size, const char *prefix);
 unsigned dp_socket_sweep(const char *dir, const char *prefix, const char *keep,
 			 void (*removed)(const char *name, void *userdata), void *userdata);
 int dp_socket_dir_check(const char *dir);
+int dp_socket_stale(const char *path);
 /* Failed registration attempts since the last successful one. */
 unsigned dp_endpoint_failures(const dp_endpoint *ep);

@@ -283,7 +283,7 @@ static int ep_send_register(dp_endpoint *ep)
 	snprintf(kubelet_sock, sizeof(kubelet_sock), "%s/kubelet.sock", ep->dir);
 	dp_endpoint_watch_remember(ep);
 	/* A kubelet.sock nobody listens on would only show as a timeout 20 s later. */
-	if (dp_ep_socket_stale(kubelet_sock) == 1) {
+	if (dp_socket_stale(kubelet_sock) == 1) {
 		snprintf(ep->reason_register, sizeof(ep->reason_register), "connect to %s: %s", kubelet_sock,
 			 strerror(ECONNREFUSED));
 		return -ECONNREFUSED;

@@ -157,13 +157,12 @@ void dp_endpoint_list_and_watch(dp_grpc_call *call, const uint8_t *msg, size_t l
 
 /* endpoint_socket.c: serve on a fresh "<prefix>-<n>.sock" (ep->socket_name), removing a
  * stale socket of ours that holds the name; remove our socket (only the inode we created);
- * remove every stale socket of our prefix (returns how many); "<prefix>-<6 base32hex>.sock";
- * 1 when path is a socket no one listens on, 0 when live or not a socket, else -errno. */
+ * remove every stale socket of our prefix (returns how many); "<prefix>-<6 base32hex>.sock"
+ * (dp_socket_stale: endpoint.h). */
 int dp_ep_socket_serve(dp_endpoint *ep, const dp_grpc_method *methods, size_t n_methods);
 void dp_ep_socket_remove(dp_endpoint *ep);
 unsigned dp_ep_socket_sweep(dp_endpoint *ep);
 bool dp_ep_socket_ours(const char *prefix, const char *name);
-int dp_ep_socket_stale(const char *path);
 
 /* endpoint_rpc.c: GetPreferredAllocation's answer to one container request: the driver's prefer
  * hook when it gives a valid one (dp_driver), else dp_ep_prefer's. *ret: free() the array. */

@@ -123,7 +123,7 @@ bool dp_ep_socket_ours(const char *prefix, const char *name)
 	return strcmp(p, SUFFIX) == 0;
 }
 
-int dp_ep_socket_stale(const char *path)
+int dp_socket_stale(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -153,7 +153,7 @@ static int remove_if_stale(const char *dir, const char *prefix, const char *name
 	if (!dp_ep_socket_ours(prefix, name) ||
 	    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
 		return 0;
-	if (lstat(path, &before) < 0 || dp_ep_socket_stale(path) != 1)
+	if (lstat(path, &before) < 0 || dp_socket_stale(path) != 1)
 		return 0;
 	/* Still the inode that refused the connection. */
 	if (lstat(path, &after) < 0 || after.st_ino != before.st_ino || after.st_dev != before.st_dev)
