@@ -374,6 +374,19 @@ runtimeRequestTimeout: 15m
 # As a GPU node is run: a container's devices on one NUMA node, kata's GetPreferredAllocation
 # asked to choose among the aligned ones (make test-cluster checks the pair it gets).
 topologyManagerPolicy: single-numa-node
+# A test node on a shared machine: eviction in absolute sizes, not the defaults' shares of the
+# host's disk. Seen: a 252 GB disk with 37 GB free is under imagefs.available's default 15%, and
+# the kubelet tainted the node node.kubernetes.io/disk-pressure, so no test pod scheduled. Image
+# garbage collection off (it starts at 85% of the disk used, as on that disk): it would delete
+# the images make cluster imported, which no registry gives back.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1Gi
+  nodefs.inodesFree: 5%
+  imagefs.available: 1Gi
+  imagefs.inodesFree: 5%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 EOF
 start kubelet "$bin/kubelet" --config="$STATE/config/kubelet.yaml" --kubeconfig="$STATE/kubelet.conf" \
 	--node-ip="$node_ip" --hostname-override="$node"

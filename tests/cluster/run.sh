@@ -126,6 +126,9 @@ fixtures() {
 	mount --bind "$KATA_ROOT/dev/vfio" /dev/vfio || return 1
 	touch "$TEST/vfio-mounted"
 	kubectl create namespace "$NS" >/dev/null
+	local taints
+	taints=$(kubectl get node "$node" -o jsonpath='{range .spec.taints[*]}{.key}:{.effect} {end}')
+	[ -z "$taints" ] || fail "node $node is tainted ($taints): no test pod would schedule; its conditions: $(kubectl get node "$node" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {end}')" || return 1
 	note "kata tree: $(jq -c '[.devices[] | {name, group, numa}]' "$TEST/kata-tree.json")"
 }
 
