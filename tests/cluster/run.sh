@@ -547,7 +547,7 @@ kvm_image() {
 }
 
 hl_workload() {
-	local t c code log want
+	local t c code log
 	kvm_image || return 1
 	t=$(date +%s.%N)
 	kubectl apply -f - >/dev/null <<EOF
