@@ -15,7 +15,7 @@
 #include "dp/buf.h"
 #include "dp/macro.h"
 #include "dp_version.h"
-#include "https.h"
+#include "dp/https.h"
 
 #define TOKEN_MAX 16384
 #define WHY_MAX 512
@@ -73,15 +73,15 @@ static void send_patch(const char *url, const char *ca_path, const dp_buf *body,
 	static const char user_agent[] = "User-Agent: hyperlight-device-plugin/" DP_VERSION;
 	const char *headers[] = { user_agent, "Content-Type: application/merge-patch+json",
 				  "Accept: application/json", auth, NULL };
-	hl_https_request q = {
+	dp_https_request q = {
 		.url = url, .method = "PATCH", .ca_path = ca_path, .headers = headers,
 		.body = body->data, .body_len = body->len,
 		.connect_timeout_ms = HL_LABEL_CONNECT_TIMEOUT_MS, .timeout_ms = HL_LABEL_TRANSFER_TIMEOUT_MS,
 	};
-	hl_http_response r;
+	dp_http_response r;
 	char why[WHY_MAX];
 
-	if (hl_https_send(&q, &r, why, sizeof(why)) < 0) {
+	if (dp_https_send(&q, &r, why, sizeof(why)) < 0) {
 		dp_helper_reply_fail("%s", why);
 	} else if (r.status == 200 || r.status == 201) {
 		char detail[32];

@@ -29,7 +29,7 @@
 #pragma once
 
 #include "dp/helper.h"
-#include "http_response.h"
+#include "dp/http_response.h"
 #include "label_node.h"
 
 extern const dp_helper_entry hl_label_helper;

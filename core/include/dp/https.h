@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * https: one HTTP/1.1 request over TLS, blocking, bounded by two deadlines, for the node-label
- * child (label_patch.c). TLS is Mbed TLS (Debian's libmbedtls, 2.28): TLS 1.2, the peer's
+ * https: one HTTP/1.1 request over TLS, blocking, bounded by two deadlines, for the helper
+ * programs that talk to the API server (hyperlight-label-node, sdp-kube-api). TLS is Mbed TLS (Debian's libmbedtls, 2.28): TLS 1.2, the peer's
  * certificate chain verified against the given CA file only, and its name checked against the
  * URL's host: a DNS name by Mbed TLS (subjectAltName dNSName, or the CN without one), an IP
  * address here (Mbed TLS 2.28 does not check iPAddress entries; this module requires one
@@ -11,9 +11,12 @@
 
 #include <stddef.h>
 
-#include "http_response.h"
+#include "dp/http_response.h"
 
-typedef struct hl_https_request {
+/* The longest body dp_https_fetch takes. */
+#define DP_HTTPS_BODY_MAX ((size_t)16 << 20)
+
+typedef struct dp_https_request {
 	const char *url;              /* https://HOST[:PORT][/PATH]; HOST a name, IPv4, or [IPv6] */
 	const char *method;           /* e.g. "PATCH" */
 	const char *ca_path;          /* PEM file: the only trust anchors */
@@ -23,7 +26,8 @@ typedef struct hl_https_request {
 	size_t body_len;
 	unsigned connect_timeout_ms;  /* name lookup excluded, each address tried within it */
 	unsigned timeout_ms;          /* the whole exchange, from the start */
-} hl_https_request;
+	size_t body_max;              /* dp_https_fetch: the longest body taken (1..DP_HTTPS_BODY_MAX) */
+} dp_https_request;
 
 /* Sends q and reads the answer's status line, header block and the start of its body into
  * *ret (written only on success; any status is a success here). Errors, with a sentence for a
@@ -37,4 +41,10 @@ typedef struct hl_https_request {
  *   -EPROTO            the TLS handshake failed, including an untrusted certificate
  *   -EPERM             the certificate does not name the host
  *   -EBADMSG           the answer is not HTTP/1.x or ended before its header block did */
-int hl_https_send(const hl_https_request *q, hl_http_response *ret, char *why, size_t why_size);
+int dp_https_send(const dp_https_request *q, dp_http_response *ret, char *why, size_t why_size);
+/* As dp_https_send, and the answer's whole body decoded into *body (free(); NUL-terminated after
+ * its *body_len bytes), read until it is complete. Also: -EINVAL q->body_max 0 or over
+ * DP_HTTPS_BODY_MAX; -EFBIG the body is longer than q->body_max; -EBADMSG the body is malformed or
+ * cut short. */
+int dp_https_fetch(const dp_https_request *q, dp_http_response *ret, char **body, size_t *body_len, char *why,
+		   size_t why_size);

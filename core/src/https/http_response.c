@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* http_response: the status and body of an HTTP/1.1 answer, parsed from the bytes so far. */
-#include "http_response.h"
+#include "dp/http_response.h"
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -132,9 +133,9 @@ static int parse_head(const char *buf, size_t end, struct head *h)
 	return 0;
 }
 
-static void keep(hl_http_response *r, const char *p, size_t n)
+static void keep(dp_http_response *r, const char *p, size_t n)
 {
-	size_t room = HL_HTTP_EXCERPT_MAX - r->excerpt_len;
+	size_t room = DP_HTTP_EXCERPT_MAX - r->excerpt_len;
 
 	for (size_t i = 0; i < n && i < room; i++) {
 		unsigned char c = (unsigned char)p[i];
@@ -173,7 +174,7 @@ static int chunk_header(const char *p, const char *stop, size_t *size, size_t *s
 }
 
 /* The chunked body in p..stop: the excerpt from the chunks at hand; done at the last chunk. */
-static int read_chunks(const char *p, const char *stop, hl_http_response *r)
+static int read_chunks(const char *p, const char *stop, dp_http_response *r)
 {
 	size_t size, skip;
 	int k;
@@ -195,24 +196,36 @@ static int read_chunks(const char *p, const char *stop, hl_http_response *r)
 	return k == -EAGAIN ? 0 : k;
 }
 
-int hl_http_response_parse(const char *buf, size_t len, hl_http_response *ret)
+/* The final answer's header block in buf[len] (interim 1xx answers skipped) into *h, the body's
+ * offset into *off. */
+static int final_head(const char *buf, size_t len, struct head *h, size_t *off)
 {
-	hl_http_response r = { 0 };
-	struct head h;
-	size_t end, off = 0;
+	size_t end, o = 0;
 	int k;
 
-	/* interim answers (1xx) come before the final one: skip each */
 	for (;;) {
-		end = head_end(buf + off, len - off < HL_HTTP_HEAD_MAX ? len - off : HL_HTTP_HEAD_MAX);
+		end = head_end(buf + o, len - o < DP_HTTP_HEAD_MAX ? len - o : DP_HTTP_HEAD_MAX);
 		if (end == 0)
-			return len - off >= HL_HTTP_HEAD_MAX ? -EBADMSG : -EAGAIN;
-		if ((k = parse_head(buf + off, end, &h)) < 0)
+			return len - o >= DP_HTTP_HEAD_MAX ? -EBADMSG : -EAGAIN;
+		if ((k = parse_head(buf + o, end, h)) < 0)
 			return k;
-		off += end;
-		if (h.status >= 200 || h.status == 101)
+		o += end;
+		if (h->status >= 200 || h->status == 101)
 			break;
 	}
+	*off = o;
+	return 0;
+}
+
+int dp_http_response_parse(const char *buf, size_t len, dp_http_response *ret)
+{
+	dp_http_response r = { 0 };
+	struct head h;
+	size_t off;
+	int k;
+
+	if ((k = final_head(buf, len, &h, &off)) < 0)
+		return k;
 	r.status = h.status;
 	r.head_done = true;
 	const char *body = buf + off, *stop = buf + len;
@@ -226,5 +239,67 @@ int hl_http_response_parse(const char *buf, size_t len, hl_http_response *ret)
 		r.body_done = h.framing == BY_LENGTH && have >= h.length;
 	}
 	*ret = r;
+	return 0;
+}
+
+/* The chunked body p..stop decoded into out (room for stop - p bytes); its length in *n. */
+static int decode_chunks(const char *p, const char *stop, char *out, size_t *n)
+{
+	size_t size, skip, len = 0;
+	int k;
+
+	while ((k = chunk_header(p, stop, &size, &skip)) == 0) {
+		p += skip;
+		if (size == 0) {
+			*n = len;
+			return 0;
+		}
+		if ((size_t)(stop - p) < size + 2)
+			return -EAGAIN;
+		if (p[size] != '\r' || p[size + 1] != '\n')
+			return -EBADMSG;
+		memcpy(out + len, p, size);
+		len += size;
+		p += size + 2;
+	}
+	return k;
+}
+
+int dp_http_response_body(const char *buf, size_t len, bool eof, size_t max, char **ret, size_t *ret_len)
+{
+	struct head h;
+	size_t off, n = 0;
+	int k;
+
+	if ((k = final_head(buf, len, &h, &off)) < 0)
+		return k == -EAGAIN && eof ? -EBADMSG : k;
+	size_t have = len - off;
+	if (h.framing == BY_LENGTH && h.length > max)
+		return -EFBIG;
+	if (h.framing == BY_LENGTH && have < h.length)
+		return eof ? -EBADMSG : -EAGAIN;
+	if (h.framing == BY_CLOSE && !eof)
+		return -EAGAIN;
+	char *out = malloc(have + 1);
+	if (!out)
+		return -ENOMEM;
+	if (h.framing == BY_CHUNKS) {
+		k = decode_chunks(buf + off, buf + len, out, &n);
+		if (k == -EAGAIN && eof)
+			k = -EBADMSG;
+	} else {
+		n = h.framing == BY_LENGTH ? h.length : have;
+	}
+	if (k == 0 && n > max)
+		k = -EFBIG;
+	if (k < 0) {
+		free(out);
+		return k;
+	}
+	if (h.framing != BY_CHUNKS)
+		memcpy(out, buf + off, n);
+	out[n] = '\0';
+	*ret = out;
+	*ret_len = n;
 	return 0;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* https: one blocking HTTP/1.1 request over TLS (Mbed TLS) for the node-label child. */
-#include "https.h"
+#include "dp/https.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,7 +27,7 @@
 #include "dp/macro.h"
 
 #define HOST_MAX 253
-#define ANSWER_MAX (HL_HTTP_HEAD_MAX + 4096)
+#define ANSWER_MAX (DP_HTTP_HEAD_MAX + 4096)
 #define USEC_PER_MSEC 1000u
 #define SAN_IP_TAG (MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_X509_SAN_IP_ADDRESS)
 
@@ -42,7 +42,7 @@ struct url {
 
 /* One exchange: the socket, the deadline its I/O waits up to, what failed, the error text. */
 struct exchange {
-	const hl_https_request *q;
+	const dp_https_request *q;
 	struct url url;
 	int fd;
 	uint64_t deadline;
@@ -359,7 +359,7 @@ static int handshake(struct exchange *x, struct tls *t)
 
 static int render_request(const struct exchange *x, dp_buf *b)
 {
-	const hl_https_request *q = x->q;
+	const dp_https_request *q = x->q;
 	bool default_port = strcmp(x->url.port, "443") == 0;
 
 	dp_buf_printf(b, "%s %s HTTP/1.1\r\nHost: %s%s%s%s%s\r\n", q->method, x->url.path, x->url.v6 ? "[" : "",
@@ -385,28 +385,31 @@ static int send_all(struct exchange *x, struct tls *t, const dp_buf *b)
 	return 0;
 }
 
-/* Reads until the answer's header block and its excerpt are complete, or the peer closes. */
-static int read_answer(struct exchange *x, struct tls *t, hl_http_response *ret)
+/* The answer's bytes so far: buf[len], of cap. */
+struct answer {
+	char *buf;
+	size_t len, cap;
+};
+
+/* Reads until the answer's header block and its excerpt (q->body_max 0), or its whole body, are
+ * complete, or the peer closes; *closed: it did. */
+static int read_answer(struct exchange *x, struct tls *t, struct answer *a, dp_http_response *ret, bool *closed)
 {
-	_cleanup_free_ char *buf = malloc(ANSWER_MAX);
-	hl_http_response r;
+	dp_http_response r;
 	char err[128];
-	size_t len = 0;
 	int k = -EAGAIN, n = 0;
 
-	if (!buf)
-		return fail(x, -ENOMEM, "out of memory");
-	while (len < ANSWER_MAX) {
-		n = mbedtls_ssl_read(&t->ssl, (unsigned char *)buf + len, ANSWER_MAX - len);
+	while (a->len < a->cap) {
+		n = mbedtls_ssl_read(&t->ssl, (unsigned char *)a->buf + a->len, a->cap - a->len);
 		if (n <= 0)
 			break;
-		len += (size_t)n;
-		k = hl_http_response_parse(buf, len, &r);
-		if (k == -EBADMSG || (k == 0 && (r.body_done || r.excerpt_len == HL_HTTP_EXCERPT_MAX)))
+		a->len += (size_t)n;
+		k = dp_http_response_parse(a->buf, a->len, &r);
+		if (k == -EBADMSG || (k == 0 && (r.body_done || (!x->q->body_max && r.excerpt_len == DP_HTTP_EXCERPT_MAX))))
 			break;
 	}
-	bool closed = n == 0 || n == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || n == MBEDTLS_ERR_SSL_CONN_EOF;
-	if (k == -EAGAIN && n < 0 && !closed)
+	*closed = n == 0 || n == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || n == MBEDTLS_ERR_SSL_CONN_EOF;
+	if (k == -EAGAIN && n < 0 && !*closed)
 		return fail(x, x->io_err == ETIMEDOUT ? -ETIMEDOUT : -EPROTO, "waiting for the answer from %s port %s: %s",
 			    x->url.host, x->url.port, tls_error(x, n, err, sizeof(err)));
 	if (k < 0)
@@ -416,30 +419,72 @@ static int read_answer(struct exchange *x, struct tls *t, hl_http_response *ret)
 	return 0;
 }
 
-int hl_https_send(const hl_https_request *q, hl_http_response *ret, char *why, size_t why_size)
+/* The whole body of the answer read into a (q->body_max set). */
+static int take_body(struct exchange *x, const struct answer *a, bool closed, char **body, size_t *body_len)
+{
+	int k = dp_http_response_body(a->buf, a->len, closed || a->len == a->cap, x->q->body_max, body, body_len);
+
+	if (k == -EFBIG || (k < 0 && a->len == a->cap))
+		return fail(x, -EFBIG, "%s port %s answered a body over %zu bytes", x->url.host, x->url.port,
+			    x->q->body_max);
+	if (k == -ENOMEM)
+		return fail(x, k, "out of memory");
+	if (k < 0)
+		return fail(x, -EBADMSG, "%s port %s answered %s", x->url.host, x->url.port,
+			    k == -EAGAIN ? "a body cut short" : "a malformed body");
+	return 0;
+}
+
+static int exchange(const dp_https_request *q, dp_http_response *ret, char **body, size_t *body_len, char *why,
+		    size_t why_size)
 {
 	_cleanup_(dp_buf_done) dp_buf req = { 0 };
 	struct exchange x = { .q = q, .fd = -1, .why = why, .why_size = why_size };
+	struct answer a = { .cap = ANSWER_MAX };
+	dp_http_response resp;
+	bool closed = false;
 	struct tls t;
 	int r;
 
+	if (q->body_max)
+		a.cap = DP_HTTP_HEAD_MAX + 2 * q->body_max + 4096; /* chunk framing included */
 	x.deadline = dp_now_usec() + (uint64_t)q->timeout_ms * USEC_PER_MSEC;
 	tls_init(&t);
 	if ((r = parse_url(&x)) < 0 || (r = load_ca(&x, &t)) < 0)
 		goto out;
-	if (render_request(&x, &req) < 0) {
+	if (render_request(&x, &req) < 0 || !(a.buf = malloc(a.cap))) {
 		r = fail(&x, -ENOMEM, "out of memory");
 		goto out;
 	}
 	if ((r = tcp_connect(&x)) < 0 || (r = tls_setup(&x, &t)) < 0 || (r = handshake(&x, &t)) < 0 ||
-	    (r = send_all(&x, &t, &req)) < 0 || (r = read_answer(&x, &t, ret)) < 0)
+	    (r = send_all(&x, &t, &req)) < 0 || (r = read_answer(&x, &t, &a, &resp, &closed)) < 0)
 		goto out;
+	if (q->body_max && (r = take_body(&x, &a, closed, body, body_len)) < 0)
+		goto out;
+	*ret = resp;
 	(void)mbedtls_ssl_close_notify(&t.ssl);
 out:
 	tls_free(&t);
+	free(a.buf);
 	if (x.fd >= 0)
 		close(x.fd);
 	if (req.data)
 		explicit_bzero(req.data, req.cap);
 	return r;
+}
+
+int dp_https_send(const dp_https_request *q, dp_http_response *ret, char *why, size_t why_size)
+{
+	dp_https_request one = *q;
+
+	one.body_max = 0;
+	return exchange(&one, ret, NULL, NULL, why, why_size);
+}
+
+int dp_https_fetch(const dp_https_request *q, dp_http_response *ret, char **body, size_t *body_len, char *why,
+		   size_t why_size)
+{
+	if (!q->body_max || q->body_max > DP_HTTPS_BODY_MAX)
+		return -EINVAL;
+	return exchange(q, ret, body, body_len, why, why_size);
 }
