@@ -6,27 +6,20 @@
  */
 #include "labels.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "dp/helper.h"
+#include "dp/kubeenv.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 #include "label-node/label_node.h"
 
-#define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
-#define SA_TOKEN SA_DIR "/token"
-#define SA_CA SA_DIR "/ca.crt"
-
 #define BACKOFF_FIRST_USEC (1 * DP_USEC_PER_SEC)
 #define BACKOFF_MAX_USEC (300 * DP_USEC_PER_SEC)
-#define DNS_SUBDOMAIN_MAX 253
 #define LABEL_VALUE_MAX 63
 #define STATUS_PREFIX "status="
 #define BODY_PREFIX " body="
@@ -50,37 +43,9 @@ DP_DEFINE_CLEANUP(hl_labels, hl_labels_free)
 
 /* ---------------------------------------------------------------- configuration */
 
-static bool is_lower_alnum(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
 static bool is_alnum(char c)
 {
-	return is_lower_alnum(c) || (c >= 'A' && c <= 'Z');
-}
-
-/* Kubernetes' IsDNS1123Subdomain: dot-separated [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 253 bytes. */
-static bool dns_subdomain(const char *s)
-{
-	size_t n = strlen(s);
-	bool at_start = true;
-
-	if (n == 0 || n > DNS_SUBDOMAIN_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (c == '.') {
-			if (at_start || s[i - 1] == '-')
-				return false;
-			at_start = true;
-			continue;
-		}
-		if (c == '-' ? at_start : !is_lower_alnum(c))
-			return false;
-		at_start = false;
-	}
-	return !at_start && s[n - 1] != '-';
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z');
 }
 
 /* A non-empty Kubernetes label value: (([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?, <= 63. */
@@ -96,98 +61,22 @@ static bool label_value(const char *s)
 	return true;
 }
 
-/* A host name or IPv4 literal as it may appear in a URL: [A-Za-z0-9.-], <= 253 bytes. */
-static bool url_host(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > DNS_SUBDOMAIN_MAX || s[0] == '-' || s[0] == '.')
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!is_alnum(s[i]) && s[i] != '-' && s[i] != '.')
-			return false;
-	return true;
-}
-
-static bool tcp_port(const char *s)
-{
-	unsigned long v = 0;
-
-	if (!*s || strlen(s) > 5)
-		return false;
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return false;
-		v = v * 10 + (unsigned long)(*p - '0');
-	}
-	return v >= 1 && v <= 65535 && s[0] != '0';
-}
-
-static bool file_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* https://HOST:PORT/api/v1/nodes/NODE; HOST bracketed when it is an IPv6 literal. Returns 0,
- * 1 (inactive: why says so, logged at info), 2 (invalid: logged at warn) or -ENOMEM. */
-static int api_url(const char *node, char **ret, char *why, size_t size)
-{
-	const char *host = getenv("KUBERNETES_SERVICE_HOST");
-	const char *port = getenv("KUBERNETES_SERVICE_PORT");
-	struct in6_addr a6;
-	char *url;
-	int n;
-
-	if (!host || !*host || !port || !*port) {
-		snprintf(why, size, "%s is not set (not running in a cluster)",
-			 !host || !*host ? "KUBERNETES_SERVICE_HOST" : "KUBERNETES_SERVICE_PORT");
-		return 1;
-	}
-	bool v6 = inet_pton(AF_INET6, host, &a6) == 1;
-	if (!v6 && !url_host(host)) {
-		snprintf(why, size, "KUBERNETES_SERVICE_HOST is not an IP address or host name");
-		return 2;
-	}
-	if (!tcp_port(port)) {
-		snprintf(why, size, "KUBERNETES_SERVICE_PORT is not a port number (1..65535)");
-		return 2;
-	}
-	n = asprintf(&url, "https://%s%s%s:%s/api/v1/nodes/%s", v6 ? "[" : "", host, v6 ? "]" : "",
-		     port, node);
-	if (n < 0)
-		return -ENOMEM;
-	*ret = url;
-	return 0;
-}
-
-/* Fills node, url, token_path and ca_path. Returns 0 (active), 1 / 2 (inactive, see api_url),
- * or a negative errno (-ENOMEM; -EINVAL / -ENAMETOOLONG from an unusable root prefix). */
+/* Fills node, url, token_path and ca_path. Returns 0 (active), 1 / 2 (inactive, see
+ * dp_kubeenv_load), or a negative errno. */
 static int load_config(hl_labels *l, char *why, size_t size)
 {
-	const char *node = getenv("NODE_NAME");
-	int r;
+	dp_kubeenv e;
+	int r = dp_kubeenv_load(&e, why, size);
 
-	if (!node || !*node) {
-		snprintf(why, size, "NODE_NAME is not set");
-		return 1;
-	}
-	if (!dns_subdomain(node)) {
-		snprintf(why, size, "NODE_NAME is not a valid node name (DNS subdomain: lower-case "
-				    "letters, digits, '-' and '.', at most 253 bytes)");
-		return 2;
-	}
-	if ((r = dp_path(l->token_path, sizeof(l->token_path), SA_TOKEN)) < 0 ||
-	    (r = dp_path(l->ca_path, sizeof(l->ca_path), SA_CA)) < 0)
+	if (r != 0)
 		return r;
-	if (!file_exists(l->token_path) || !file_exists(l->ca_path)) {
-		snprintf(why, size, "no service account mounted (%s missing)",
-			 file_exists(l->token_path) ? SA_CA : SA_TOKEN);
-		return 1;
-	}
-	if (!(l->node = strdup(node)))
+	snprintf(l->token_path, sizeof(l->token_path), "%s", e.token_path);
+	snprintf(l->ca_path, sizeof(l->ca_path), "%s", e.ca_path);
+	if (!(l->node = strdup(e.node)) || asprintf(&l->url, "%s/api/v1/nodes/%s", e.api, e.node) < 0) {
+		l->url = NULL;
 		return -ENOMEM;
-	return api_url(node, &l->url, why, size);
+	}
+	return 0;
 }
 
 /* ---------------------------------------------------------------- attempts */
