@@ -140,6 +140,23 @@ static void not_json(void **state)
 	refused("{\"a\":\"\xff\"}", -EBADMSG, "not JSON");
 }
 
+/* names the API would never write are refused, not carried into a file or a log line */
+static void hostile_names(void **state)
+{
+	refused(ALLOC(RESULT("kata.nvidia.com", "node-a", "GPU-0")), -EBADMSG, "results[0]: device name \"GPU-0\" is not a DNS label");
+	refused(ALLOC(RESULT("kata.nvidia.com", "node-a", "gpu\\t0")), -EBADMSG, "is not a DNS label");
+	refused(ALLOC("{\"request\":\"a b\",\"driver\":\"kata.nvidia.com\",\"pool\":\"node-a\",\"device\":\"gpu-0\"}"),
+		-EBADMSG, "request name \"a b\" is not one or two DNS labels");
+	refused(ALLOC("{\"request\":\"a/b/c\",\"driver\":\"kata.nvidia.com\",\"pool\":\"node-a\",\"device\":\"gpu-0\"}"),
+		-EBADMSG, "request name");
+	refused(ALLOC("{\"request\":\"a\",\"driver\":\"kata.nvidia.com\",\"pool\":\"node-a\",\"device\":\"gpu-0\",\"shareID\":\"x y\"}"),
+		-EBADMSG, "share ID \"x y\" is not a UID");
+	dp_draclaim c;
+	assert_int_equal(rd(ALLOC("{\"request\":\"gpus/big\",\"driver\":\"kata.nvidia.com\",\"pool\":\"node-a\",\"device\":\"gpu-0\",\"shareID\":\"0b5e-11\"}"), &c), 0);
+	assert_string_equal(c.results[0].request, "gpus/big");
+	assert_string_equal(c.results[0].share_id, "0b5e-11");
+}
+
 static void bounds(void **state)
 {
 	/* 33 results */
@@ -174,6 +191,7 @@ int main(void)
 		cmocka_unit_test(identity),       cmocka_unit_test(not_allocated),
 		cmocka_unit_test(other_pool),     cmocka_unit_test(bad_fields),
 		cmocka_unit_test(not_json),       cmocka_unit_test(bounds),
+		cmocka_unit_test(hostile_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

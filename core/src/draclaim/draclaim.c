@@ -2,6 +2,8 @@
 /* draclaim: a ResourceClaim's allocation for one driver and pool, read from the API's JSON. */
 #include "dp/draclaim.h"
 
+#include "dp/claimfile.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -120,6 +122,9 @@ static int read_result(json_t *res, size_t i, const char *driver, const char *po
 	memcpy(out->device, dev, strlen(dev) + 1);
 	memcpy(out->share_id, share ? share : "", share ? strlen(share) + 1 : 1);
 	out->admin_access = admin && json_is_true(admin);
+	char w[160];
+	if (!dp_claimfile_result_valid(out, w, sizeof(w)))
+		return FAIL(-EBADMSG, "%s: %s", path, w);
 	return 1;
 }
 
