@@ -293,6 +293,29 @@ static void test_arguments(void **state)
 	assert_string_equal(x.r.reason, "hello world");
 }
 
+/* New arguments for the next runs, not while one is in progress; the executable's fd stays. */
+static void test_set_argv(void **state)
+{
+	struct fixture *f = *state;
+	struct res x = {0}, y = {0};
+	char *first[] = {"echo", "first call", NULL}, *second[] = {"echo", "second call", NULL};
+	char *empty[] = {"", NULL};
+
+	new_helper(f, "echo", "hello", LONG_DEADLINE, DP_USEC_PER_SEC);
+	int fd = dp_helper_exe_fd(f->h);
+	assert_int_equal(dp_helper_set_argv(f->h, first), 0);
+	assert_int_equal(dp_helper_request(f->h, on_done, &x, NULL), 0);
+	assert_int_equal(dp_helper_set_argv(f->h, second), -EBUSY);
+	assert_true(dpt_run_until(f->loop, &x.done, BOUND_USEC));
+	assert_string_equal(x.r.reason, "first call");
+	assert_int_equal(dp_helper_set_argv(f->h, empty), -EINVAL);
+	assert_int_equal(dp_helper_set_argv(f->h, second), 0);
+	run_one(f, &y);
+	assert_string_equal(y.r.reason, "second call");
+	assert_int_equal(dp_helper_exe_fd(f->h), fd);
+	assert_int_equal(dp_helper_runs(f->h), 2);
+}
+
 static void test_exec_failure(void **state)
 {
 	struct fixture *f = *state;
@@ -717,6 +740,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_silent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_oversize, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_set_argv, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exec_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeout_ms, setup, teardown),

@@ -16,41 +16,9 @@
 #include "dp/macro.h"
 #include "dp_version.h"
 #include "dp/https.h"
+#include "dp/kubeapi.h"
 
-#define TOKEN_MAX 16384
 #define WHY_MAX 512
-
-/* The token, trailing whitespace trimmed. -ENOENT and other open/read errors, -EFBIG at
- * size - 1 bytes or more, -EBADMSG when empty or holding bytes that cannot go into an HTTP
- * header. */
-static int read_token(const char *path, char *buf, size_t size)
-{
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	size_t n = 0;
-	ssize_t k;
-
-	if (fd < 0)
-		return -errno;
-	while ((k = read(fd, buf + n, size - 1 - n)) != 0) {
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		n += (size_t)k;
-		if (n == size - 1)
-			return -EFBIG;
-	}
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-		n--;
-	buf[n] = '\0';
-	if (n == 0)
-		return -EBADMSG;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)buf[i] <= ' ' || (unsigned char)buf[i] >= 0x7f)
-			return -EBADMSG;
-	return 0;
-}
 
 /* {"metadata":{"labels":{"hyperlight.dev/enabled":"true","hyperlight.dev/hypervisor":"kvm"}}} */
 static int render_body(dp_buf *b, const char *hypervisor)
@@ -96,26 +64,24 @@ static void send_patch(const char *url, const char *ca_path, const dp_buf *body,
 static void entry_label_node(int argc, char **argv)
 {
 	_cleanup_(dp_buf_done) dp_buf body = { 0 };
-	char token[TOKEN_MAX], auth[TOKEN_MAX + 32];
+	dp_kubeapi a;
 	int r;
 
 	if (argc != 5) {
 		dp_helper_reply_fail("invalid " HL_LABEL_HELPER " arguments: <url> <token path> <ca path> <hypervisor>");
 		return;
 	}
-	r = read_token(argv[2], token, sizeof(token));
+	r = dp_kubeapi_init(&a, "", argv[2], argv[3], NULL);
 	if (r < 0) {
 		dp_helper_reply_fail("cannot read the service account token %s: %s", argv[2],
 				     r == -EBADMSG ? "empty or not printable" : strerror(-r));
 		return;
 	}
-	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-	explicit_bzero(token, sizeof(token));
 	if (render_body(&body, argv[4]) < 0)
 		dp_helper_reply_fail("out of memory");
 	else
-		send_patch(argv[1], argv[3], &body, auth);
-	explicit_bzero(auth, sizeof(auth));
+		send_patch(argv[1], argv[3], &body, a.auth);
+	dp_kubeapi_done(&a);
 }
 
 const dp_helper_entry hl_label_helper = { HL_LABEL_HELPER, entry_label_node };

@@ -84,6 +84,10 @@ int dp_helper_sibling(const char *name, char *buf, size_t size);
  * -EINVAL (NULL loop/argv/ret, empty name or exe, deadline 0), -ENOMEM, timerfd errors. */
 int dp_helper_new(dp_loop *loop, const char *exe, char *const argv[], uint64_t deadline_usec,
 		  uint64_t kill_grace_usec, dp_helper **ret);
+/* The name and arguments of the next runs (copied; the executable and its fd stay): one helper
+ * running different calls one at a time. -EBUSY while a run is in progress, -EINVAL, -ENOMEM
+ * (the old ones kept). */
+int dp_helper_set_argv(dp_helper *h, char *const argv[]);
 /* Kills a running child (SIGKILL; the loop still reaps it) and frees; pending waiters get no
  * callback and their dp_helper_wait handles become invalid. May be called from a done
  * callback. Accepts NULL, returns NULL. */

@@ -424,6 +424,21 @@ static int reap_orphan(dp_source *s, const siginfo_t *si, void *userdata)
 	return 0;
 }
 
+int dp_helper_set_argv(dp_helper *h, char *const argv[])
+{
+	char **v;
+
+	if (!h || !argv || !argv[0] || !*argv[0])
+		return -EINVAL;
+	if (dp_helper_running(h))
+		return -EBUSY;
+	if (!(v = helper_copy_argv(h->argv[0], argv)))
+		return -ENOMEM;
+	helper_free_argv(h->argv);
+	h->argv = v;
+	return 0;
+}
+
 dp_helper *dp_helper_free(dp_helper *h)
 {
 	if (!h || h->freed)
