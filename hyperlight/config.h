@@ -3,6 +3,7 @@
 #pragma once
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,7 @@ struct hl_config {
 	uint32_t gid;
 	uint32_t mode; /* DEVICE_MODE: the spec's fileMode, at most HL_MODE_MAX */
 	char host_device_dir[PATH_MAX]; /* HOST_DEVICE_DIR ("" when unset): the host's /dev, read-only */
+	bool dra; /* PLUGIN_API=dra: served through DRA (dra.h), not the device-plugin API */
 };
 
 /* The largest DEVICE_COUNT whose ListAndWatch response (all devices "Unhealthy", the longer
@@ -32,7 +34,8 @@ uint32_t hl_device_count_ceiling(void);
 /* Read the environment. DEVICE_COUNT invalid or outside 1..ceiling: -EINVAL/-ERANGE with the
  * message in err (the daemon exits 1). DEVICE_UID/DEVICE_GID/DEVICE_MODE invalid: default kept,
  * a warning naming the value is logged (once, here). HOST_DEVICE_DIR not absolute or too long:
- * -EINVAL (exit 1). */
+ * -EINVAL (exit 1). PLUGIN_API: "device-plugin" (the default, also when unset or empty) or
+ * "dra"; anything else -EINVAL (exit 1): a daemon never guesses which API serves its devices. */
 int hl_config_load(struct hl_config *ret, char *err, size_t errlen);
 /* A mode as DEVICE_MODE takes it: 3 or 4 octal digits ("660", "0660"), at most HL_MODE_MAX.
  * 0 with *ret set; -EINVAL (not 3 or 4 digits 0-7, "" included) or -ERANGE (above HL_MODE_MAX)

@@ -7,7 +7,8 @@
  * inherit the daemon's filter (a filter can only take rights away): the probe helper's three
  * hypervisor ioctls (probe.c), and, only when labelling is on, the label child's calls
  * (label-node/: TCP to the API server through Mbed TLS, the C library's DNS resolver) and the
- * exec of the label helper's own fd.
+ * exec of the label helper's own fd; with PLUGIN_API=dra the same calls for sdp-kube-api and
+ * the exec of its fd.
  */
 #pragma once
 
@@ -21,5 +22,6 @@
 
 /* The daemon's rules into out[cap]; returns how many. probe: the probe helper runs (not in
  * --device-access mode). label_exe_fd >= 0: labelling is on, the label child's calls and
- * execveat through label_exe_fd (the label helper's O_PATH fd, dp_helper_exe_fd). */
-size_t hl_seccomp_rules(bool probe, int label_exe_fd, dp_seccomp_rule *out, size_t cap);
+ * execveat through label_exe_fd (the label helper's O_PATH fd, dp_helper_exe_fd). kubeapi_exe_fd
+ * >= 0: DRA is on, the same calls and execveat through it (dp_draside_exe_fd). */
+size_t hl_seccomp_rules(bool probe, int label_exe_fd, int kubeapi_exe_fd, dp_seccomp_rule *out, size_t cap);

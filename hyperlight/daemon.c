@@ -74,6 +74,18 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 	int r = hl_plugin_new(loop, &d->cfg, &d->dev, &d->plugin);
 	if (r < 0)
 		return r;
+	if (d->cfg.dra) {
+		char why[256] = "";
+		if ((r = hl_dra_new(loop, &d->cfg, &d->dev, &d->dra, why, sizeof(why))) < 0) {
+			char q[300];
+			dp_error("cannot serve through DRA", "driver=" HL_DRA_DRIVER " error=%s reason=%s", strerror(-r),
+				 dp_logq(q, sizeof(q), why[0] ? why : strerror(-r)));
+			return r;
+		}
+		hl_plugin_set_verdict_fn(d->plugin, hl_dra_verdict, d->dra);
+		dp_info("serving through DRA", "driver=" HL_DRA_DRIVER " device=%s " HL_DRA_CAPACITY "=%u",
+			d->dev.name, d->cfg.device_count);
+	}
 	hl_labels_params lp = { .exe = label_exe(exe, sizeof(exe)) };
 	r = hl_labels_start(loop, d->dev.name, &lp, &d->labels);
 	if (r < 0)
@@ -96,13 +108,14 @@ size_t hl_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int
 {
 	struct hl_daemon *d = userdata;
 	*ret_exe_fd = d->device_access ? -1 : hl_plugin_exe_fd(d->plugin);
-	return hl_seccomp_rules(!d->device_access, hl_labels_exe_fd(d->labels), rules, max);
+	return hl_seccomp_rules(!d->device_access, hl_labels_exe_fd(d->labels), hl_dra_exe_fd(d->dra), rules, max);
 }
 
 void hl_daemon_stop(void *userdata)
 {
 	struct hl_daemon *d = userdata;
 	d->labels = hl_labels_free(d->labels);
+	d->dra = hl_dra_free(d->dra);
 	d->plugin = hl_plugin_free(d->plugin);
 	d->access = hl_access_free(d->access);
 }

@@ -11,6 +11,7 @@
 
 #include "access.h"
 #include "config.h"
+#include "dra.h"
 #include "detect.h"
 #include "dp/daemon.h"
 #include "labels.h"
@@ -26,6 +27,7 @@ struct hl_daemon {
 	hl_plugin *plugin;
 	hl_access *access;
 	hl_labels *labels;
+	hl_dra *dra; /* PLUGIN_API=dra */
 };
 
 int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,

@@ -50,6 +50,8 @@ struct hl_plugin {
 	char verdict_reason[DP_HELPER_REASON_MAX + 64];
 	uint64_t not_run_since;  /* the episode's first check that could not run; 0: none */
 	unsigned not_run_count;  /* checks that could not run in the episode */
+	hl_plugin_verdict_fn on_verdict;
+	void *verdict_userdata;
 };
 
 /* The checks done in the daemon itself: the injected node, then the CDI spec. */
@@ -94,6 +96,8 @@ static void answer_allocate(struct hl_plugin *p, dp_alloc *a, bool healthy, cons
 static void check_done(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
 {
 	dp_endpoint_set_health(p->ep, healthy, reason);
+	if (p->on_verdict)
+		p->on_verdict(healthy, reason, p->verdict_userdata);
 	if (a)
 		answer_allocate(p, a, healthy, reason);
 }
@@ -366,6 +370,7 @@ static int setup_endpoint(struct hl_plugin *p)
 		.devices = devs,
 		.n_devices = p->cfg.device_count,
 		.first_check_hold_usec = FIRST_CHECK_HOLD_USEC,
+		.no_kubelet = p->cfg.dra,
 		.healthy_message = "device usable",
 		.unhealthy_message = "device unusable, advertising every device Unhealthy",
 		.healthy_fields = p->health_fields,
@@ -433,6 +438,12 @@ hl_plugin *hl_plugin_free(hl_plugin *p)
 	p->ep = dp_endpoint_free(p->ep);
 	p->cdi = dp_cdi_file_free(p->cdi);
 	return (free(p), NULL);
+}
+
+void hl_plugin_set_verdict_fn(hl_plugin *p, hl_plugin_verdict_fn fn, void *userdata)
+{
+	p->on_verdict = fn;
+	p->verdict_userdata = userdata;
 }
 
 int hl_plugin_exe_fd(const hl_plugin *p)

@@ -34,5 +34,9 @@ int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_de
  * the CDI spec is kept. Accepts NULL, returns NULL. */
 hl_plugin *hl_plugin_free(hl_plugin *p);
 DP_DEFINE_CLEANUP(hl_plugin, hl_plugin_free)
+/* Told every check's end (healthy, or why not); with PLUGIN_API=dra the endpoint neither serves
+ * nor registers (dp_endpoint_config.no_kubelet) and this is how the DRA side learns the verdict. */
+typedef void (*hl_plugin_verdict_fn)(bool healthy, const char *reason, void *userdata);
+void hl_plugin_set_verdict_fn(hl_plugin *p, hl_plugin_verdict_fn fn, void *userdata);
 /* The probe helper's executable fd (the seccomp allow-list's only exec). */
 int hl_plugin_exe_fd(const hl_plugin *p);

@@ -70,6 +70,10 @@ typedef struct dp_endpoint_config {
 	size_t n_devices;
 	bool preferred_allocation;   /* advertise GetPreferredAllocation */
 	bool pre_start_required;
+	/* DRA (dp/draside.h) serves these devices instead: the endpoint checks them and keeps their
+	 * health (verdicts, events, metrics) but neither serves the device-plugin API nor registers
+	 * with the kubelet, nor watches its directory. */
+	bool no_kubelet;
 	uint64_t check_interval_usec; /* 0: 30 s */
 	/* The first check waits for the first registration attempt to end (registered or failed),
 	 * at most this long (0: it does not wait; none when kubelet.sock is absent, as that attempt

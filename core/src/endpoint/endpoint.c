@@ -439,6 +439,7 @@ int dp_endpoint_new(dp_loop *loop, const char *kubelet_dir, const dp_endpoint_co
 	ep->pre_start_required = cfg->pre_start_required;
 	ep->check_interval = cfg->check_interval_usec ? cfg->check_interval_usec : DEFAULT_CHECK_USEC;
 	ep->hold_usec = cfg->first_check_hold_usec;
+	ep->no_kubelet = cfg->no_kubelet;
 	ep->healthy_message = cfg->healthy_message ? cfg->healthy_message : "devices usable";
 	ep->unhealthy_message = cfg->unhealthy_message ? cfg->unhealthy_message :
 			        "devices unusable, advertising every device Unhealthy";
@@ -491,6 +492,11 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 
 int dp_endpoint_start(dp_endpoint *ep)
 {
+	if (ep->no_kubelet) {
+		snprintf(ep->reason_register, sizeof(ep->reason_register), "served through DRA, not registered");
+		dp_endpoint_request_check(ep);
+		return 0;
+	}
 	int r = dp_endpoint_watch_start(ep);
 	if (r >= 0)
 		r = dp_ep_hold_start(ep);

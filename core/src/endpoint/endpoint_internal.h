@@ -46,6 +46,7 @@ struct ep_stream {
 
 struct dp_endpoint {
 	dp_loop *loop;
+	bool no_kubelet; /* checks and health only: dp_endpoint_config */
 	void *userdata;
 	char *resource; /* one block with prefix and dir */
 	char *prefix;
