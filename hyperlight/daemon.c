@@ -2,9 +2,12 @@
 /* daemon: hyperlight-device-plugin's configure, start, confine and stop callbacks (daemon.h). */
 #include "daemon.h"
 
+#include "dp/draside.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/sysmacros.h>
 
@@ -16,12 +19,32 @@
 
 /* ---- the callbacks ---- */
 
+/* PLUGIN_API=dra in the environment (the probe runs in the daemon's container). */
+static bool dra_mode(const dp_daemon_args *a)
+{
+	const char *v = getenv("PLUGIN_API");
+	return !dp_daemon_flag_given(a, HL_FLAG_DEVICE_ACCESS) && v && strcmp(v, "dra") == 0;
+}
+
+int hl_daemon_health_dir(const dp_daemon_args *a, char *buf, size_t size)
+{
+	if (!dra_mode(a))
+		return 0;
+	snprintf(buf, size, "/var/lib/kubelet/plugins/%s", HL_DRA_DRIVER);
+	return 1;
+}
+
 int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 			      size_t *ret_n)
 {
 	bool access = dp_daemon_flag_given(a, HL_FLAG_DEVICE_ACCESS);
 	if (max < 1)
 		return -ENOSPC;
+	if (dra_mode(a)) {
+		snprintf(names[0], DP_DAEMON_PREFIX_MAX, "%s", DP_DRASIDE_SOCKET_PREFIX);
+		*ret_n = 1;
+		return 0;
+	}
 	int r = dp_socket_prefix(names[0], DP_DAEMON_PREFIX_MAX, HL_SOCKET_TAG,
 				 access ? HL_ACCESS_RESOURCE : HL_RESOURCE);
 	if (r < 0)
@@ -76,7 +99,7 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 		return r;
 	if (d->cfg.dra) {
 		char why[256] = "";
-		if ((r = hl_dra_new(loop, &d->cfg, &d->dev, &d->dra, why, sizeof(why))) < 0) {
+		if ((r = hl_dra_new(loop, &d->cfg, &d->dev, label_exe(exe, sizeof(exe)), &d->dra, why, sizeof(why))) < 0) {
 			char q[300];
 			dp_error("cannot serve through DRA", "driver=" HL_DRA_DRIVER " error=%s reason=%s", strerror(-r),
 				 dp_logq(q, sizeof(q), why[0] ? why : strerror(-r)));

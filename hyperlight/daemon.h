@@ -32,6 +32,9 @@ struct hl_daemon {
 
 int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 			      size_t *ret_n);
+/* With PLUGIN_API=dra the exec probe asks the DRA socket (dp/draside.h) in the driver's plugin
+ * directory: 1 with it in buf; else 0 (the device-plugins directory). */
+int hl_daemon_health_dir(const dp_daemon_args *a, char *buf, size_t size);
 int hl_daemon_configure(const dp_daemon_args *a, void *userdata);
 int hl_daemon_start(dp_loop *loop, void *userdata);
 size_t hl_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int *ret_exe_fd);

@@ -102,8 +102,8 @@ static int resolve(const char *device, char *cdi, size_t size, char *why, size_t
 	return 0;
 }
 
-int hl_dra_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev, hl_dra **ret, char *why,
-	       size_t why_size)
+int hl_dra_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev, const char *exe, hl_dra **ret,
+	       char *why, size_t why_size)
 {
 	_cleanup_(hl_dra_freep) hl_dra *d = calloc(1, sizeof(*d));
 	char kubelet[PATH_MAX];
@@ -121,8 +121,8 @@ int hl_dra_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_devic
 		return r == 1 ? -ENOENT : -EINVAL;
 	if ((r = dp_path(kubelet, sizeof(kubelet), "/var/lib/kubelet")) < 0)
 		return r;
-	dp_draside_config c = { .driver = HL_DRA_DRIVER, .env = &env, .kubelet_dir = kubelet, .resolve = resolve,
-				.userdata = d };
+	dp_draside_config c = { .driver = HL_DRA_DRIVER, .env = &env, .kubelet_dir = kubelet, .exe = exe,
+				.resolve = resolve, .userdata = d };
 	if ((r = dp_draside_new(loop, &c, &d->side)) < 0) {
 		snprintf(why, why_size, "cannot serve the DRA driver %s: %s", HL_DRA_DRIVER, strerror(-r));
 		return r;

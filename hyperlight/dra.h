@@ -27,12 +27,12 @@
 
 typedef struct hl_dra hl_dra;
 
-/* Start the DRA side for dev. It needs the API server: without NODE_NAME, the service account or
+/* Start the DRA side for dev, its API calls made by exe (hyperlight-label-node's DRA entries). It needs the API server: without NODE_NAME, the service account or
  * KUBERNETES_SERVICE_HOST/PORT it fails (-ENOENT, -EINVAL; why says which), as a DRA driver
  * that cannot publish or read claims serves nothing. Nothing is published before the first
  * verdict (hl_dra_verdict). */
-int hl_dra_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev, hl_dra **ret, char *why,
-	       size_t why_size);
+int hl_dra_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev, const char *exe, hl_dra **ret,
+	       char *why, size_t why_size);
 /* The probe's verdict: the device published healthy, or tainted (once, at the first unhealthy
  * verdict of an episode: its timeAdded stays). */
 void hl_dra_verdict(bool healthy, const char *reason, void *userdata);

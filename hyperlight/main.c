@@ -50,6 +50,7 @@ int main(int argc, char **argv)
 		.exit_startup = "invalid DEVICE_COUNT or HOST_DEVICE_DIR, no usable hypervisor device, the "
 				"seccomp filter refused by the kernel",
 		.health_prefixes = hl_daemon_health_prefixes,
+		.health_dir = hl_daemon_health_dir,
 		.configure = hl_daemon_configure,
 		.start = hl_daemon_start,
 		.seccomp = hl_daemon_seccomp,

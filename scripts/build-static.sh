@@ -10,12 +10,14 @@
 # loader is lib/ld-musl-aarch64.so.1, and --version runs under qemu-aarch64-static. The same
 # checks hold.
 #
-#   BUILD_DIR/image-context-kata/kata-device-plugin
-#       statically linked: the image holds this file and nothing else.
+#   BUILD_DIR/image-context-kata/{kata-device-plugin,sdp-kube-api}
+#       statically linked: the image holds the daemon and its API-server helper (PLUGIN_API=dra:
+#       dp/draapi.h; Mbed TLS and jansson there only), nothing else.
 #   BUILD_DIR/image-context-hyperlight/rootfs/{hyperlight-device-plugin,hyperlight-label-node,
 #                                              lib/ld-musl-x86_64.so.1}
-#       the daemon and its node-label helper program, linked against musl's libc.so only (every
-#       other library static: Mbed TLS in the label helper only), with musl's dynamic loader and
+#       the daemon and its API-server helper program (node labels, DRA), linked against musl's
+#       libc.so only (every other library static: Mbed TLS and jansson in the helper only), with
+#       musl's dynamic loader and
 #       C library (one 690 KiB file) beside them. Dynamic, not static, for one reason:
 #       the tests' hypervisor stand-in (tests/fakes/hvshim.c) is an LD_PRELOAD library, and a
 #       static binary cannot preload it; with a musl-built shim
@@ -81,7 +83,7 @@ dyn=$out/musl-dynamic
 # seccomp.h includes) after musl's own.
 inc=$out/musl-include
 kinc=$out/kernel-include
-config="$arch musl-gcc -Os lto gc-sections seccomp mbedtls no-eh-frame musl-dynamic-hyperlight static-norelro v6"
+config="$arch musl-gcc -Os lto gc-sections seccomp mbedtls jansson no-eh-frame musl-dynamic-hyperlight static-norelro v7"
 cflags="-I$inc -idirafter $kinc -ffunction-sections -fdata-sections"
 ldflags="-Wl,--gc-sections -Wl,-T,$src/scripts/static-no-unwind.ld"
 cross=$out/musl-$arch.ini
@@ -102,7 +104,9 @@ if [ ! -f "$out/build.ninja" ] || [ ! -f "$dyn/build.ninja" ] ||
 	rm -rf "$out"
 	mkdir -p "$inc" "$kinc"
 	ln -s /usr/include/nghttp2 /usr/include/protobuf-c /usr/include/seccomp.h \
-		/usr/include/seccomp-syscalls.h /usr/include/mbedtls /usr/include/psa "$inc/"
+		/usr/include/seccomp-syscalls.h /usr/include/mbedtls /usr/include/psa /usr/include/jansson.h "$inc/"
+	# jansson's configuration header: Debian's is arch-independent, in /usr/include
+	ln -s /usr/include/jansson_config.h "$inc/"
 	ln -s /usr/include/linux /usr/include/asm-generic "$kinc/"
 	ln -s "/usr/include/$multiarch/asm" "$kinc/asm"
 	if [ "$arch" = arm64 ]; then
@@ -127,7 +131,7 @@ EOC
 	setup "$dyn" -no-pie
 	echo "$config" >"$out/.static-config"
 fi
-ninja -C "$out" kata-device-plugin >/dev/null
+ninja -C "$out" kata-device-plugin sdp-kube-api >/dev/null
 ninja -C "$dyn" hyperlight-device-plugin hyperlight-label-node >/dev/null
 # arm64: make test-arm64's filter check, built against musl as the shipped daemons are (their
 # filters hold musl's own calls: tests/arm64/run.sh); not part of any image.
@@ -149,15 +153,17 @@ report() { # FILE
 	echo "$1: $2, stripped, $(stat -c %s "$1") bytes ($version)"
 }
 
-bin=$out/kata-device-plugin
-[ -z "$(interp "$bin")" ] && [ -z "$(needed "$bin")" ] || die "$bin is not statically linked: $(needed "$bin")"
-check_unwind "$bin"
 ctx=$out/image-context-kata
 rm -rf "$ctx"
 mkdir -p "$ctx"
-"${tool}strip" -o "$ctx/kata-device-plugin" "$bin"
-chmod 0755 "$ctx/kata-device-plugin"
-report "$ctx/kata-device-plugin" static
+for name in kata-device-plugin sdp-kube-api; do
+	bin=$out/$name
+	[ -z "$(interp "$bin")" ] && [ -z "$(needed "$bin")" ] || die "$bin is not statically linked: $(needed "$bin")"
+	check_unwind "$bin"
+	"${tool}strip" -o "$ctx/$name" "$bin"
+	chmod 0755 "$ctx/$name"
+	report "$ctx/$name" static
+done
 
 ctx=$out/image-context-hyperlight
 rm -rf "$ctx"

@@ -2,8 +2,8 @@
 /*
  * compat/musl.c: built only against musl (meson.build). What glibc has and musl lacks, of what
  * the static daemons link: sigabbrev_np() and strerrorname_np() (the daemons log signal and
- * error names), and the _FORTIFY_SOURCE entry points Debian's libnghttp2.a, libseccomp.a and
- * libmbed*.a call (built against glibc with -D_FORTIFY_SOURCE=2), with glibc's checks kept.
+ * error names), and the _FORTIFY_SOURCE entry points Debian's libnghttp2.a, libseccomp.a,
+ * libmbed*.a and libjansson.a call (built against glibc with -D_FORTIFY_SOURCE=2), with glibc's checks kept.
  */
 #include "compat/musl.h"
 
@@ -84,6 +84,7 @@ int __snprintf_chk(char *s, size_t maxlen, int flag, size_t slen, const char *fm
 int __printf_chk(int flag, const char *fmt, ...);
 void *__memcpy_chk(void *dest, const void *src, size_t len, size_t destlen);
 void *__memset_chk(void *dest, int c, size_t len, size_t destlen);
+char *__strncpy_chk(char *dest, const char *src, size_t len, size_t destlen);
 
 int __snprintf_chk(char *s, size_t maxlen, int flag, size_t slen, const char *fmt, ...)
 {
@@ -119,4 +120,12 @@ void *__memset_chk(void *dest, int c, size_t len, size_t destlen)
 	if (len > destlen)
 		abort();
 	return memset(dest, c, len);
+}
+
+/* libjansson.a (sdp-kube-api) */
+char *__strncpy_chk(char *dest, const char *src, size_t len, size_t destlen)
+{
+	if (len > destlen)
+		abort();
+	return strncpy(dest, src, len);
 }

@@ -110,6 +110,10 @@ typedef struct dp_daemon {
 	int (*health_prefixes)(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 			       size_t *ret_n);
 	bool health_present; /* sockets exist only for present hardware (dp_health_probe_present) */
+	/* Optional: where those sockets are, a host path (the root prefix is added) into buf; 1 when
+	 * it is not the kubelet's device-plugins directory (DRA: the driver's plugin directory),
+	 * 0 for that directory, a negative errno when it cannot be named. */
+	int (*health_dir)(const dp_daemon_args *a, char *buf, size_t size);
 
 	/* The run; userdata is dp_daemon_main's. Each may be NULL but start. */
 	int (*configure)(const dp_daemon_args *a, void *userdata); /* 0, or an exit status (logged) */

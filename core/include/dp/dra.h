@@ -59,6 +59,8 @@ typedef struct dp_dra_driver {
 	void (*unprepare)(dp_dra_claim *c, void *userdata);
 	/* the claim's call ended before it was answered: forget c (it is freed after return) */
 	void (*cancel)(dp_dra_claim *c, void *userdata);
+	/* optional: grpc.health.v1 served on the same socket (the daemon's exec probe asks it) */
+	struct dp_health *health;
 } dp_dra_driver;
 
 /* Serve socket_path (mode 0600; an existing path is -EADDRINUSE, as dp_grpc_server_new). The

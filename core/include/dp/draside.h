@@ -8,7 +8,9 @@
  * (dp/draapi.h), one child at a time, so the daemon maps no HTTP, TLS or JSON library.
  *
  * Files, under <kubelet>/plugins/<driver>/ (made 0750; the kubelet's own layout):
- *   dra.sock           the DRA service, named in the registration
+ *   dra-<n>.sock       the DRA service, named in the registration (a new name per instance:
+ *                      dp_socket_name; a killed instance's is swept at start), with
+ *                      grpc.health.v1: liveness, and readiness = dp_draside_ready
  *   slices.json        the devices last given, what the helper publishes
  *   claims/<uid>       each prepared claim (dp/claimfile.h): the checkpoint
  * and <kubelet>/plugins_registry/<driver>-reg.sock.
@@ -38,6 +40,8 @@
 #include "dp/macro.h"
 
 #define DP_DRASIDE_CDI_MAX 256
+/* The DRA socket's prefix ("dra-<n>.sock"), for the exec probe (dp/health.h). */
+#define DP_DRASIDE_SOCKET_PREFIX "dra"
 #define DP_DRASIDE_RESYNC_USEC (60 * DP_USEC_PER_SEC)
 
 typedef struct dp_draside dp_draside;
@@ -56,8 +60,7 @@ typedef struct dp_draside_config {
 } dp_draside_config;
 
 /* Make the directories, serve the DRA service and the registration; nothing is published until
- * the first dp_draside_publish. -EINVAL (a bad configuration), -EADDRINUSE (another instance
- * serves dra.sock), -ENOMEM, file and socket errors. */
+ * the first dp_draside_publish. -EINVAL (a bad configuration), -ENOMEM, file and socket errors. */
 int dp_draside_new(dp_loop *loop, const dp_draside_config *c, dp_draside **ret);
 /* The devices to publish: devices_json is {"devices":[...]} (the daemon's rendering; checked
  * by the helper). Copied; published when it differs from the last set given. -ENOMEM, write

@@ -27,11 +27,19 @@
 /* Step 4: the exec probe's client. */
 static int health_check(const dp_daemon *d, const dp_daemon_args *a)
 {
-	char dir[PATH_MAX], err[1024];
+	char dir[PATH_MAX], err[1024], own[PATH_MAX] = DP_KUBELET_DIR;
 	char names[DP_DAEMON_MAX_PREFIXES][DP_DAEMON_PREFIX_MAX];
 	const char *prefixes[DP_DAEMON_MAX_PREFIXES];
 	size_t n = 0;
-	int r = dp_path(dir, sizeof(dir), DP_KUBELET_DIR);
+	int r = d->health_dir ? d->health_dir(a, own, sizeof(own)) : 0;
+
+	if (r == 0)
+		snprintf(own, sizeof(own), "%s", DP_KUBELET_DIR);
+	if (r < 0) {
+		fprintf(stderr, "%s: cannot name the plugin socket directory: %s\n", d->prog, strerror(-r));
+		return DP_EXIT_FAILURE;
+	}
+	r = dp_path(dir, sizeof(dir), own);
 
 	if (r < 0)
 		snprintf(err, sizeof(err), "invalid %s", DP_TEST_ROOT_ENV);

@@ -2,6 +2,8 @@
 /* dra: the DRAPlugin service (NodePrepareResources, NodeUnprepareResources) on a driver's socket. */
 #include "dp/dra.h"
 
+#include "dp/health.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,11 +345,14 @@ int dp_dra_new(dp_loop *loop, const char *socket_path, const dp_dra_driver *driv
 		return -ENOMEM;
 	d->drv = *driver;
 	d->userdata = userdata;
-	const dp_grpc_method methods[] = {
+	dp_grpc_method methods[4] = {
 		{ DP_DRA_PREPARE_PATH, DP_GRPC_METHOD_UNARY, rpc_prepare, d },
 		{ DP_DRA_UNPREPARE_PATH, DP_GRPC_METHOD_UNARY, rpc_unprepare, d },
 	};
-	int r = dp_grpc_server_new(loop, socket_path, methods, DP_ELEMENTSOF(methods), NULL, &d->server);
+	size_t n = 2;
+	if (driver->health)
+		n += dp_health_methods(driver->health, methods + 2);
+	int r = dp_grpc_server_new(loop, socket_path, methods, n, NULL, &d->server);
 	if (r < 0)
 		return r;
 	*ret = TAKE_PTR(d);

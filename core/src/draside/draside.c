@@ -12,6 +12,7 @@
 
 #include "dp/draapi.h"
 #include "dp/endpoint.h"
+#include "dp/health.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 #include "draside_internal.h"
@@ -110,6 +111,7 @@ static void slices_done(dp_draside *s, const dp_helper_result *r)
 			dp_debug("ResourceSlices unchanged", "driver=%s result=\"%s\"", s->driver, r->reason);
 		s->published = true;
 		s->backoff_usec = 0;
+		dp_health_changed(s->health);
 	} else {
 		next = s->backoff_usec ? s->backoff_usec : BACKOFF_FIRST_USEC;
 		s->backoff_usec = next * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : next * 2;
@@ -181,6 +183,7 @@ int dp_draside_publish(dp_draside *s, const char *devices_json, size_t len)
 	free(s->devices);
 	s->devices = copy;
 	s->published = false;
+	dp_health_changed(s->health);
 	if (!s->slices_dirty)
 		queue_slices(s);
 	return 0;
@@ -193,6 +196,7 @@ static void on_status(bool registered, const char *error, void *userdata)
 	dp_draside *s = userdata;
 
 	s->registered = registered;
+	dp_health_changed(s->health);
 	if (!registered) {
 		dp_warn("DRA driver registration refused by the kubelet", "driver=%s error=\"%s\"", s->driver, error);
 		return;
@@ -210,7 +214,6 @@ static int make_dirs(dp_draside *s)
 	if (n < 0 || (size_t)n >= sizeof(plugins) ||
 	    snprintf(s->dir, sizeof(s->dir), "%s/%s", plugins, s->driver) >= (int)sizeof(s->dir) ||
 	    snprintf(s->claims, sizeof(s->claims), "%s/claims", s->dir) >= (int)sizeof(s->claims) ||
-	    snprintf(s->socket, sizeof(s->socket), "%s/dra.sock", s->dir) >= (int)sizeof(s->socket) ||
 	    snprintf(s->desired, sizeof(s->desired), "%s/slices.json", s->dir) >= (int)sizeof(s->desired))
 		return -ENAMETOOLONG;
 	if ((mkdir(plugins, 0750) < 0 && errno != EEXIST) || (mkdir(s->dir, 0750) < 0 && errno != EEXIST) ||
@@ -222,15 +225,38 @@ static int make_dirs(dp_draside *s)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+static int health_status(const char *service, void *userdata)
+{
+	dp_draside *s = userdata;
+
+	if (service[0] == '\0')
+		return DP_HEALTH_SERVING;
+	if (strcmp(service, DP_HEALTH_READINESS) == 0)
+		return dp_draside_ready(s) ? DP_HEALTH_SERVING : DP_HEALTH_NOT_SERVING;
+	return -ENOENT;
+}
+
+static void swept(const char *name, void *userdata)
+{
+	dp_info("stale DRA socket removed", "path=\"%s/%s\"", ((dp_draside *)userdata)->dir, name);
+}
+
 static int serve(dp_draside *s)
 {
-	char registry[PATH_MAX];
+	char registry[PATH_MAX], name[DP_SOCKET_NAME_MAX + 1];
 	static const char *const versions[] = { DP_DRA_VERSION };
-	int r = dp_socket_stale(s->socket);
+	int r;
 
-	if (r == 1)
-		(void)unlink(s->socket); /* a killed instance's */
-	if ((r = dp_dra_new(s->loop, s->socket, &draside_dra_driver, s, &s->dra)) < 0)
+	(void)dp_socket_sweep(s->dir, DP_DRASIDE_SOCKET_PREFIX, NULL, swept, s); /* killed instances' */
+	if ((r = dp_socket_name(name, sizeof(name), DP_DRASIDE_SOCKET_PREFIX)) < 0)
+		return r;
+	if (snprintf(s->socket, sizeof(s->socket), "%s/%s", s->dir, name) >= (int)sizeof(s->socket))
+		return -ENAMETOOLONG;
+	if ((r = dp_health_new(health_status, s, &s->health)) < 0)
+		return r;
+	dp_dra_driver drv = draside_dra_driver;
+	drv.health = s->health;
+	if ((r = dp_dra_new(s->loop, s->socket, &drv, s, &s->dra)) < 0)
 		return r;
 	if (snprintf(registry, sizeof(registry), "%s/plugins_registry", s->cfg.kubelet_dir) >= (int)sizeof(registry))
 		return -ENAMETOOLONG;
@@ -275,6 +301,9 @@ dp_draside *dp_draside_free(dp_draside *s)
 		return NULL;
 	s->reg = dp_pluginreg_free(s->reg);
 	s->dra = dp_dra_free(s->dra); /* cancels the claims in flight */
+	if (s->socket[0])
+		(void)unlink(s->socket);
+	s->health = dp_health_free(s->health);
 	if (s->wait)
 		dp_helper_wait_cancel(s->wait);
 	s->helper = dp_helper_free(s->helper);

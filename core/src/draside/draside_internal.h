@@ -8,6 +8,7 @@
 
 #include "dp/dra.h"
 #include "dp/draside.h"
+#include "dp/health.h"
 #include "dp/helper.h"
 #include "dp/pluginreg.h"
 
@@ -29,9 +30,10 @@ struct dp_draside {
 	char driver[DP_KUBE_NODE_MAX + 1];
 	char dir[PATH_MAX];        /* <kubelet>/plugins/<driver> */
 	char claims[PATH_MAX];     /* <dir>/claims */
-	char socket[PATH_MAX];     /* <dir>/dra.sock */
+	char socket[PATH_MAX];     /* <dir>/dra-<n>.sock (dp_socket_name: one per instance) */
 	char desired[PATH_MAX];    /* <dir>/slices.json */
 	dp_dra *dra;
+	struct dp_health *health;  /* served on the DRA socket: --health-check in DRA mode */
 	dp_pluginreg *reg;
 	dp_helper *helper;
 	dp_helper_wait *wait;      /* the running job's */
