@@ -65,8 +65,15 @@ static bool label_value(const char *s)
  * dp_kubeenv_load), or a negative errno. */
 static int load_config(hl_labels *l, char *why, size_t size)
 {
+	const char *off = getenv("NODE_LABELS");
 	dp_kubeenv e;
-	int r = dp_kubeenv_load(&e, why, size);
+	int r;
+
+	if (off && strcmp(off, "false") == 0) {
+		snprintf(why, size, "NODE_LABELS=false");
+		return 1;
+	}
+	r = dp_kubeenv_load(&e, why, size);
 
 	if (r != 0)
 		return r;

@@ -2,7 +2,9 @@
 /*
  * labels: patch this node's labels hyperlight.dev/enabled=true and
  * hyperlight.dev/hypervisor=<kvm|mshv> through the API server (design decision 10).
- * Active only when NODE_NAME is set and an in-cluster service account is mounted
+ * Active only when NODE_LABELS is not "false" (the chart's nodeLabels=false with PLUGIN_API=dra,
+ * whose API access needs NODE_NAME and the token too), NODE_NAME is set and an in-cluster service
+ * account is mounted
  * (<root>/var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt}, API server from
  * KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT). This is the parent side: it validates
  * the configuration, keeps the retry policy and logs; each attempt is one short-lived helper

@@ -25,7 +25,11 @@ static void usage_env(FILE *f)
 		"  DEVICE_MODE           its permission bits in containers, octal (default 0660: only\n"
 		"                        DEVICE_UID and DEVICE_GID may open it; 0666: every uid)\n"
 		"  HOST_DEVICE_DIR       the host's /dev mounted read-only, e.g. /host-dev\n"
-		"  NODE_NAME             label this node through the in-cluster service account\n",
+		"  NODE_NAME             label this node through the in-cluster service account\n"
+		"  NODE_LABELS           false: do not label it (default: label it when NODE_NAME is set)\n"
+		"  PLUGIN_API            device-plugin (default) or dra: serve the hypervisor through\n"
+		"                        DRA as driver hyperlight.dev (needs NODE_NAME, the service\n"
+		"                        account and the kubelet's plugins and plugins_registry dirs)\n",
 		hl_device_count_ceiling());
 }
 

@@ -129,3 +129,15 @@ char *__strncpy_chk(char *dest, const char *src, size_t len, size_t destlen)
 		abort();
 	return strncpy(dest, src, len);
 }
+
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+/* libgcc's outline atomics (Debian's arm64 libjansson.a: its reference counts) probe the CPU
+ * for LSE at start through glibc's internal name. musl's libc.a has it too (the static build
+ * takes that one); its libc.so does not export it (the dynamic build takes this). */
+unsigned long __getauxval(unsigned long type);
+__attribute__((weak)) unsigned long __getauxval(unsigned long type)
+{
+	return getauxval(type);
+}
+#endif
