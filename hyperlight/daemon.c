@@ -100,9 +100,8 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 	if (d->cfg.dra) {
 		char why[256] = "";
 		if ((r = hl_dra_new(loop, &d->cfg, &d->dev, label_exe(exe, sizeof(exe)), &d->dra, why, sizeof(why))) < 0) {
-			char q[300];
-			dp_error("cannot serve through DRA", "driver=" HL_DRA_DRIVER " error=%s reason=%s", strerror(-r),
-				 dp_logq(q, sizeof(q), why[0] ? why : strerror(-r)));
+			snprintf(d->start_why, sizeof(d->start_why), "cannot serve through DRA as %s: %s", HL_DRA_DRIVER,
+				 why[0] ? why : strerror(-r));
 			return r;
 		}
 		hl_plugin_set_verdict_fn(d->plugin, hl_dra_verdict, d->dra);
@@ -120,8 +119,12 @@ int hl_daemon_start(dp_loop *loop, void *userdata)
 {
 	struct hl_daemon *d = userdata;
 	int r = d->device_access ? hl_access_new(loop, &d->dev, &d->access) : start_plugin(d, loop);
-	if (r < 0)
+	if (r < 0 && d->start_why[0]) {
+		char q[sizeof(d->start_why) + 16];
+		dp_error("cannot start", "error=%s reason=%s", strerror(-r), dp_logq(q, sizeof(q), d->start_why));
+	} else if (r < 0) {
 		dp_error("cannot start", "error=%s", strerror(-r));
+	}
 	return r;
 }
 

@@ -28,6 +28,7 @@ struct hl_daemon {
 	hl_access *access;
 	hl_labels *labels;
 	hl_dra *dra; /* PLUGIN_API=dra */
+	char start_why[320]; /* why the start failed, when more than its errno says */
 };
 
 int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,

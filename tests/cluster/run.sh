@@ -540,7 +540,7 @@ kvm_image() {
 	local busybox links=() a
 	"$src/tests/cluster/kvm-run/build.sh" "$TEST" || return 1
 	busybox=$(command -v busybox) || fail "busybox-static is not installed (scripts/install-deps.sh cluster)" || return 1
-	for a in sh stat cat echo; do links+=(--link "/bin/$a:busybox"); done
+	for a in sh stat cat echo ls; do links+=(--link "/bin/$a:busybox"); done
 	python3 "$src/cluster/oci-image.py" "$TEST/kvm-run.tar" "$KVM_IMAGE" --file "$busybox:/bin/busybox:0755" "${links[@]}" \
 		--file "$TEST/sdp-kvm-run:/usr/local/bin/sdp-kvm-run:0755" --dir /tmp:1777 --cmd '["sh"]' >/dev/null || return 1
 	ctr_ images import --platform linux/amd64 "$TEST/kvm-run.tar" >/dev/null || fail "ctr images import $TEST/kvm-run.tar failed" || return 1
@@ -846,6 +846,10 @@ EOF
 	kubectl -n "$HL_NS" delete pod sdp-test-binder --wait=false >/dev/null
 }
 
+# --- DRA (tests/cluster/dra.sh) -----------------------------------------------------------------
+# shellcheck source=tests/cluster/dra.sh
+. "$src/tests/cluster/dra.sh"
+
 # --- the run ------------------------------------------------------------------------------------
 # The hypervisor: the host's own /dev/kvm (HV=kvm), or none (HV=none: the stand-in steps). What a
 # killed run left is put right first: a /dev/kvm it removed, its stand-in.
@@ -886,5 +890,12 @@ step "fault: kill -9 of the hyperlight container" hl_fault_kill
 step "fault: kubelet restart (hyperlight)" hl_fault_kubelet
 step "fault: the host's /dev/kvm removed, then back" hl_fault_node
 step "fault: helm upgrade of hyperlight with a changed value" hl_fault_upgrade
+step "DRA: hyperlight switched to api=dra: rolled, registered, its device published with every attribute" dra_switch
+step "DRA: three pods share the hypervisor, one claim each; the fourth Pending with the scheduler's reason" dra_share
+step "DRA: a pod asking for hyperlight.dev/hypervisor: 1 served through DRA (extendedResourceName)" dra_extended
+step "DRA: kill -9 of the plugin and a kubelet restart: pods keep their devices, claims prepared once" dra_faults
+step "DRA: a deleted pod's claim unprepared, its checkpoint removed" dra_unprepare
+step "DRA: the host's /dev/kvm removed: device tainted, a new claim Pending; back: untainted, it runs" dra_health
+step "DRA: back to api=devicePlugin" dra_back
 step "helm uninstall of hyperlight leaves what docs/operations.md says" hl_fault_uninstall
 finish
