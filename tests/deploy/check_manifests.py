@@ -338,10 +338,11 @@ def check_containerfile(src):
     check("Containerfile has no RUN (scratch has no shell)", re.search(r"^\s*RUN\b", text, re.M) is None, "RUN found")
     script = open(os.path.join(src, "scripts", "build-static.sh")).read()
     # strip: the host's, or the cross one ("${tool}strip", --arch arm64)
-    installs = re.search(r"^for name in ([^;]*); do\n(?:.*\n)*?\t(?:strip|\"\$\{tool\}strip\") -o \"\$ctx/rootfs/\$name\"",
-                         script, re.M)
+    # the loop (of those in the script) whose body strips each name into the image's rootfs/
+    loops = re.finditer(r"^for name in ([^;]*); do\n((?:.*\n)*?)done$", script, re.M)
+    installs = [m for m in loops if re.search(r"\t(?:strip|\"\$\{tool\}strip\") -o \"\$ctx/rootfs/\$name\"", m.group(2))]
     check("build-static.sh installs the binary where ENTRYPOINT expects it",
-          installs is not None and BINARY.lstrip("/") in installs.group(1).split(),
+          len(installs) == 1 and BINARY.lstrip("/") in installs[0].group(1).split(),
           "build-static.sh does not strip %s into $ctx/rootfs/" % BINARY.lstrip("/"))
 
 

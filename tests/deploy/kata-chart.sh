@@ -223,7 +223,7 @@ def _():
     eps = [l for l in ins if l.upper().startswith("ENTRYPOINT ")]
     assert len(eps) == 1 and json.loads(eps[0][len("ENTRYPOINT "):]) == ["/kata-device-plugin"], "ENTRYPOINT %r" % eps
     copies = [l for l in ins if l.upper().startswith(("COPY ", "ADD "))]
-    assert copies == ["COPY kata-device-plugin /kata-device-plugin"], "COPY lines %r" % copies
+    assert copies == ["COPY kata-device-plugin /kata-device-plugin", "COPY sdp-kube-api /sdp-kube-api"], "COPY lines %r" % copies
     labels = " ".join(l for l in ins if l.upper().startswith("LABEL "))
     for k in ("title", "description", "licenses", "version", "revision", "source"):
         assert "org.opencontainers.image.%s=" % k in labels, "no org.opencontainers.image.%s label" % k

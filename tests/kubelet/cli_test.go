@@ -22,11 +22,12 @@ func TestHelpShortFlag(t *testing.T) {
 		want []string // in --help's text
 	}{
 		{HyperlightBinary, []string{"-h, --help", "DEVICE_COUNT", "DEVICE_UID", "DEVICE_MODE", "HOST_DEVICE_DIR", "NODE_NAME",
-			"LOG_LEVEL", "METRICS_ADDRESS", "SDP_SECCOMP", "Exit status", "1 for a startup error",
+			"NODE_LABELS", "PLUGIN_API", "LOG_LEVEL", "METRICS_ADDRESS", "SDP_SECCOMP", "Exit status", "1 for a startup error",
 			"2 for a bad argument"}},
 		{KataBinary, []string{"-h, --help", "RESOURCE_NAMING", "VFIO_BACKEND", "LOG_LEVEL", "METRICS_ADDRESS", "SDP_SECCOMP",
 			"Exit status", "1 for a startup error", "2 for a bad argument", "3 when the VFIO device set changed"}},
-		{"hyperlight-label-node", []string{"node-label helper"}},
+		{"hyperlight-label-node", []string{"API-server helper", "--dp-helper label-node", "--dp-helper dra-claim", "--dp-helper dra-slices"}},
+		{"sdp-kube-api", []string{"DRA helper", "--dp-helper dra-claim", "--dp-helper dra-slices"}},
 	} {
 		t.Run(tc.bin, func(t *testing.T) {
 			bin, err := Executable(build, tc.bin)
@@ -54,7 +55,7 @@ func TestHelpShortFlag(t *testing.T) {
 					t.Errorf("--help does not mention %q:\n%s", w, long.Stdout)
 				}
 			}
-			if r := run("-x"); r.Code != 2 || !strings.Contains(r.Stderr, "-x") && tc.bin != "hyperlight-label-node" {
+			if r := run("-x"); r.Code != 2 || !strings.Contains(r.Stderr, "-x") && tc.bin != "hyperlight-label-node" && tc.bin != "sdp-kube-api" {
 				t.Errorf("-x: exit %d, stderr %q; want exit 2 naming the argument", r.Code, r.Stderr)
 			}
 		})

@@ -50,6 +50,13 @@ void dp_metrics_registration(const char *resource, const char *result);
 void dp_metrics_allocate(const char *resource, const char *result);
 /* sdp_probe_runs_total, sdp_probe_failures_total{reason}, sdp_probe_duration_seconds. */
 void dp_metrics_probe(bool ok, const char *reason, uint64_t usec);
+/* sdp_dra_prepare_total{driver,result}: result "prepared" (fetched, checkpointed: its duration,
+ * from the kubelet's call to the answer, in sdp_dra_prepare_duration_seconds), "checkpoint" (answered
+ * from the checkpoint) or "error"; sdp_dra_unprepare_total{driver,result="ok|error"};
+ * sdp_dra_slice_syncs_total{driver,result="published|unchanged|error"}. */
+void dp_metrics_dra_prepare(const char *driver, const char *result, uint64_t usec);
+void dp_metrics_dra_unprepare(const char *driver, bool ok);
+void dp_metrics_dra_slices(const char *driver, const char *result);
 /* sdp_cdi_spec_repairs_total{spec} / sdp_cdi_spec_write_failures_total{spec}. */
 void dp_metrics_cdi_repair(const char *spec);
 void dp_metrics_cdi_write_failure(const char *spec);

@@ -14,6 +14,7 @@
 #include "dp/endpoint.h"
 #include "dp/health.h"
 #include "dp/log.h"
+#include "dp/metrics.h"
 #include "dp/paths.h"
 #include "draside_internal.h"
 
@@ -104,6 +105,7 @@ static void slices_done(dp_draside *s, const dp_helper_result *r)
 
 	if (r->ok) {
 		bool changed = strncmp(r->reason, "unchanged", 9) != 0;
+		dp_metrics_dra_slices(s->driver, changed ? "published" : "unchanged");
 		if (changed || !s->published)
 			dp_info("ResourceSlices published", "driver=%s node=%s result=\"%s\"", s->driver, s->env.node,
 				r->reason);
@@ -113,6 +115,7 @@ static void slices_done(dp_draside *s, const dp_helper_result *r)
 		s->backoff_usec = 0;
 		dp_health_changed(s->health);
 	} else {
+		dp_metrics_dra_slices(s->driver, "error");
 		next = s->backoff_usec ? s->backoff_usec : BACKOFF_FIRST_USEC;
 		s->backoff_usec = next * 2 > BACKOFF_MAX_USEC ? BACKOFF_MAX_USEC : next * 2;
 		dp_warn("ResourceSlices not published", "driver=%s node=%s reason=\"%s\" retry_in=%llus", s->driver,

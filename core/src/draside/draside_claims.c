@@ -10,6 +10,7 @@
 #include "dp/draapi.h"
 #include "dp/log.h"
 #include "dp/macro.h"
+#include "dp/metrics.h"
 #include "draside_internal.h"
 
 #define WHY_MAX 320
@@ -50,6 +51,7 @@ static int answer(dp_draside *s, dp_dra_claim *c, const dp_draclaim *claim, bool
 			dp_warn("claim not prepared", "claim=%s/%s uid=%s device=%s reason=\"%s\"", dp_dra_claim_namespace(c),
 				dp_dra_claim_name(c), dp_dra_claim_uid(c), x->device, why[0] ? why : strerror(-r));
 			dp_dra_done(c, NULL, 0, msg);
+			dp_metrics_dra_prepare(s->driver, "error", 0);
 			return r;
 		}
 		ids[i] = cdi[i];
@@ -84,6 +86,7 @@ static void prepare(dp_dra_claim *c, void *userdata)
 	if (r == 0) {
 		if (answer(s, c, claim, true) == 0) {
 			s->repeats++;
+			dp_metrics_dra_prepare(s->driver, "checkpoint", 0);
 			dp_debug("claim prepared again, from its checkpoint", "claim=%s/%s uid=%s",
 				 dp_dra_claim_namespace(c), dp_dra_claim_name(c), uid);
 		}
@@ -121,8 +124,10 @@ static void unprepare(dp_dra_claim *c, void *userdata)
 		dp_warn("claim not unprepared", "claim=%s/%s uid=%s reason=\"%s\"", dp_dra_claim_namespace(c),
 			dp_dra_claim_name(c), uid, msg);
 		dp_dra_done(c, NULL, 0, msg);
+		dp_metrics_dra_unprepare(s->driver, false);
 		return;
 	}
+	dp_metrics_dra_unprepare(s->driver, true);
 	dp_info("claim unprepared", "claim=%s/%s uid=%s", dp_dra_claim_namespace(c), dp_dra_claim_name(c), uid);
 	dp_dra_done(c, NULL, 0, NULL);
 }
@@ -175,6 +180,7 @@ void draside_claim_done(dp_draside *s, struct job *j, const dp_helper_result *r)
 			dp_dra_claim_name(c), j->uid, r->reason);
 		(void)unlink(fetch);
 		dp_dra_done(c, NULL, 0, r->reason);
+		dp_metrics_dra_prepare(s->driver, "error", 0);
 		return;
 	}
 	if (!claim || (k = dp_claimfile_read(fetch, claim, why, sizeof(why))) < 0) {
@@ -183,6 +189,7 @@ void draside_claim_done(dp_draside *s, struct job *j, const dp_helper_result *r)
 			dp_dra_claim_namespace(c), dp_dra_claim_name(c), j->uid, why);
 		(void)unlink(fetch);
 		dp_dra_done(c, NULL, 0, "the claim could not be read back from the helper");
+		dp_metrics_dra_prepare(s->driver, "error", 0);
 		return;
 	}
 	if (answer(s, c, claim, false) < 0) { /* answered with the reason */
@@ -195,6 +202,7 @@ void draside_claim_done(dp_draside *s, struct job *j, const dp_helper_result *r)
 			dp_dra_claim_name(c), j->uid, msg);
 		(void)unlink(fetch);
 		dp_dra_done(c, NULL, 0, msg);
+		dp_metrics_dra_prepare(s->driver, "error", 0);
 		return;
 	}
 	s->prepared++;
@@ -204,5 +212,6 @@ void draside_claim_done(dp_draside *s, struct job *j, const dp_helper_result *r)
 			 claim->results[i].device);
 	dp_info("claim prepared", "claim=%s/%s uid=%s devices=%s", dp_dra_claim_namespace(c), dp_dra_claim_name(c),
 		j->uid, devices);
-	(void)answer(s, c, claim, true);
+	if (answer(s, c, claim, true) == 0)
+		dp_metrics_dra_prepare(s->driver, "prepared", dp_now_usec() - j->queued_usec);
 }

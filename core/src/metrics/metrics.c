@@ -33,6 +33,9 @@ enum fam {
 	F_GRPC_UNIMPLEMENTED,
 	F_GRPC_LIMITS,
 	F_HTTP_REFUSED,
+	F_DRA_PREPARE,
+	F_DRA_UNPREPARE,
+	F_DRA_SLICES,
 	F_DROPPED,
 	F_N
 };
@@ -74,6 +77,13 @@ static const struct family fams[F_N] = {
 		"paused), by limit."),
 	COUNTER(F_HTTP_REFUSED, "sdp_metrics_http_refused_total",
 		"Metrics connections refused or cut short by the listener's limits, by reason."),
+	COUNTER(F_DRA_PREPARE, "sdp_dra_prepare_total",
+		"DRA claims prepared, by driver and result: prepared (fetched and checkpointed), "
+		"checkpoint (asked again, answered from the checkpoint), error."),
+	COUNTER(F_DRA_UNPREPARE, "sdp_dra_unprepare_total",
+		"DRA claims unprepared, by driver and result (ok, error)."),
+	COUNTER(F_DRA_SLICES, "sdp_dra_slice_syncs_total",
+		"ResourceSlice syncs with the API server, by driver and result (published, unchanged, error)."),
 	COUNTER(F_DROPPED, "sdp_metrics_series_dropped_total",
 		"Updates of series that did not fit the registry's fixed table."),
 };
@@ -93,10 +103,31 @@ static struct series table[DP_METRICS_MAX_SERIES];
 static size_t n_series;
 static uint64_t dropped;
 
-/* Probe duration buckets (seconds); the probe's deadline is 2 s. */
-static const double bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4 };
+/* Duration buckets (seconds): the probe's deadline is 2 s, a DRA prepare's the kubelet's 45 s. */
+static const double bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 10, 45 };
 #define N_BOUNDS (sizeof(bounds) / sizeof(bounds[0]))
-static uint64_t hist_buckets[N_BOUNDS], hist_count, hist_sum_usec;
+struct hist {
+	const char *name, *help;
+	unsigned after; /* rendered after this family's series */
+	uint64_t buckets[N_BOUNDS], count, sum_usec;
+};
+enum { H_PROBE, H_DRA_PREPARE, H_N };
+static struct hist hists[H_N] = {
+	[H_PROBE] = { "sdp_probe_duration_seconds", "Duration of the hypervisor probe runs (hyperlight).",
+		      F_PROBE_RUNS, { 0 }, 0, 0 },
+	[H_DRA_PREPARE] = { "sdp_dra_prepare_duration_seconds",
+			    "Time from NodePrepareResources to the claim's answer, for claims prepared from "
+			    "the API server (fetched, resolved, checkpointed).", F_DRA_PREPARE, { 0 }, 0, 0 },
+};
+
+static void observe(struct hist *h, uint64_t usec)
+{
+	for (size_t i = 0; i < N_BOUNDS; i++)
+		if ((double)usec <= bounds[i] * 1e6)
+			h->buckets[i]++;
+	h->count++;
+	h->sum_usec += usec;
+}
 
 /* Reason classes seen per family (bounded, then "other"). */
 static char reasons[2][DP_METRICS_MAX_REASONS][CLASS_MAX + 1];
@@ -106,8 +137,10 @@ void dp_metrics_reset(void)
 	memset(table, 0, sizeof(table));
 	n_series = 0;
 	dropped = 0;
-	memset(hist_buckets, 0, sizeof(hist_buckets));
-	hist_count = hist_sum_usec = 0;
+	for (size_t i = 0; i < H_N; i++) {
+		memset(hists[i].buckets, 0, sizeof(hists[i].buckets));
+		hists[i].count = hists[i].sum_usec = 0;
+	}
 	memset(reasons, 0, sizeof(reasons));
 }
 
@@ -260,11 +293,24 @@ void dp_metrics_probe(bool ok, const char *reason, uint64_t usec)
 	add(F_PROBE_RUNS, "", 1);
 	if (!ok)
 		one_label(F_PROBE_FAILURES, "reason", reason_slot(1, reason), true, 1);
-	for (size_t i = 0; i < N_BOUNDS; i++)
-		if ((double)usec <= bounds[i] * 1e6)
-			hist_buckets[i]++;
-	hist_count++;
-	hist_sum_usec += usec;
+	observe(&hists[H_PROBE], usec);
+}
+
+void dp_metrics_dra_prepare(const char *driver, const char *result, uint64_t usec)
+{
+	two_labels(F_DRA_PREPARE, "driver", driver, "result", result);
+	if (strcmp(result, "prepared") == 0)
+		observe(&hists[H_DRA_PREPARE], usec);
+}
+
+void dp_metrics_dra_unprepare(const char *driver, bool ok)
+{
+	two_labels(F_DRA_UNPREPARE, "driver", driver, "result", ok ? "ok" : "error");
+}
+
+void dp_metrics_dra_slices(const char *driver, const char *result)
+{
+	two_labels(F_DRA_SLICES, "driver", driver, "result", result);
 }
 
 void dp_metrics_cdi_repair(const char *spec)
@@ -321,18 +367,17 @@ static void header(struct out *o, const char *name, const char *type, const char
 	put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void render_histogram(struct out *o)
+static void render_histogram(struct out *o, const struct hist *h)
 {
-	const char *name = "sdp_probe_duration_seconds";
-	if (hist_count == 0)
+	if (h->count == 0)
 		return;
-	header(o, name, "histogram", "Duration of the hypervisor probe runs (hyperlight).");
+	header(o, h->name, "histogram", h->help);
 	for (size_t i = 0; i < N_BOUNDS; i++)
-		put(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)hist_buckets[i]);
-	put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)hist_count);
-	put(o, "%s_sum %llu.%06llu\n", name, (unsigned long long)(hist_sum_usec / 1000000),
-	    (unsigned long long)(hist_sum_usec % 1000000));
-	put(o, "%s_count %llu\n", name, (unsigned long long)hist_count);
+		put(o, "%s_bucket{le=\"%g\"} %llu\n", h->name, bounds[i], (unsigned long long)h->buckets[i]);
+	put(o, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)h->count);
+	put(o, "%s_sum %llu.%06llu\n", h->name, (unsigned long long)(h->sum_usec / 1000000),
+	    (unsigned long long)(h->sum_usec % 1000000));
+	put(o, "%s_count %llu\n", h->name, (unsigned long long)h->count);
 }
 
 int dp_metrics_render(char *buf, size_t size, size_t *ret_len)
@@ -357,8 +402,9 @@ int dp_metrics_render(char *buf, size_t size, size_t *ret_len)
 			else
 				put(&o, "%s %llu\n", fams[f].name, (unsigned long long)s->value);
 		}
-		if (f == F_PROBE_RUNS)
-			render_histogram(&o); /* beside the runs: both are updated together */
+		for (size_t h = 0; h < H_N; h++)
+			if (hists[h].after == f)
+				render_histogram(&o, &hists[h]); /* beside its counter: both are updated together */
 	}
 	if (o.full)
 		return -ENOBUFS;
