@@ -97,8 +97,10 @@ def check(name, fn):
 def hyperlight_nondefault():
     docs = renders[("hyperlight-device-plugin", "nondefault")]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["DaemonSet", "DaemonSet", "PodMonitor", "Service", "ServiceMonitor",
-                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"], kinds
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "DaemonSet", "DeviceClass", "PodMonitor",
+                     "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                     "ValidatingAdmissionPolicyBinding"], kinds
     for d in docs:
         assert d["metadata"].get("namespace", "sandbox-plugins") == "sandbox-plugins", d["metadata"]
     img = "registry.example.com:5000/sandbox/hyperlight-device-plugin@sha256:" + "0123456789abcdef" * 4
@@ -118,12 +120,24 @@ def hyperlight_nondefault():
         assert "/var/lib/k0s/kubelet/device-plugins" in paths and "/var/lib/kubelet/device-plugins" not in paths, paths
         assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/var/lib/kubelet/device-plugins"}
         assert env(c)["LOG_LEVEL"] == "debug"
-        assert p["automountServiceAccountToken"] is False and "serviceAccountName" not in p
         assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
     main = find(docs, "DaemonSet", "hyperlight-device-plugin")[0]
     c = pod(main)["containers"][0]
     e = env(c)
-    assert "NODE_NAME" not in e, "NODE_NAME set with nodeLabels=false"
+    # api=dra with nodeLabels=false: the token and NODE_NAME for DRA, labelling off
+    p = pod(main)
+    assert p["automountServiceAccountToken"] is True and p["serviceAccountName"] == "hyperlight-device-plugin", p
+    assert "NODE_NAME" in e and e["NODE_LABELS"] == "false" and e["PLUGIN_API"] == "dra", e
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    paths = {v["name"]: v["hostPath"]["path"] for v in p["volumes"]}
+    assert (mounts["plugins"], mounts["plugins-registry"]) == ("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry"), mounts
+    assert (paths["plugins"], paths["plugins-registry"]) == ("/var/lib/k0s/kubelet/plugins", "/var/lib/k0s/kubelet/plugins_registry"), paths
+    rules = find(docs, "ClusterRole")[0]["rules"]
+    assert [(r["apiGroups"], r["resources"], r["verbs"]) for r in rules] == [
+        (["resource.k8s.io"], ["resourceslices"], ["list", "create", "update", "delete"]),
+        (["resource.k8s.io"], ["resourceclaims"], ["get"])], rules
+    dc = find(docs, "DeviceClass")[0]
+    assert dc["metadata"]["name"] == "hyperlight.dev" and dc["spec"]["extendedResourceName"] == "hyperlight.dev/hypervisor", dc
     assert (e["DEVICE_COUNT"], e["DEVICE_UID"], e["DEVICE_GID"], e["DEVICE_MODE"]) == ("500", "1000", "1001", "0600"), e
     assert e["METRICS_ADDRESS"] == ":9500" and c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}], c.get("ports")
     assert c["resources"]["limits"] == {"cpu": "500m", "memory": "96Mi", "hyperlight.dev/device-access": "1"}, c["resources"]
@@ -131,8 +145,10 @@ def hyperlight_nondefault():
     ac = pod(acc)["containers"][0]
     assert "METRICS_ADDRESS" not in env(ac) and "ports" not in ac, "metrics on the bootstrap DaemonSet"
     assert ac["resources"]["limits"] == {"cpu": "200m", "memory": "56Mi"}, ac["resources"]
-    assert find(docs, "ValidatingAdmissionPolicy")[0]["metadata"]["name"] == "hyperlight-reserve-device-access"
-    b = find(docs, "ValidatingAdmissionPolicyBinding")[0]
+    assert pod(acc)["automountServiceAccountToken"] is False and "serviceAccountName" not in pod(acc)
+    assert sorted(v["metadata"]["name"] for v in find(docs, "ValidatingAdmissionPolicy")) == [
+        "hyperlight-dra-slices", "hyperlight-reserve-device-access"]
+    b = find(docs, "ValidatingAdmissionPolicyBinding", "hyperlight-reserve-device-access")[0]
     assert b["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["sandbox-plugins"]
     sm, pm = find(docs, "ServiceMonitor")[0], find(docs, "PodMonitor")[0]
     assert sm["metadata"]["labels"]["release"] == "prometheus" and sm["spec"]["endpoints"][0]["interval"] == "15s"
