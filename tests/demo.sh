@@ -1,6 +1,7 @@
 #!/bin/sh
 # make demo: build (its output shown only if it fails), then both plugins, each on a simulated
 # node (a temp dir) against the grpc-go mock kubelet: hyperlight-device-plugin, then
+# hyperlight-device-plugin again as a DRA driver (a fake API server, grpc-go in the kubelet's place),
 # kata-device-plugin with a GPU, an NVSwitch and a NIC it skips, then on legacy VFIO group nodes. Prints a transcript and cleans up.
 # Usage: tests/demo.sh [BUILD_DIR] (default: build)
 set -eu

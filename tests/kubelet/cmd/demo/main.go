@@ -3,7 +3,8 @@
 // the CDI directory) against the in-process mock kubelet, with the hypervisor ioctls faked by
 // tests/fakes/libhvshim.so (so the transcript never depends on the host's own /dev/kvm), and
 // prints a readable transcript: start, registration, the advertised resource, an Allocate
-// answer, the CDI spec, a kubelet restart, a deleted CDI spec being repaired, and SIGTERM.
+// answer, the CDI spec, a kubelet restart, a deleted CDI spec being repaired, and SIGTERM;
+// then the same plugin as a DRA driver (dra.go).
 // Then kata-device-plugin on another simulated node (kata.go). Every wait is bounded; any
 // failed step exits non-zero.
 package main
@@ -112,6 +113,11 @@ func (d *demo) run() (code int) {
 	d.restart(p)
 	d.repair()
 	d.sigterm()
+	if d.showLog {
+		d.printLog(0)
+	}
+	d.cleanup()
+	d.dra()
 	if d.showLog {
 		d.printLog(0)
 	}
