@@ -37,7 +37,7 @@ unit_skip=" test_cdi test_seccomp "
 # TestHyperlightFdLimitHeldConnections neither: it lowers the daemon's RLIMIT_NOFILE to 48 after
 # start, and valgrind keeps its own fds near the top of the limit it started with, so the
 # daemon cannot open any (it runs natively, under ASan and in the musl suite).
-: "${VALGRIND_SCENARIOS:=^(TestFault|TestHyperlight([^F]|F[^d])|TestKata|TestLabels|TestMock)}"
+: "${VALGRIND_SCENARIOS:=^(TestFault|TestHyperlight([^F]|F[^d])|TestKata|TestLabels|TestMock|TestDRA)}"
 passed=0
 failed=0
 failures=()
@@ -79,7 +79,8 @@ count "vg:scenarios" "$p" "$f"
 [ "$f" -ne 0 ] && grep -B2 -A30 -- '--- FAIL' "$out" | head -150
 
 # The DRA side's core modules alone (core/src/pluginreg, core/src/dra), as grpc-go's tests drive
-# them (tests/grpc/pluginreg_server, tests/grpc/dra_server: no daemon serves them yet).
+# them (tests/grpc/pluginreg_server, tests/grpc/dra_server's scripted driver); the daemon's DRA
+# side is in the scenarios (TestDRA*).
 out="$logdir/dra.out"
 (cd "$src/tests/kubelet" && timeout 600 "$build/grpcpeer.test" -test.run '^Test(PluginReg|DRA)' -test.v) >"$out" 2>&1
 rc=$?

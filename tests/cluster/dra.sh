@@ -244,3 +244,61 @@ dra_back() {
 	note "api=devicePlugin again: 2000 allocatable, the DeviceClass gone, $(secs "$t") s after helm upgrade"
 	hl_hold
 }
+
+# The chart's hyperlight-dra-slices policy, enforced by the API server: the plugin's account,
+# with a pod-bound token naming this node, may write hyperlight.dev slices of this node only.
+dra_policy() {
+	local token loose server ca out
+	kubectl -n "$HL_NS" apply -f - >/dev/null <<EOF2
+apiVersion: v1
+kind: Pod
+metadata:
+  name: sdp-test-binder
+  namespace: $HL_NS
+spec:
+  serviceAccountName: hyperlight-device-plugin
+  automountServiceAccountToken: false
+  nodeName: $node
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 65534
+    runAsNonRoot: true
+  containers:
+  - name: main
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+EOF2
+	token=$(kubectl -n "$HL_NS" create token hyperlight-device-plugin --bound-object-kind Pod --bound-object-name sdp-test-binder --duration 10m)
+	loose=$(kubectl -n "$HL_NS" create token hyperlight-device-plugin --duration 10m)
+	server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+	ca=$STATE/pki/ca.crt
+	# slice TOKEN NODE DRIVER: POST a one-device slice as the plugin would; prints the answer's
+	# message (or the name created); fails unless 201.
+	slice() {
+		local code
+		code=$(curl -sS -o "$TEST/slice.out" -w '%{http_code}' --cacert "$ca" -X POST \
+			-H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
+			--data "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceSlice\",\"metadata\":{\"name\":\"sdp-test-$2-$3\"},\"spec\":{\"driver\":\"$3\",\"nodeName\":\"$2\",\"pool\":{\"name\":\"$2\",\"generation\":0,\"resourceSliceCount\":1},\"devices\":[{\"name\":\"x\"}]}}" \
+			"$server/apis/resource.k8s.io/v1/resourceslices") || return 1
+		jq -r '.message // ("created " + .metadata.name)' "$TEST/slice.out" 2>/dev/null || cat "$TEST/slice.out"
+		[ "$code" = 201 ]
+	}
+	if out=$(slice "$token" "$node" hyperlight.dev); then
+		note "own node, own driver: allowed ($out)"
+		kubectl delete resourceslice "sdp-test-$node-hyperlight.dev" >/dev/null
+	else
+		fail "a slice of driver hyperlight.dev on its own node refused: $out" || return 1
+	fi
+	out=$(slice "$token" sdp-test-other hyperlight.dev) && { fail "a slice for another node allowed"; return 1; }
+	echo "$out" | grep -q "hyperlight-dra-slices" || { fail "another node's slice refused, but not by the chart's policy: $out"; return 1; }
+	note "another node: refused ($out)"
+	out=$(slice "$token" "$node" other.example.com) && { fail "a slice of another driver allowed"; return 1; }
+	echo "$out" | grep -q "hyperlight-dra-slices" || { fail "another driver's slice refused, but not by the chart's policy: $out"; return 1; }
+	note "another driver: refused ($out)"
+	out=$(slice "$loose" "$node" hyperlight.dev) && { fail "a token naming no node allowed"; return 1; }
+	echo "$out" | grep -q "pod-bound token" || { fail "a token naming no node refused, but not by the chart's policy: $out"; return 1; }
+	note "a token naming no node: refused ($out)"
+	kubectl -n "$HL_NS" delete pod sdp-test-binder --wait=false >/dev/null
+}

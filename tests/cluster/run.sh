@@ -891,6 +891,7 @@ step "fault: kubelet restart (hyperlight)" hl_fault_kubelet
 step "fault: the host's /dev/kvm removed, then back" hl_fault_node
 step "fault: helm upgrade of hyperlight with a changed value" hl_fault_upgrade
 step "DRA: hyperlight switched to api=dra: rolled, registered, its device published with every attribute" dra_switch
+step "DRA: the slices admission policy enforced by the API server" dra_policy
 step "DRA: three pods share the hypervisor, one claim each; the fourth Pending with the scheduler's reason" dra_share
 step "DRA: a pod asking for hyperlight.dev/hypervisor: 1 served through DRA (extendedResourceName)" dra_extended
 step "DRA: kill -9 of the plugin and a kubelet restart: pods keep their devices, claims prepared once" dra_faults
