@@ -16,7 +16,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts cluster cluster-down test-cluster
+.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts bench-dra cluster cluster-down test-cluster
 
 all: build
 
@@ -167,6 +167,11 @@ KUBELET_RESTARTS ?= 200
 bench-kubelet-restarts: build
 	bench/kubelet-restarts/build.sh $(BUILD)
 	$(BUILD)/sdp-bench -build $(BUILD) -kubelet-restarts-only -kubelet-restarts $(KUBELET_RESTARTS) -out docs/benchmarks.md
+
+# Only the "DRA (hyperlight as a DRA driver)" section of docs/benchmarks.md: NodePrepareResources
+# latency and the time from a device change to the updated ResourceSlice (bench/dra.go).
+bench-dra: build
+	$(BUILD)/sdp-bench -build $(BUILD) -dra-only -out docs/benchmarks.md
 
 # Both plugin images, offline, for amd64 and arm64: podman build from images/*.Containerfile
 # into the vfs store $(BUILD)/podman (FROM scratch; OCI labels version/revision/source), each

@@ -136,6 +136,10 @@ func main() {
 		kubeletRestartsOnlyMode(src, build, kinds[2])
 		return
 	}
+	if *draOnly {
+		draOnlyMode(src, kinds[2])
+		return
+	}
 	if *idleOnly != "" {
 		idleOnlyMode(kinds)
 		return
@@ -220,6 +224,8 @@ func main() {
 		host.parts = append(host.parts, kr.host)
 	}
 	host.skip()
+	draf := measureDRA(hlKind, *draRounds, *draClaims)
+	host.part("DRA", "the DRA section")
 	probe := summarize(probeAlone(hlKind, *probes))
 	host.part("probe helper alone", "the probe helper alone figure, and with it hyperlight's Allocate target (1.3 × it)")
 	ceil := ceiling(hlKind)
@@ -262,7 +268,7 @@ func main() {
 			img[n] = imageSize(src, build, n)
 		}
 	}
-	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, kr, time.Since(began))
+	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, kr, draf, time.Since(began))
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
 		floodBegan, floodHost := time.Now(), newHostLog()
@@ -409,7 +415,7 @@ func writeRoundRatios(d *doc, res map[string]*results, host *hostLog) {
 }
 
 func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, large largeScan, prefer []preferPoint,
-	staticSize int64, img map[string]int64, imgNote string, kr kubeletRestarts, took time.Duration) {
+	staticSize int64, img map[string]int64, imgNote string, kr kubeletRestarts, draf draFigures, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	var d doc
 	d.p("# Benchmarks")
@@ -634,6 +640,7 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 	writeKubeletRestarts(&d, kr, "`make bench-kubelet-restarts`")
 
 	writeScale(&d, probe, ceil, scale, enc)
+	writeDRA(&d, draf, "`make bench-dra`")
 	writeIdle(&d, ks, kata, hl, ref, scan)
 	writeLargeScan(&d, large)
 	writeSizes(&d, res, staticSize, img, imgNote)
