@@ -78,8 +78,8 @@ void hl_dra_verdict(bool healthy, const char *reason, void *userdata)
 	} else if (!d->tainted_at[0]) {
 		time_t now = time(NULL);
 		struct tm tm;
-		gmtime_r(&now, &tm);
-		strftime(d->tainted_at, sizeof(d->tainted_at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		if (!gmtime_r(&now, &tm) || strftime(d->tainted_at, sizeof(d->tainted_at), "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+			snprintf(d->tainted_at, sizeof(d->tainted_at), "1970-01-01T00:00:00Z"); /* not reached */
 	}
 	render(d, &b);
 	if (!b.oom)
@@ -115,17 +115,17 @@ int hl_dra_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_devic
 	d->cfg = *cfg;
 	d->dev = *dev;
 	r = dp_kubeenv_load(&env, why, why_size);
-	if (r < 0)
-		return r;
-	if (r > 0)
-		return r == 1 ? -ENOENT : -EINVAL;
-	if ((r = dp_path(kubelet, sizeof(kubelet), "/var/lib/kubelet")) < 0)
-		return r;
+	if (r == 0)
+		r = dp_path(kubelet, sizeof(kubelet), "/var/lib/kubelet");
+	if (r != 0)
+		// cppcheck-suppress memleak ; d is freed by its _cleanup_ attribute, which the analyzers do not model
+		return r < 0 ? r : r == 1 ? -ENOENT : -EINVAL; // NOLINT(clang-analyzer-unix.Malloc)
 	dp_draside_config c = { .driver = HL_DRA_DRIVER, .env = &env, .kubelet_dir = kubelet, .exe = exe,
 				.resolve = resolve, .userdata = d };
 	if ((r = dp_draside_new(loop, &c, &d->side)) < 0) {
 		snprintf(why, why_size, "cannot serve the DRA driver %s: %s", HL_DRA_DRIVER, strerror(-r));
-		return r;
+		// cppcheck-suppress memleak ; d is freed by its _cleanup_ attribute, which the analyzers do not model
+		return r; // NOLINT(clang-analyzer-unix.Malloc)
 	}
 	*ret = TAKE_PTR(d);
 	return 0;

@@ -119,22 +119,25 @@ int dp_claimfile_write(const char *path, const dp_draclaim *c)
 /* One result line (NUL-terminated, no newline) into *x. */
 static int parse_line(char *line, dp_draclaim_result *x, char *why, size_t why_size)
 {
-	char *f[4], *p = line;
+	char *f[4] = { line, NULL, NULL, NULL };
+	int n = 1;
 
-	for (int i = 0; i < 4; i++) {
-		f[i] = p;
-		p = strchr(p, '\t');
-		if ((i < 3) != (p != NULL))
+	for (char *p = line; *p; p++) {
+		if (*p != '\t')
+			continue;
+		if (n == 4)
 			return FAIL(-EBADMSG, "not 4 tab-separated fields");
-		if (p)
-			*p++ = '\0';
+		*p = '\0';
+		f[n++] = p + 1;
 	}
+	if (n != 4)
+		return FAIL(-EBADMSG, "not 4 tab-separated fields");
 	if (strlen(f[0]) > DP_DRACLAIM_REQUEST_MAX || strlen(f[1]) > DP_DRACLAIM_DEVICE_MAX ||
 	    strlen(f[2]) > DP_DRACLAIM_SHARE_MAX || (strcmp(f[3], "0") != 0 && strcmp(f[3], "1") != 0))
 		return FAIL(-EBADMSG, "a field too long, or admin access not 0 or 1");
-	strcpy(x->request, f[0]);
-	strcpy(x->device, f[1]);
-	strcpy(x->share_id, f[2]);
+	snprintf(x->request, sizeof(x->request), "%s", f[0]);
+	snprintf(x->device, sizeof(x->device), "%s", f[1]);
+	snprintf(x->share_id, sizeof(x->share_id), "%s", f[2]);
 	x->admin_access = f[3][0] == '1';
 	return dp_claimfile_result_valid(x, why, why_size) ? 0 : -EBADMSG;
 }
@@ -163,13 +166,11 @@ static int read_file(const char *path, char *buf, size_t size, size_t *len)
 
 int dp_claimfile_read(const char *path, dp_draclaim *ret, char *why, size_t why_size)
 {
-	_cleanup_free_ char *buf = malloc(DP_CLAIMFILE_MAX + 1);
-	_cleanup_free_ dp_draclaim *c = calloc(1, sizeof(*c));
+	char buf[DP_CLAIMFILE_MAX + 2] = "";
+	dp_draclaim claim = { 0 }, *c = &claim;
 	size_t len = 0;
 	int r;
 
-	if (!buf || !c)
-		return -ENOMEM;
 	if ((r = read_file(path, buf, DP_CLAIMFILE_MAX + 1, &len)) < 0)
 		return r == -EFBIG ? FAIL(-EBADMSG, "over %u bytes", DP_CLAIMFILE_MAX) : r;
 	if (strlen(buf) != len || strncmp(buf, HEADER, strlen(HEADER)) != 0)
@@ -190,6 +191,6 @@ int dp_claimfile_read(const char *path, dp_draclaim *ret, char *why, size_t why_
 	}
 	if (c->n == 0)
 		return FAIL(-EBADMSG, "no result");
-	*ret = *c;
+	*ret = claim;
 	return 0;
 }

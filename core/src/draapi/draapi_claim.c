@@ -57,7 +57,7 @@ static void take_claim(const char *body, size_t len, char **argv)
 /* dra-claim <api> <token> <ca> <namespace> <name> <uid> <driver> <pool> <out> */
 static void entry_claim(int argc, char **argv)
 {
-	_cleanup_free_ char *body = NULL;
+	char *body = NULL;
 	char path[600], why[WHY_MAX];
 	size_t len = 0;
 	dp_kubeapi a;
@@ -82,6 +82,7 @@ static void entry_claim(int argc, char **argv)
 		dp_draapi_reply_status("GET ResourceClaim", status, body, len);
 	else
 		take_claim(body, len, argv);
+	free(body);
 }
 
 const dp_helper_entry dp_draapi_claim_entry = { DP_DRAAPI_CLAIM, entry_claim };

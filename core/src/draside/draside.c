@@ -26,6 +26,13 @@
 
 /* ---------------------------------------------------------------- the helper's queue */
 
+/* gcc 12 -fanalyzer loses a job once it is linked into the queue (s->queue, then s->running)
+ * and reports it leaked: it is freed when its run ends (on_helper_done) or with the queue. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wanalyzer-malloc-leak"
+#endif
+
 static void on_helper_done(const dp_helper_result *r, void *userdata);
 
 static void start_next(dp_draside *s)
@@ -76,6 +83,10 @@ void draside_enqueue(dp_draside *s, struct job *j)
 	*p = j;
 	start_next(s);
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /* ---------------------------------------------------------------- slices */
 

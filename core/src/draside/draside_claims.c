@@ -68,15 +68,11 @@ static int answer(dp_draside *s, dp_dra_claim *c, const dp_draclaim *claim, bool
 static void prepare(dp_dra_claim *c, void *userdata)
 {
 	dp_draside *s = userdata;
-	_cleanup_free_ dp_draclaim *claim = calloc(1, sizeof(*claim));
-	char path[CLAIM_PATH_MAX], why[WHY_MAX];
+	dp_draclaim claim_buf, *claim = &claim_buf;
+	char path[CLAIM_PATH_MAX], why[WHY_MAX] = "";
 	const char *uid = dp_dra_claim_uid(c);
 	int r;
 
-	if (!claim) {
-		dp_dra_done(c, NULL, 0, "out of memory");
-		return;
-	}
 	if (!uid_ok(uid) || !dp_kube_dns_label(dp_dra_claim_namespace(c)) || !dp_kube_dns_subdomain(dp_dra_claim_name(c))) {
 		dp_dra_done(c, NULL, 0, "invalid claim UID, namespace or name");
 		return;
@@ -164,10 +160,9 @@ void draside_claim_argv(dp_draside *s, const struct job *j, char *out, size_t ou
 
 void draside_claim_done(dp_draside *s, struct job *j, const dp_helper_result *r)
 {
-	_cleanup_free_ dp_draclaim *claim = calloc(1, sizeof(*claim));
-	char fetch[CLAIM_PATH_MAX], path[CLAIM_PATH_MAX], why[WHY_MAX], msg[CLAIM_PATH_MAX + 64];
+	dp_draclaim claim_buf, *claim = &claim_buf;
+	char fetch[CLAIM_PATH_MAX], path[CLAIM_PATH_MAX], why[WHY_MAX] = "", msg[CLAIM_PATH_MAX + 64];
 	dp_dra_claim *c = j->claim;
-	int k;
 
 	claim_path(s, j->uid, true, fetch, sizeof(fetch));
 	claim_path(s, j->uid, false, path, sizeof(path));
@@ -183,8 +178,7 @@ void draside_claim_done(dp_draside *s, struct job *j, const dp_helper_result *r)
 		dp_metrics_dra_prepare(s->driver, "error", 0);
 		return;
 	}
-	if (!claim || (k = dp_claimfile_read(fetch, claim, why, sizeof(why))) < 0) {
-		snprintf(why + strlen(why), sizeof(why) - strlen(why), "%s", claim ? "" : "out of memory");
+	if (dp_claimfile_read(fetch, claim, why, sizeof(why)) < 0) {
 		dp_warn("claim not prepared", "claim=%s/%s uid=%s reason=\"the helper's claim file: %s\"",
 			dp_dra_claim_namespace(c), dp_dra_claim_name(c), j->uid, why);
 		(void)unlink(fetch);
