@@ -84,6 +84,8 @@ void hl_dra_verdict(bool healthy, const char *reason, void *userdata)
 	render(d, &b);
 	if (!b.oom)
 		(void)dp_draside_publish(d->side, b.data, b.len); /* a failure is logged there */
+	dp_draside_health h = { .device = d->dev.name, .healthy = healthy, .message = d->reason };
+	(void)dp_draside_set_health(d->side, &h, 1); /* -ENOMEM: the next check reports it */
 }
 
 static int resolve(const char *device, char *cdi, size_t size, char *why, size_t why_size, void *userdata)

@@ -8,13 +8,19 @@ package kubelet
 // server, scheduler and kubelet are make test-cluster's (tests/cluster/dra.sh).
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	drahealth "sdp/drahealthv1"
 	dra "sdp/drav1"
 )
 
@@ -63,7 +69,7 @@ func (s *draScenario) register() *DRAConn {
 	}
 	s.t.Cleanup(c.Close)
 	info := c.Info
-	if info.Type != "DRAPlugin" || info.Name != draDriver || strings.Join(info.SupportedVersions, ",") != "v1.DRAPlugin" ||
+	if info.Type != "DRAPlugin" || info.Name != draDriver || strings.Join(info.SupportedVersions, ",") != "v1.DRAPlugin,v1.DRAResourceHealth" ||
 		filepath.Dir(info.Endpoint) != s.pluginDir() || !strings.HasPrefix(filepath.Base(info.Endpoint), "dra-") {
 		s.fatalf("GetInfo: %+v", info)
 	}
@@ -189,14 +195,63 @@ func TestDRAHyperlightClaimsRefused(t *testing.T) {
 	}
 }
 
-// The probe fails: the published device carries the NoSchedule taint and a claim on it is not
-// prepared ("unusable"); the probe passes again: the taint goes and it is.
+// healthStream opens NodeWatchResources as the kubelet does; its reports arrive on the channel.
+func healthStream(t *testing.T, c *DRAConn) <-chan *drahealth.NodeWatchResourcesResponse {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := c.Health.NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatalf("NodeWatchResources: %v", err)
+	}
+	ch := make(chan *drahealth.NodeWatchResourcesResponse, 16)
+	go func() {
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				close(ch)
+				return
+			}
+			ch <- r
+		}
+	}()
+	return ch
+}
+
+// nextHealth waits for a report whose one device is kvm of draNode with health h.
+func nextHealth(t *testing.T, ch <-chan *drahealth.NodeWatchResourcesResponse, h drahealth.HealthStatus, bound time.Duration) *drahealth.DeviceHealth {
+	t.Helper()
+	end := time.After(bound)
+	for {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				t.Fatalf("the health stream ended waiting for %v", h)
+			}
+			if len(r.Devices) != 1 || r.Devices[0].Device.PoolName != draNode || r.Devices[0].Device.DeviceName != "kvm" ||
+				r.Devices[0].HealthCheckTimeoutSeconds != 90 || r.Devices[0].LastUpdatedTime < time.Now().Unix()-60 {
+				t.Fatalf("health report: %+v", r)
+			}
+			if r.Devices[0].Health == h {
+				return r.Devices[0]
+			}
+		case <-end:
+			t.Fatalf("no %v report within %v", h, bound)
+		}
+	}
+}
+
+// The probe fails: the published device carries the NoSchedule taint, the kubelet's health
+// stream says UNHEALTHY with the probe's reason, and a claim on it is not prepared ("unusable");
+// the probe passes again: the taint goes, HEALTHY, and it is.
 func TestDRAHyperlightUnhealthyTainted(t *testing.T) {
 	s := newDRAScenario(t)
 	c := s.register()
 	if !s.wait(startBound, func() bool { return s.api.Device() != nil }) {
 		s.fatalf("no ResourceSlice published within %v", startBound)
 	}
+	health := healthStream(t, c)
+	nextHealth(t, health, drahealth.HealthStatus_HEALTHY, eventBound)
 	if err := s.node.SetShim("HVSHIM_CREATE_VM_ERRNO=ENOMEM"); err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +270,9 @@ func TestDRAHyperlightUnhealthyTainted(t *testing.T) {
 	if !strings.Contains(taint(), `"effect":"NoSchedule"`) || !strings.Contains(taint(), `"timeAdded":"`) {
 		t.Fatalf("taint: %s", taint())
 	}
+	if h := nextHealth(t, health, drahealth.HealthStatus_UNHEALTHY, eventBound); !strings.Contains(h.Message, "KVM_CREATE_VM: ENOMEM") {
+		t.Fatalf("unhealthy report's message: %q", h.Message)
+	}
 	s.api.SetClaim("ns", "c1", "uid-1", draNode, false)
 	if r := prepareClaim(t, c, "ns", "c1", "uid-1"); !strings.Contains(r.Error, "device kvm is unusable: KVM_CREATE_VM: ENOMEM") {
 		t.Fatalf("prepare on the unhealthy device: %+v", r)
@@ -223,6 +281,7 @@ func TestDRAHyperlightUnhealthyTainted(t *testing.T) {
 	if !s.wait(periodBound, func() bool { return taint() == "" }) {
 		s.fatalf("the taint stayed %v after the probe passed again: %s", periodBound, taint())
 	}
+	nextHealth(t, health, drahealth.HealthStatus_HEALTHY, eventBound)
 	checkPrepared(t, prepareClaim(t, c, "ns", "c1", "uid-1"), false)
 }
 
@@ -236,5 +295,50 @@ func TestDRAHyperlightBadAPIValue(t *testing.T) {
 	}
 	if code := s.d.ExitCode(); code != 1 || !strings.Contains(s.d.Log(), `PLUGIN_API=\"DRA\" is neither device-plugin nor dra`) {
 		t.Fatalf("exit %d, log: %s", code, s.d.Log())
+	}
+}
+
+// At most 8 NodeWatchResources streams at once: the ninth is refused RESOURCE_EXHAUSTED and the
+// others keep their reports; a closed stream's place is free again.
+func TestDRAHyperlightHealthStreamsBounded(t *testing.T) {
+	s := newDRAScenario(t)
+	c := s.register()
+	if !s.wait(startBound, func() bool { return s.api.Device() != nil }) {
+		s.fatalf("no ResourceSlice published within %v", startBound)
+	}
+	var cancels []context.CancelFunc
+	for i := 0; i < 8; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		cancels = append(cancels, cancel)
+		st, err := c.Health.NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
+		if err != nil {
+			t.Fatalf("stream %d: %v", i+1, err)
+		}
+		if r, err := st.Recv(); err != nil || len(r.Devices) != 1 || r.Devices[0].Health != drahealth.HealthStatus_HEALTHY {
+			t.Fatalf("stream %d's first report: %+v, %v", i+1, r, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Health.NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the ninth stream: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	cancels[0]()
+	if !s.wait(eventBound, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := c.Health.NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
+		if err != nil {
+			return false
+		}
+		_, err = st.Recv()
+		return err == nil
+	}) {
+		s.fatalf("no stream accepted after one of the eight closed")
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	drahealth "sdp/drahealthv1"
 	dra "sdp/drav1"
 	reg "sdp/pluginregistration"
 )
@@ -152,11 +153,11 @@ func (f *FakeAPI) ClaimGets(ns, name string) int {
 	return f.gets[ns+"/"+name]
 }
 
-
 // DRAConn: the connections DRARegister opened.
 type DRAConn struct {
 	Info   *reg.PluginInfo
 	Client dra.DRAPluginClient
+	Health drahealth.DRAResourceHealthClient // on the same connection, as the kubelet's
 	conns  []*grpc.ClientConn
 }
 
@@ -207,6 +208,7 @@ func DRARegister(root, driver string, bound time.Duration) (*DRAConn, error) {
 	}
 	c.conns = append(c.conns, dc)
 	c.Client = dra.NewDRAPluginClient(dc)
+	c.Health = drahealth.NewDRAResourceHealthClient(dc)
 	return c, nil
 }
 

@@ -32,6 +32,14 @@
 #define DP_DRA_UNPREPARE_PATH "/" DP_DRA_SERVICE "/NodeUnprepareResources"
 /* The name the plugin registration gives for this service's version. */
 #define DP_DRA_VERSION "v1.DRAPlugin"
+/* DRAResourceHealth (proto/dra_health.proto): the registration lists this beside DP_DRA_VERSION
+ * when the driver reports health (dp_dra_set_health); the kubelet (gate ResourceHealthStatus,
+ * beta and on since 1.36) then watches it and shows each prepared device's health in the status
+ * of the pods that hold it (allocatedResourcesStatus). */
+#define DP_DRA_HEALTH_VERSION "v1.DRAResourceHealth"
+#define DP_DRA_HEALTH_WATCH_PATH "/v1.DRAResourceHealth/NodeWatchResources"
+/* Streams of NodeWatchResources at once (the kubelet keeps one). */
+#define DP_DRA_HEALTH_STREAMS_MAX 8
 
 /* A claim's namespace, UID and name: the API's limits are 63, 36 and 253 bytes; this is the
  * bound of each (a DNS subdomain's). */
@@ -63,6 +71,15 @@ typedef struct dp_dra_driver {
 	struct dp_health *health;
 } dp_dra_driver;
 
+enum dp_dra_health { DP_DRA_HEALTH_UNKNOWN = 0, DP_DRA_HEALTH_HEALTHY = 1, DP_DRA_HEALTH_UNHEALTHY = 2 };
+
+typedef struct dp_dra_device_health {
+	const char *pool;
+	const char *device;
+	enum dp_dra_health health;
+	const char *message; /* NULL: none */
+} dp_dra_device_health;
+
 /* Serve socket_path (mode 0600; an existing path is -EADDRINUSE, as dp_grpc_server_new). The
  * driver's three hooks are required (-EINVAL). */
 int dp_dra_new(dp_loop *loop, const char *socket_path, const dp_dra_driver *driver, void *userdata,
@@ -72,6 +89,16 @@ int dp_dra_new(dp_loop *loop, const char *socket_path, const dp_dra_driver *driv
  * NULL; returns NULL. */
 dp_dra *dp_dra_free(dp_dra *d);
 DP_DEFINE_CLEANUP(dp_dra, dp_dra_free)
+
+/*
+ * The devices' health (copied), sent at once to every NodeWatchResources stream and to each new
+ * one; timeout_seconds (> 0) is how long the kubelet keeps it before it calls it UNKNOWN (call
+ * again before: the verdict of every periodic check). Until the first call NodeWatchResources is
+ * answered UNIMPLEMENTED (the kubelet stops watching a driver that reports none). The stream
+ * request is read from the wire (its fields skipped; malformed: INVALID_ARGUMENT); more than
+ * DP_DRA_HEALTH_STREAMS_MAX streams: RESOURCE_EXHAUSTED. -EINVAL, -ENOMEM.
+ */
+int dp_dra_set_health(dp_dra *d, const dp_dra_device_health *devices, size_t n, int64_t timeout_seconds);
 
 const char *dp_dra_claim_namespace(const dp_dra_claim *c);
 const char *dp_dra_claim_uid(const dp_dra_claim *c);

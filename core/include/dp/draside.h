@@ -8,7 +8,7 @@
  * (dp/draapi.h), one child at a time, so the daemon maps no HTTP, TLS or JSON library.
  *
  * Files, under <kubelet>/plugins/<driver>/ (made 0750; the kubelet's own layout):
- *   dra-<n>.sock       the DRA service, named in the registration (a new name per instance:
+ *   dra-<n>.sock       the DRA service and DRAResourceHealth, named in the registration (a new name per instance:
  *                      dp_socket_name; a killed instance's is swept at start), with
  *                      grpc.health.v1: liveness, and readiness = dp_draside_ready
  *   slices.json        the devices last given, what the helper publishes
@@ -66,6 +66,17 @@ int dp_draside_new(dp_loop *loop, const dp_draside_config *c, dp_draside **ret);
  * by the helper). Copied; published when it differs from the last set given. -ENOMEM, write
  * errors of slices.json. */
 int dp_draside_publish(dp_draside *s, const char *devices_json, size_t len);
+/* The devices' health for the kubelet (DRAResourceHealth, dp/dra.h: it shows it in the status of
+ * the pods that hold them): sent at once, and to the kubelet's next stream; the kubelet calls a
+ * device UNKNOWN when no report came for DP_DRASIDE_HEALTH_TIMEOUT_S, so report after every
+ * check. -EINVAL, -ENOMEM. */
+#define DP_DRASIDE_HEALTH_TIMEOUT_S 90
+typedef struct dp_draside_health {
+	const char *device;
+	bool healthy;
+	const char *message; /* why not (or what the verdict rests on); NULL: none */
+} dp_draside_health;
+int dp_draside_set_health(dp_draside *s, const dp_draside_health *devices, size_t n);
 /* Stop: the registration socket removed (the kubelet deregisters the driver; it wipes the
  * slices itself 30 s later unless the driver is back), the DRA service stopped, a helper child
  * killed. Checkpoints and slices.json stay. Accepts NULL, returns NULL. */

@@ -3,6 +3,7 @@
 #include "dp/dra.h"
 
 #include "dp/health.h"
+#include "dra_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -38,11 +39,6 @@ struct dra_call {
 	dp_dra_claim *claims;
 };
 
-struct dp_dra {
-	dp_grpc_server *server;
-	dp_dra_driver drv;
-	void *userdata;
-};
 
 static const char oom[] = "out of memory";
 
@@ -345,13 +341,14 @@ int dp_dra_new(dp_loop *loop, const char *socket_path, const dp_dra_driver *driv
 		return -ENOMEM;
 	d->drv = *driver;
 	d->userdata = userdata;
-	dp_grpc_method methods[4] = {
+	dp_grpc_method methods[5] = {
 		{ DP_DRA_PREPARE_PATH, DP_GRPC_METHOD_UNARY, rpc_prepare, d },
 		{ DP_DRA_UNPREPARE_PATH, DP_GRPC_METHOD_UNARY, rpc_unprepare, d },
+		{ DP_DRA_HEALTH_WATCH_PATH, DP_GRPC_METHOD_SERVER_STREAM, dp_dra_rpc_watch, d },
 	};
-	size_t n = 2;
+	size_t n = 3;
 	if (driver->health)
-		n += dp_health_methods(driver->health, methods + 2);
+		n += dp_health_methods(driver->health, methods + 3);
 	int r = dp_grpc_server_new(loop, socket_path, methods, n, NULL, &d->server);
 	if (r < 0)
 		return r;
@@ -364,6 +361,7 @@ dp_dra *dp_dra_free(dp_dra *d)
 	if (!d)
 		return NULL;
 	d->server = dp_grpc_server_free(d->server); /* cancels every call still out (on_cancel) */
+	free(d->health_msg);
 	free(d);
 	return NULL;
 }

@@ -258,7 +258,7 @@ static void swept(const char *name, void *userdata)
 static int serve(dp_draside *s)
 {
 	char registry[PATH_MAX], name[DP_SOCKET_NAME_MAX + 1];
-	static const char *const versions[] = { DP_DRA_VERSION };
+	static const char *const versions[] = { DP_DRA_VERSION, DP_DRA_HEALTH_VERSION };
 	int r;
 
 	(void)dp_socket_sweep(s->dir, DP_DRASIDE_SOCKET_PREFIX, NULL, swept, s); /* killed instances' */
@@ -277,7 +277,7 @@ static int serve(dp_draside *s)
 	if (mkdir(registry, 0750) < 0 && errno != EEXIST)
 		return -errno;
 	dp_pluginreg_config rc = { .type = DP_PLUGINREG_TYPE_DRA, .name = s->driver, .endpoint = s->socket,
-				   .versions = versions, .n_versions = 1, .on_status = on_status, .userdata = s };
+				   .versions = versions, .n_versions = 2, .on_status = on_status, .userdata = s };
 	return dp_pluginreg_new(s->loop, registry, &rc, &s->reg);
 }
 
@@ -331,6 +331,24 @@ dp_draside *dp_draside_free(dp_draside *s)
 	free(s->devices);
 	free(s);
 	return NULL;
+}
+
+int dp_draside_set_health(dp_draside *s, const dp_draside_health *devices, size_t n)
+{
+	dp_dra_device_health *h;
+	int r;
+
+	if (!s || (n && !devices))
+		return -EINVAL;
+	if (!(h = calloc(n ? n : 1, sizeof(*h))))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		h[i] = (dp_dra_device_health){ .pool = s->env.node, .device = devices[i].device,
+					       .health = devices[i].healthy ? DP_DRA_HEALTH_HEALTHY : DP_DRA_HEALTH_UNHEALTHY,
+					       .message = devices[i].message };
+	r = dp_dra_set_health(s->dra, h, n, DP_DRASIDE_HEALTH_TIMEOUT_S);
+	free(h);
+	return r;
 }
 
 int dp_draside_exe_fd(const dp_draside *s)

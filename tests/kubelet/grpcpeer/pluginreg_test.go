@@ -134,7 +134,7 @@ func TestPluginRegBadRequests(t *testing.T) {
 		method string
 		req    []byte
 	}{
-		{"/pluginregistration.Registration/GetInfo", []byte{0x0a, 0x05, 'a'}},                    // truncated
+		{"/pluginregistration.Registration/GetInfo", []byte{0x0a, 0x05, 'a'}},                     // truncated
 		{"/pluginregistration.Registration/NotifyRegistrationStatus", []byte{0x0a, 0x01, 0x00}},   // field 1 as bytes
 		{"/pluginregistration.Registration/NotifyRegistrationStatus", []byte{0x12, 0x02, 'a', 0}}, // NUL in error
 		{"/pluginregistration.Registration/NotifyRegistrationStatus", []byte{0x08}},               // varint cut
