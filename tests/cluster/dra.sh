@@ -203,8 +203,9 @@ dra_unprepare() {
 	note "dra-new deleted: claim $uid unprepared, its checkpoint removed $(secs "$t") s later"
 }
 
-# The host's /dev/kvm removed: the probe fails, the device is tainted NoSchedule; a new claim
-# pod stays Pending; back: the taint goes and it runs.
+# The host's /dev/kvm removed: the probe fails, the device is tainted NoSchedule and the pod
+# holding it shows it Unhealthy (the kubelet's DRAResourceHealth); a new claim pod stays Pending;
+# back: the taint goes, it runs, the holder's device is Healthy again.
 dra_health() {
 	local st mode uid gid maj min t ms
 	st=$(stat -c '%a %u %g %t %T' /dev/kvm) || return 1
@@ -215,6 +216,11 @@ dra_health() {
 	tainted() { [ "$(dra_slice | jq -r '.items[0].spec.devices[0].taints[0].key // empty')" = hyperlight.dev/unhealthy ]; }
 	until_ok 60 tainted || fail "the device is not tainted 60 s after the host's /dev/kvm was removed: $(dra_slice | jq -c '.items[0].spec.devices[0]')" || return 1
 	note "/dev/kvm removed: device tainted hyperlight.dev/unhealthy:NoSchedule $(secs "$t") s later"
+	# the kubelet's view (DRAResourceHealth, ResourceHealthStatus): the pod holding the device
+	# shows it Unhealthy in its status
+	shown() { kubectl -n "$NS" get pod dra-2 -o json | jq -e '[.status.containerStatuses[].allocatedResourcesStatus[]?.resources[]? | select(.resourceID == "hyperlight.dev/hypervisor=kvm" and .health == "Unhealthy")] | length > 0' >/dev/null; }
+	until_ok 60 shown || fail "dra-2's status does not show its device Unhealthy: $(kubectl -n "$NS" get pod dra-2 -o json | jq -c '[.status.containerStatuses[].allocatedResourcesStatus]')" || return 1
+	note "the pod holding it shows it: $(kubectl -n "$NS" get pod dra-2 -o json | jq -c '.status.containerStatuses[0].allocatedResourcesStatus')"
 	dra_pod dra-wait
 	why() { kubectl -n "$NS" get events --field-selector "involvedObject.name=dra-wait,reason=FailedScheduling" -o jsonpath='{.items[*].message}' | grep -q 'cannot allocate all claims'; }
 	until_ok 60 why || { diag "$NS" dra-wait; fail "a new claim pod is not Pending on the tainted device"; return 1; }
@@ -226,7 +232,9 @@ dra_health() {
 	until_ok 60 clean || fail "the taint stayed 60 s after /dev/kvm came back" || return 1
 	running() { [ "$(phase dra-wait)" = Running ]; }
 	until_ok 120 running || { diag "$NS" dra-wait; fail "the waiting claim pod did not run once /dev/kvm came back"; return 1; }
-	note "/dev/kvm back: taint gone, the waiting pod Running $(secs "$t") s later"
+	healthy() { kubectl -n "$NS" get pod dra-2 -o json | jq -e '[.status.containerStatuses[].allocatedResourcesStatus[]?.resources[]? | select(.resourceID == "hyperlight.dev/hypervisor=kvm" and .health == "Healthy")] | length > 0' >/dev/null; }
+	until_ok 60 healthy || fail "dra-2's status does not show its device Healthy again" || return 1
+	note "/dev/kvm back: taint gone, the waiting pod Running, dra-2's device Healthy again $(secs "$t") s later"
 	kubectl -n "$NS" delete pod dra-wait dra-2 dra-er --wait=true --timeout=60s >/dev/null
 }
 

@@ -896,7 +896,7 @@ step "DRA: three pods share the hypervisor, one claim each; the fourth Pending w
 step "DRA: a pod asking for hyperlight.dev/hypervisor: 1 served through DRA (extendedResourceName)" dra_extended
 step "DRA: kill -9 of the plugin and a kubelet restart: pods keep their devices, claims prepared once" dra_faults
 step "DRA: a deleted pod's claim unprepared, its checkpoint removed" dra_unprepare
-step "DRA: the host's /dev/kvm removed: device tainted, a new claim Pending; back: untainted, it runs" dra_health
+step "DRA: the host's /dev/kvm removed: device tainted, its pod shows it Unhealthy, a new claim Pending; back: all well" dra_health
 step "DRA: back to api=devicePlugin" dra_back
 step "helm uninstall of hyperlight leaves what docs/operations.md says" hl_fault_uninstall
 finish
