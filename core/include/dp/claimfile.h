@@ -27,6 +27,8 @@ bool dp_claimfile_result_valid(const dp_draclaim_result *r, char *why, size_t wh
 /* Write c (1..32 valid results, else -EINVAL) to path atomically. Negative errno on failure
  * (nothing left behind but what was there). */
 int dp_claimfile_write(const char *path, const dp_draclaim *c);
+/* Parse buf[len] (NUL-terminated at buf[len]; changed in place) as dp_claimfile_read does. */
+int dp_claimfile_parse(char *buf, size_t len, dp_draclaim *ret, char *why, size_t why_size);
 /* Read path into *ret (written only on success). -ENOENT and other open errors; -EBADMSG (why
  * says where) for anything not as written by dp_claimfile_write. */
 int dp_claimfile_read(const char *path, dp_draclaim *ret, char *why, size_t why_size);

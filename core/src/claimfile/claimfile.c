@@ -164,16 +164,13 @@ static int read_file(const char *path, char *buf, size_t size, size_t *len)
 	return 0;
 }
 
-int dp_claimfile_read(const char *path, dp_draclaim *ret, char *why, size_t why_size)
+int dp_claimfile_parse(char *buf, size_t len, dp_draclaim *ret, char *why, size_t why_size)
 {
-	char buf[DP_CLAIMFILE_MAX + 2] = "";
 	dp_draclaim claim = { 0 }, *c = &claim;
-	size_t len = 0;
-	int r;
 
-	if ((r = read_file(path, buf, DP_CLAIMFILE_MAX + 1, &len)) < 0)
-		return r == -EFBIG ? FAIL(-EBADMSG, "over %u bytes", DP_CLAIMFILE_MAX) : r;
-	if (strlen(buf) != len || strncmp(buf, HEADER, strlen(HEADER)) != 0)
+	if (len > DP_CLAIMFILE_MAX)
+		return FAIL(-EBADMSG, "over %u bytes", DP_CLAIMFILE_MAX);
+	if (buf[len] != '\0' || strlen(buf) != len || strncmp(buf, HEADER, strlen(HEADER)) != 0)
 		return FAIL(-EBADMSG, "no \"sdp-claim 1\" header, or a NUL byte");
 	char *p = buf + strlen(HEADER);
 	while (*p) {
@@ -193,4 +190,15 @@ int dp_claimfile_read(const char *path, dp_draclaim *ret, char *why, size_t why_
 		return FAIL(-EBADMSG, "no result");
 	*ret = claim;
 	return 0;
+}
+
+int dp_claimfile_read(const char *path, dp_draclaim *ret, char *why, size_t why_size)
+{
+	char buf[DP_CLAIMFILE_MAX + 2] = "";
+	size_t len = 0;
+	int r;
+
+	if ((r = read_file(path, buf, DP_CLAIMFILE_MAX + 1, &len)) < 0)
+		return r == -EFBIG ? FAIL(-EBADMSG, "over %u bytes", DP_CLAIMFILE_MAX) : r;
+	return dp_claimfile_parse(buf, len, ret, why, why_size);
 }
