@@ -365,6 +365,22 @@ def check_docs(src):
     check("docs/operations.md quotes log lines", len(msgs) >= 10, "only %d msg= found" % len(msgs))
     for m in msgs:
         check("docs msg=%r is logged by the daemon" % m, '"%s"' % m in code, "not found in hyperlight/, core/src/")
+    # docs/dra.md's troubleshooting rows: every log line it quotes is one the daemons log
+    try:
+        dra = open(os.path.join(src, "docs", "dra.md")).read()
+    except OSError as e:
+        check("docs/dra.md", False, str(e))
+        return
+    dmsgs = sorted(set(a or b for a, b in re.findall(r'msg=(?:"([^"]+)"|([A-Za-z][\w-]*))', dra)))
+    check("docs/dra.md quotes DRA log lines", len(dmsgs) >= 10, "only %d msg= found" % len(dmsgs))
+    for m in dmsgs:
+        check("docs/dra.md msg=%r is logged by the daemon" % m, '"%s"' % m in code, "not found in hyperlight/, core/src/")
+    # and the other way: every line the DRA side logs at info or above has its row
+    dra_code = ""
+    for f in ("core/src/draside/draside.c", "core/src/draside/draside_claims.c", "hyperlight/dra.c"):
+        dra_code += open(os.path.join(src, f)).read()
+    for m in sorted(set(re.findall(r'dp_(?:info|warn|error)\("([^"]+)"', dra_code))):
+        check("DRA log line %r has its row in docs/dra.md" % m, 'msg="%s"' % m in dra or "msg=%s " % m in dra, "not in docs/dra.md")
     for f in ("00-namespace.yaml", "10-rbac.yaml", "20-device-access.yaml", "30-device-plugin.yaml"):
         check("docs/operations.md names %s" % f, f in doc or "deploy/hyperlight/" in doc, "not named")
 
