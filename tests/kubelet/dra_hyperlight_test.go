@@ -329,16 +329,21 @@ func TestDRAHyperlightHealthStreamsBounded(t *testing.T) {
 		t.Fatalf("the ninth stream: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	cancels[0]()
-	if !s.wait(eventBound, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
+	// a new stream is accepted once the server has seen the closed one go; the accepted one is
+	// kept open (opening and closing streams in the check would race the next check)
+	accepted := Poll(eventBound, func() bool {
+		ctx, cancel := context.WithCancel(context.Background())
 		st, err := c.Health.NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
-		if err != nil {
-			return false
+		if err == nil {
+			if _, err = st.Recv(); err == nil {
+				t.Cleanup(cancel)
+				return true
+			}
 		}
-		_, err = st.Recv()
-		return err == nil
-	}) {
+		cancel()
+		return false
+	})
+	if !accepted {
 		s.fatalf("no stream accepted after one of the eight closed")
 	}
 }
