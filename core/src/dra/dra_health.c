@@ -18,7 +18,7 @@ static int encode(const dp_dra_device_health *devs, size_t n, int64_t timeout, u
 	V1__NodeWatchResourcesResponse resp = V1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
 	V1__DeviceHealth *h = calloc(n ? n : 1, sizeof(*h));
 	V1__DeviceIdentifier *id = calloc(n ? n : 1, sizeof(*id));
-	V1__DeviceHealth **hp = calloc(n ? n : 1, sizeof(*hp));
+	V1__DeviceHealth **hp = calloc(n ? n : 1, sizeof(*hp)); // NOLINT(bugprone-sizeof-expression): pointers
 	int64_t now = (int64_t)time(NULL);
 	int r = -ENOMEM;
 
