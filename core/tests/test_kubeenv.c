@@ -147,6 +147,13 @@ static void test_dns_names(void **state)
 	long_name[253] = '\0';
 	assert_true(dp_kube_dns_subdomain(long_name));
 	assert_false(dp_kube_dns_subdomain("a-.b"));
+	assert_true(dp_kube_uid("4c4f7717-0afc-4c3b-bb4b-90c3c807c89f", 128));
+	assert_false(dp_kube_uid("", 128));
+	assert_false(dp_kube_uid(NULL, 128));
+	assert_false(dp_kube_uid("../x", 128));
+	assert_false(dp_kube_uid("a b", 128));
+	assert_false(dp_kube_uid("abcd", 3));
+	assert_true(dp_kube_uid("abc", 3));
 }
 
 int main(void)

@@ -36,5 +36,8 @@ typedef struct dp_kubeenv {
 int dp_kubeenv_load(dp_kubeenv *ret, char *why, size_t why_size);
 /* Kubernetes' IsDNS1123Subdomain: dot-separated [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 253 bytes. */
 bool dp_kube_dns_subdomain(const char *s);
+/* A UID as the API writes one (and a DRA share ID): 1..max bytes of [0-9A-Za-z-]; safe in a file
+ * name and a log line. */
+bool dp_kube_uid(const char *s, size_t max);
 /* Kubernetes' IsDNS1123Label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 bytes. */
 bool dp_kube_dns_label(const char *s);

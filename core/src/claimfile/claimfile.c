@@ -31,26 +31,13 @@ static bool request_valid(const char *s)
 	return dp_kube_dns_label(a) && dp_kube_dns_label(slash + 1);
 }
 
-static bool share_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n > DP_DRACLAIM_SHARE_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-		      s[i] == '-'))
-			return false;
-	return true;
-}
-
 bool dp_claimfile_result_valid(const dp_draclaim_result *r, char *why, size_t why_size)
 {
 	if (!request_valid(r->request))
 		return FAIL(false, "request name \"%.*s\" is not one or two DNS labels joined by '/'", 130, r->request);
 	if (!dp_kube_dns_label(r->device))
 		return FAIL(false, "device name \"%.*s\" is not a DNS label", 70, r->device);
-	if (!share_valid(r->share_id))
+	if ((r->share_id[0] && !dp_kube_uid(r->share_id, DP_DRACLAIM_SHARE_MAX)))
 		return FAIL(false, "share ID \"%.*s\" is not a UID", 70, r->share_id);
 	return true;
 }

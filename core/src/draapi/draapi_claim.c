@@ -17,19 +17,6 @@
 
 #define WHY_MAX 512
 
-static bool uid_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > 128)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-		      s[i] == '-'))
-			return false;
-	return true;
-}
-
 /* The claim in body (status 200) read for driver and pool, written to out. */
 static void take_claim(const char *body, size_t len, char **argv)
 {
@@ -63,7 +50,7 @@ static void entry_claim(int argc, char **argv)
 	dp_kubeapi a;
 	int status, r;
 
-	if (argc != 10 || !dp_kube_dns_label(argv[4]) || !dp_kube_dns_subdomain(argv[5]) || !uid_valid(argv[6]) ||
+	if (argc != 10 || !dp_kube_dns_label(argv[4]) || !dp_kube_dns_subdomain(argv[5]) || !dp_kube_uid(argv[6], 128) ||
 	    !dp_kube_dns_subdomain(argv[7]) || !dp_kube_dns_subdomain(argv[8]) || argv[9][0] != '/') {
 		dp_helper_reply_fail("invalid " DP_DRAAPI_CLAIM " arguments: <api> <token> <ca> <namespace> <name> "
 				     "<uid> <driver> <pool> <out>");

@@ -8,6 +8,7 @@
 
 #include "dp/claimfile.h"
 #include "dp/draapi.h"
+#include "dp/kubeenv.h"
 #include "dp/log.h"
 #include "dp/macro.h"
 #include "dp/metrics.h"
@@ -24,14 +25,7 @@ static void claim_path(const dp_draside *s, const char *uid, bool fetch, char *b
 /* A UID as the kubelet sends it: it names a file here, so [0-9A-Za-z-] only. */
 static bool uid_ok(const char *uid)
 {
-	size_t n = strlen(uid);
-	if (n == 0 || n > 128)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((uid[i] >= '0' && uid[i] <= '9') || (uid[i] >= 'a' && uid[i] <= 'z') ||
-		      (uid[i] >= 'A' && uid[i] <= 'Z') || uid[i] == '-'))
-			return false;
-	return true;
+	return dp_kube_uid(uid, 128);
 }
 
 /* Answer c with claim's devices, each resolved; 0, or negative with the claim answered an error. */

@@ -48,6 +48,18 @@ bool dp_kube_dns_subdomain(const char *s)
 	return !at_start && s[n - 1] != '-';
 }
 
+bool dp_kube_uid(const char *s, size_t max)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!is_alnum(s[i]) && s[i] != '-')
+			return false;
+	return true;
+}
+
 bool dp_kube_dns_label(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
