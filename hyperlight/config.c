@@ -88,16 +88,6 @@ static int load_host_dir(struct hl_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-static int load_api(struct hl_config *c, char *err, size_t errlen)
-{
-	const char *v = getenv("PLUGIN_API");
-	c->dra = v && strcmp(v, "dra") == 0;
-	if (!v || !v[0] || c->dra || strcmp(v, "device-plugin") == 0)
-		return 0;
-	snprintf(err, errlen, "PLUGIN_API=\"%.100s\" is neither device-plugin nor dra", v);
-	return -EINVAL;
-}
-
 int hl_config_load(struct hl_config *ret, char *err, size_t errlen)
 {
 	struct hl_config c;
@@ -110,7 +100,7 @@ int hl_config_load(struct hl_config *ret, char *err, size_t errlen)
 	load_mode(&c.mode);
 	r = load_host_dir(&c, err, errlen);
 	if (r >= 0)
-		r = load_api(&c, err, errlen);
+		r = dp_env_plugin_api(&c.dra, err, errlen);
 	if (r < 0)
 		return r;
 	*ret = c;

@@ -2,13 +2,8 @@
 /* confine: what the hyperlight daemon adds to libdp's seccomp allow-list (confine.h). */
 #include "confine.h"
 
-#include <assert.h>
-#include <sys/socket.h>
-
 #include "dp/macro.h"
 #include "probe.h"
-
-#define ALL32 0xffffffffu
 
 /* Always: futex, for the C library's locks (and valgrind's, in the forked helper child before
  * its exec: "The futex facility returned an unexpected error code" under make valgrind). */
@@ -16,16 +11,8 @@ static const dp_seccomp_rule base_rules[] = {
 	DP_SC("futex"),
 };
 
-/* The label child (label-node/label_patch.c, https.c): TCP to the API server and waiting on
- * it, and the C library's resolver when the host is a name (glibc sends its A and AAAA queries
- * with sendmmsg; musl with sendto). Reading the CA file and the token is in the core list;
- * musl's open() is added below. */
-static const dp_seccomp_rule label_rules[] = {
-	DP_SC_ARG("socket", 0, ALL32, AF_INET), DP_SC_ARG("socket", 0, ALL32, AF_INET6),
-	DP_SC("poll"), DP_SC("ppoll"), DP_SC("sendmmsg"), DP_SC("uname"),
-};
-static_assert(DP_ELEMENTSOF(base_rules) + 3 + DP_ELEMENTSOF(label_rules) + 2 <= HL_SECCOMP_RULES_MAX,
-	      "HL_SECCOMP_RULES_MAX");
+/* The label child and the DRA side's sdp-kube-api entries call the API server:
+ * dp_seccomp_api_client_rules. */
 
 size_t hl_seccomp_rules(bool probe, int label_exe_fd, int kubeapi_exe_fd, dp_seccomp_rule *out, size_t cap)
 {
@@ -37,8 +24,8 @@ size_t hl_seccomp_rules(bool probe, int label_exe_fd, int kubeapi_exe_fd, dp_sec
 		out[n++] = hl_probe_ioctl_rules[i];
 	if (label_exe_fd < 0 && kubeapi_exe_fd < 0)
 		return n;
-	for (size_t i = 0; i < DP_ELEMENTSOF(label_rules) && n < cap; i++)
-		out[n++] = label_rules[i];
+	for (size_t i = 0; i < dp_seccomp_n_api_client_rules && n < cap; i++)
+		out[n++] = dp_seccomp_api_client_rules[i];
 	if (label_exe_fd >= 0 && n < cap)
 		out[n++] = dp_seccomp_exec_rule(label_exe_fd);
 	if (kubeapi_exe_fd >= 0 && n < cap)

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "dp/buf.h"
+#include "dp/draside.h"
 #include "dp/endpoint.h"
+#include "dp/env.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 
@@ -35,12 +37,35 @@ void kata_daemon_usage_table(FILE *f)
 	}
 }
 
-/* Every socket prefix this daemon may serve: one per table row, the idle one and the SKU one. */
+/* PLUGIN_API=dra in the environment (--health-check runs in the daemon's container); an invalid
+ * value is the daemon's to refuse. */
+static bool dra_mode(void)
+{
+	bool dra = false;
+	return dp_env_plugin_api(&dra, NULL, 0) == 0 && dra;
+}
+
+/* PLUGIN_API=dra: the DRA socket in the driver's directory. */
+int kata_daemon_health_dir(const dp_daemon_args *a, char *buf, size_t size)
+{
+	if (!dra_mode())
+		return 0;
+	snprintf(buf, size, "/var/lib/kubelet/plugins/%s", KATA_DRA_DRIVER);
+	return 1;
+}
+
+/* Every socket prefix this daemon may serve: one per table row, the idle one and the SKU one;
+ * with PLUGIN_API=dra the DRA socket's alone. */
 int kata_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 				size_t *ret_n)
 {
 	static const char *const more[] = { KATA_IDLE_SOCKET_KEY, KATA_SKU_SOCKET_KEY /* RESOURCE_NAMING=sku */ };
 	size_t n = 0;
+	if (dra_mode() && max >= 1) {
+		snprintf(names[0], DP_DAEMON_PREFIX_MAX, "%s", DP_DRASIDE_SOCKET_PREFIX);
+		*ret_n = 1;
+		return 0;
+	}
 	if (kata_table_len + DP_ELEMENTSOF(more) > max)
 		return -ENOSPC;
 	for (size_t i = 0; i < kata_table_len; i++) {
@@ -62,12 +87,18 @@ int kata_daemon_configure(const dp_daemon_args *a, void *userdata)
 	struct kata_daemon *d = userdata;
 	char err[1024], q[1100];
 	if (kata_naming_from_env(&d->naming, err, sizeof(err)) < 0 ||
-	    kata_backend_from_env(&d->backend, err, sizeof(err)) < 0) {
+	    kata_backend_from_env(&d->backend, err, sizeof(err)) < 0 || dp_env_plugin_api(&d->dra, err, sizeof(err)) < 0) {
 		dp_error("invalid configuration", "error=%s", dp_logq(q, sizeof(q), err));
 		return DP_EXIT_USAGE;
 	}
+	if (d->dra && d->naming == KATA_NAMING_SKU) {
+		/* each device's model is its attribute "model" */
+		dp_warn("RESOURCE_NAMING=sku has no effect with PLUGIN_API=dra", "naming=table");
+		d->naming = KATA_NAMING_TABLE;
+	}
+	/* the device ID: RESOURCE_NAMING=sku's names, DRA's deviceID and model attributes */
 	d->opts = (struct kata_scan_opts){ .table = kata_table, .n_rows = kata_table_len, .verbose = true,
-					   .read_device_id = d->naming == KATA_NAMING_SKU };
+					   .read_device_id = d->naming == KATA_NAMING_SKU || d->dra };
 	if (kata_table_validate(kata_table, kata_table_len, err, sizeof(err)) < 0) {
 		dp_error("invalid PCI table", "error=%s", dp_logq(q, sizeof(q), err));
 		return DP_EXIT_FAILURE;
@@ -110,19 +141,28 @@ static void log_resource(const char *resource, const struct kata_device *devs, s
 static int start_resource(struct kata_daemon *d, const struct kata_resource *res, const char *kdir,
 			  const char *cdir)
 {
+	char spec[KATA_NAME_MAX];
 	if (res->n == 0) {
-		dp_info("resource not present, not registering it", "resource=%s", res->name);
+		if (d->dra)
+			dp_info("resource not present, no device to publish", "resource=%s", res->name);
+		else
+			dp_info("resource not present, not registering it", "resource=%s", res->name);
 		return 0;
 	}
 	if (d->n_plugins == KATA_MAX_ROWS)
 		return -ENOSPC;
 	log_resource(res->name, res->devs, res->n);
+	int r = d->dra ? kata_dra_spec_file(res->name, spec, sizeof(spec)) : 0;
+	if (r < 0)
+		return r;
 	kata_plugin *p = NULL;
-	int r = kata_plugin_new_named(d->loop, &(struct kata_plugin_names){ res->name, res->socket_prefix,
-			res->plugin_name, res->spec_file }, res->devs, res->n, kdir, cdir, &p);
+	r = kata_plugin_new_named(d->loop, &(struct kata_plugin_names){ res->name, res->socket_prefix, res->plugin_name,
+			d->dra ? spec : res->spec_file, d->dra }, res->devs, res->n, kdir, cdir, &p);
 	if (r < 0)
 		return r;
 	d->plugins[d->n_plugins++] = p;
+	if (d->dra_side)
+		kata_plugin_set_units_fn(p, kata_dra_units, d->dra_side);
 	return kata_plugin_start(p);
 }
 
@@ -225,6 +265,31 @@ static void watch_uevents(struct kata_daemon *d)
 			"error=%s", strerror(-r));
 }
 
+/* PLUGIN_API=dra: the DRA side, then the resources' plugins (checks only), published once each
+ * has been checked; no devices: an empty pool (the DRA socket still answers health). */
+static int start_dra(struct kata_daemon *d, const char *kdir, const char *cdir)
+{
+	char why[256] = "", q[300];
+	int r = kata_dra_new(d->loop, d->plugins, &d->n_plugins, &d->dra_side, why, sizeof(why));
+	if (r < 0) {
+		dp_error("cannot start", "error=%s reason=%s", strerror(-r),
+			 dp_logq(q, sizeof(q), why[0] ? why : "cannot serve through DRA"));
+		return r;
+	}
+	if (d->scan.n_devices == 0)
+		dp_warn("no VFIO device matches the table; publishing an empty pool", "dir=%s backend=%s",
+			kata_backend_dir(d->opts.backend), kata_backend_name(d->opts.backend));
+	r = d->scan.n_devices ? start_plugins(d, kdir, cdir) : 0;
+	if (r < 0) {
+		dp_error("cannot start", "error=%s", strerror(-r));
+		return r;
+	}
+	dp_info("serving through DRA", "driver=" KATA_DRA_DRIVER " resources=%zu", d->n_plugins);
+	kata_dra_go(d->dra_side);
+	watch_uevents(d);
+	return 0;
+}
+
 int kata_daemon_start(dp_loop *loop, void *userdata)
 {
 	struct kata_daemon *d = userdata;
@@ -235,6 +300,8 @@ int kata_daemon_start(dp_loop *loop, void *userdata)
 		return r;
 	}
 	r = dirs(kdir, cdir);
+	if (r >= 0 && d->dra)
+		return start_dra(d, kdir, cdir);
 	if (r >= 0 && d->scan.n_devices == 0) {
 		dp_warn("no VFIO device matches the table; nothing to advertise", "dir=%s backend=%s",
 			kata_backend_dir(d->opts.backend), kata_backend_name(d->opts.backend));
@@ -258,6 +325,15 @@ void kata_daemon_stop(void *userdata)
 	for (size_t i = 0; i < d->n_plugins; i++)
 		d->plugins[i] = kata_plugin_free(d->plugins[i]);
 	d->n_plugins = 0;
+	d->dra_side = kata_dra_free(d->dra_side);
 	kata_resources_done(&d->res);
 	kata_scan_done(&d->scan);
+}
+
+/* PLUGIN_API=dra: the API helper's exec and its network (dp/draside.h); else the core list. */
+size_t kata_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int *ret_exe_fd)
+{
+	struct kata_daemon *d = userdata;
+	*ret_exe_fd = -1;
+	return d->dra_side ? dp_draside_seccomp_rules(kata_dra_exe_fd(d->dra_side), rules, max) : 0;
 }

@@ -13,6 +13,7 @@
 
 #include "dp/daemon.h"
 #include "backend.h"
+#include "dra.h"
 #include "idle.h"
 #include "naming.h"
 #include "plugin.h"
@@ -36,6 +37,8 @@ struct kata_daemon {
 	kata_watch *watch;
 	enum kata_backend_setting backend; /* VFIO_BACKEND; the choice is in opts.backend */
 	kata_uevent *uevent;
+	bool dra;      /* PLUGIN_API=dra: the resources' devices through DRA (dra.h), no kubelet endpoint */
+	kata_dra *dra_side;
 };
 
 /* --help's "Table:" lines: each row's resource, vendor and class pattern. */
@@ -43,6 +46,8 @@ void kata_daemon_usage_table(FILE *f);
 
 int kata_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 				size_t *ret_n);
+int kata_daemon_health_dir(const dp_daemon_args *a, char *buf, size_t size);
+size_t kata_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int *ret_exe_fd);
 int kata_daemon_configure(const dp_daemon_args *a, void *userdata);
 int kata_daemon_prepare(dp_loop *loop, void *userdata);
 int kata_daemon_start(dp_loop *loop, void *userdata);

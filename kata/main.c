@@ -36,7 +36,10 @@ static void usage_env(FILE *f)
 		"                        a model that appears later is served at once)\n"
 		"  VFIO_BACKEND          auto (default: iommufd when /dev/vfio/devices has cdevs, else\n"
 		"                        legacy), iommufd (/dev/vfio/devices/vfioN) or legacy\n"
-		"                        (/dev/vfio/<group> and /dev/vfio/vfio); never both\n",
+		"                        (/dev/vfio/<group> and /dev/vfio/vfio); never both\n"
+		"  PLUGIN_API            device-plugin (default) or dra: each IOMMU group a DRA device\n"
+		"                        of the driver kata.nvidia.com, published as ResourceSlices\n"
+		"                        (needs NODE_NAME and the pod's service account; docs/dra.md)\n",
 		kata_sku_ids_version);
 }
 
@@ -48,14 +51,16 @@ int main(int argc, char **argv)
 		.usage = usage,
 		.usage_env = usage_env,
 		.exit_startup = "/dev/vfio or /dev/vfio/devices unreadable, the seccomp filter refused by the kernel",
-		.exit_invalid = "RESOURCE_NAMING, VFIO_BACKEND",
+		.exit_invalid = "RESOURCE_NAMING, VFIO_BACKEND, PLUGIN_API",
 		.exit_more = "3 when the VFIO device set changed (the DaemonSet restarts the daemon)",
 		.health_prefixes = kata_daemon_health_prefixes,
+		.health_dir = kata_daemon_health_dir,
 		.health_present = true,
 		.configure = kata_daemon_configure,
 		.prepare = kata_daemon_prepare,
 		.start = kata_daemon_start,
-		.stop = kata_daemon_stop, /* no seccomp callback: the core list, no exec */
+		.seccomp = kata_daemon_seccomp, /* the core list; PLUGIN_API=dra: its API helper */
+		.stop = kata_daemon_stop,
 	};
 	return dp_daemon_main(&kata, &d, argc, argv);
 }

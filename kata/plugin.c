@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dp/grpc.h"
@@ -20,14 +21,15 @@
 #include "prefer.h"
 #include "spec.h"
 
-#define ID_MAX 24
+#define ID_MAX (KATA_UNIT_NAME_MAX + 1) /* "0".."n-1", or the DRA device names */
 #define KATA_RECHECK_USEC DP_USEC_PER_SEC /* a down ID is checked again this often */
 
 /* One advertised ID: the devices of one IOMMU group (spec.h, kata_units). */
 struct unit {
 	size_t first, n;  /* into devs */
-	bool down;        /* the last check found it unusable: why */
+	bool down;        /* the last check found it unusable: why, since when */
 	char why[KATA_GROUP_REASON_MAX];
+	time_t since;
 };
 
 struct kata_plugin {
@@ -49,6 +51,13 @@ struct kata_plugin {
 	dp_cdi_file *cdi;
 	bool cdi_changed; /* the CDI watch saw a change that no check has looked at yet */
 	dp_source *recheck; /* while an ID is down: check again after KATA_RECHECK_USEC */
+	bool dra;           /* PLUGIN_API=dra: no kubelet endpoint, DRA names (kata_plugin_names) */
+	bool checked;       /* a full check has run */
+	bool sick;          /* the last full check failed: every unit unusable, why, since when */
+	char sick_why[512];
+	time_t sick_since;
+	kata_plugin_units_fn units_fn;
+	void *units_data;
 };
 
 /* The node directory opened again when the one at its path is no longer the one open (removed
@@ -146,6 +155,8 @@ static void tell_unit(const kata_plugin *p, size_t id, struct unit *u, int r, co
 			p->resource, id, d->group, d->pci, dp_logq(q, sizeof(q), v->reason));
 	else
 		dp_info("device usable again", "resource=%s id=%zu group=%u pci=%s", p->resource, id, d->group, d->pci);
+	if (down && !u->down)
+		u->since = time(NULL);
 	u->down = down;
 	snprintf(u->why, sizeof(u->why), "%s", down ? v->reason : "");
 }
@@ -162,6 +173,8 @@ static void publish(kata_plugin *p)
 	(void)dp_endpoint_set_devices_down(p->ep, p->down, p->n_units);
 	if (any)
 		(void)dp_timer_set(p->recheck, KATA_RECHECK_USEC, 0);
+	if (p->units_fn)
+		p->units_fn(p, p->units_data);
 }
 
 /* Every unit: its state, told once per change and given to the endpoint. */
@@ -237,6 +250,19 @@ static int verify_container_node(kata_plugin *p, char *reason, size_t size)
 	return 0;
 }
 
+/* The full check's verdict for every unit (why: NULL when it passed), told to units_fn. */
+static void set_sick(kata_plugin *p, const char *why)
+{
+	bool was = p->sick;
+	p->checked = true;
+	if (why && !was)
+		p->sick_since = time(NULL);
+	p->sick = why != NULL;
+	snprintf(p->sick_why, sizeof(p->sick_why), "%s", why ? why : "");
+	if (p->units_fn)
+		p->units_fn(p, p->units_data);
+}
+
 static bool check(kata_plugin *p, char *reason, size_t size)
 {
 	bool repaired = false;
@@ -252,9 +278,11 @@ static bool check(kata_plugin *p, char *reason, size_t size)
 	if (repaired)
 		dp_info("CDI spec written", "resource=%s path=%s", p->resource, dp_cdi_file_path(p->cdi));
 	dp_endpoint_set_health(p->ep, true, NULL);
+	set_sick(p, NULL);
 	return true;
 unhealthy:
 	dp_endpoint_set_health(p->ep, false, reason);
+	set_sick(p, reason);
 	return false;
 }
 
@@ -262,6 +290,14 @@ static void drv_check(dp_endpoint *ep, void *userdata)
 {
 	char reason[512];
 	(void)check(userdata, reason, sizeof(reason));
+}
+
+/* The full check's part of an Allocate: its last verdict while nothing changed since (below). */
+static bool ready(kata_plugin *p, char *reason, size_t size)
+{
+	bool ok = dp_endpoint_healthy(p->ep) && !p->cdi_changed &&
+		  (p->backend != KATA_BACKEND_LEGACY || verify_container_node(p, reason, size) == 0);
+	return ok || check(p, reason, size);
 }
 
 static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
@@ -278,10 +314,7 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *a, void *userdata)
 	 * bench's Allocate figures, sdp-bench). Otherwise the full check runs. The legacy container
 	 * node, named in every spec entry, is looked at on every Allocate (one stat).
 	 */
-	bool ok = dp_endpoint_healthy(ep) && !p->cdi_changed &&
-		  (p->backend != KATA_BACKEND_LEGACY || verify_container_node(p, reason, sizeof(reason)) == 0);
-	if (!ok)
-		ok = check(p, reason, sizeof(reason));
+	bool ok = ready(p, reason, sizeof(reason));
 	if (ok)
 		ok = verify_requested(p, a, reason, sizeof(reason)) == 0;
 	if (!ok) {
@@ -315,7 +348,10 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 static int setup_cdi(kata_plugin *p, const char *cdi_dir)
 {
 	_cleanup_(dp_buf_done) dp_buf spec = { 0 };
-	kata_spec_render(p->resource, p->devs, p->n, &spec);
+	if (p->dra)
+		kata_spec_render_dra(p->resource, p->devs, p->n, &spec);
+	else
+		kata_spec_render(p->resource, p->devs, p->n, &spec);
 	return dp_cdi_file_new_owned(p->loop, cdi_dir, p->spec_file, &spec, on_cdi_changed, p, &p->cdi);
 }
 
@@ -333,7 +369,10 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n_units; i++) {
 		const struct kata_device *d = &p->devs[p->units[i].first];
-		snprintf(p->ids[i], ID_MAX, "%zu", i);
+		if (p->dra)
+			kata_unit_name(p->resource, d, p->ids[i], ID_MAX);
+		else
+			snprintf(p->ids[i], ID_MAX, "%zu", i);
 		dd[i].id = p->ids[i];
 		dd[i].numa_node = d->numa_node;
 		p->topo[i] = (struct kata_topo){ .numa = d->numa_node, .switch_key = d->switch_key,
@@ -345,6 +384,7 @@ static int setup_endpoint(kata_plugin *p, const char *kubelet_dir)
 		.devices = dd,
 		.n_devices = p->n_units,
 		.preferred_allocation = true,
+		.no_kubelet = p->dra,
 		.healthy_message = "devices usable",
 		.unhealthy_message = "devices unusable, advertising every device Unhealthy",
 		.events = &dp_endpoint_log_events,
@@ -416,6 +456,7 @@ int kata_plugin_new_named(dp_loop *loop, const struct kata_plugin_names *names, 
 	if (!p)
 		return -ENOMEM;
 	p->loop = loop;
+	p->dra = names->dra;
 	p->backend = kata_device_backend(&devs[0]);
 	p->devdir = open_devdir(p->backend);
 	if (!copy_name(p->resource, names->resource) || !copy_name(p->plugin_name, names->plugin_name) ||
@@ -469,3 +510,51 @@ void kata_plugin_request_check(kata_plugin *p)
 
 dp_endpoint *kata_plugin_endpoint(const kata_plugin *p) { return p->ep; }
 const char *kata_plugin_spec_path(const kata_plugin *p) { return dp_cdi_file_path(p->cdi); }
+
+const char *kata_plugin_resource(const kata_plugin *p) { return p->resource; }
+size_t kata_plugin_n_units(const kata_plugin *p) { return p->n_units; }
+bool kata_plugin_checked(const kata_plugin *p) { return p->checked; }
+
+const struct kata_device *kata_plugin_unit(const kata_plugin *p, size_t i, struct kata_unit_state *st)
+{
+	const struct unit *u = &p->units[i];
+	bool sick = p->sick && !u->down;
+	*st = (struct kata_unit_state){ .name = p->ids[i], .n_devs = u->n, .down = u->down || p->sick,
+					.why = sick ? p->sick_why : u->why, .since = sick ? p->sick_since : u->since };
+	return &p->devs[u->first];
+}
+
+size_t kata_plugin_find_unit(const kata_plugin *p, const char *name)
+{
+	for (size_t i = 0; i < p->n_units; i++)
+		if (strcmp(p->ids[i], name) == 0)
+			return i;
+	return SIZE_MAX;
+}
+
+int kata_plugin_prepare_unit(kata_plugin *p, size_t i, char *why, size_t size)
+{
+	char reason[512];
+	struct kata_group_verdict v;
+
+	if (!ready(p, reason, sizeof(reason))) {
+		snprintf(why, size, "%s is not usable: %s", p->resource, reason);
+		return -EIO;
+	}
+	int r = check_unit(p, &p->units[i], &v);
+	bool was = p->units[i].down;
+	tell_unit(p, i, &p->units[i], r, &v);
+	if ((r < 0) != was)
+		publish(p);
+	if (r < 0) {
+		snprintf(why, size, "device %s is unusable: %s", p->ids[i], v.reason);
+		return -EIO;
+	}
+	return 0;
+}
+
+void kata_plugin_set_units_fn(kata_plugin *p, kata_plugin_units_fn fn, void *userdata)
+{
+	p->units_fn = fn;
+	p->units_data = userdata;
+}

@@ -26,11 +26,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "dp/cdi.h"
 #include "dp/endpoint.h"
 #include "dp/loop.h"
 #include "scan.h"
+#include "spec.h"
 #include "table.h"
 
 typedef struct kata_plugin kata_plugin;
@@ -48,6 +50,8 @@ struct kata_plugin_names {
 	const char *socket_prefix; /* kata_socket_prefix(), or the shared RESOURCE_NAMING=sku one */
 	const char *plugin_name;   /* "kata.sku-10de-2330": annotation "cdi.k8s.io/<this>_<ID>" */
 	const char *spec_file;     /* "kata.nvidia.com-GH100_H100_SXM5_80GB.yaml" */
+	bool dra; /* PLUGIN_API=dra (dra.h): the endpoint checks but neither serves nor registers
+		   * (no_kubelet); units are named kata_unit_name and the spec is kata_spec_render_dra */
 };
 int kata_plugin_new_named(dp_loop *loop, const struct kata_plugin_names *names, const struct kata_device *devs,
 			  size_t n, const char *kubelet_dir, const char *cdi_dir, kata_plugin **ret);
@@ -60,5 +64,31 @@ DP_DEFINE_CLEANUP(kata_plugin, kata_plugin_free)
 /* Check soon (a PCI uevent, a change of the VFIO directory). */
 void kata_plugin_request_check(kata_plugin *p);
 dp_endpoint *kata_plugin_endpoint(const kata_plugin *p);
+const char *kata_plugin_resource(const kata_plugin *p);
+
+/* ---- for DRA (dra.h) ---- */
+/* A unit as the last checks left it: down when its own check failed, or the resource's full
+ * check (CDI spec, legacy container node) did; why and since (the episode's start) then. */
+struct kata_unit_state {
+	const char *name; /* its ID: with names->dra its DRA device name */
+	size_t n_devs;
+	bool down;
+	const char *why;
+	time_t since;
+};
+size_t kata_plugin_n_units(const kata_plugin *p);
+/* The first full check has run (before it, every unit's state is unknown). */
+bool kata_plugin_checked(const kata_plugin *p);
+/* Unit i's devices (st->n_devs of them) and state; valid until the next call into p. */
+const struct kata_device *kata_plugin_unit(const kata_plugin *p, size_t i, struct kata_unit_state *st);
+/* The unit of that name (ID), or SIZE_MAX. */
+size_t kata_plugin_find_unit(const kata_plugin *p, const char *name);
+/* Unit i checked now, as an Allocate checks its IDs (the full check too when its last verdict
+ * is not current): 0, or -EIO with why ("device gpu-0000-41-00-0 is unusable: <reason>"). A
+ * changed state is logged and told as after a check. */
+int kata_plugin_prepare_unit(kata_plugin *p, size_t i, char *why, size_t size);
+/* Called after every check and every change of a unit's state (NULL: none). */
+typedef void (*kata_plugin_units_fn)(kata_plugin *p, void *userdata);
+void kata_plugin_set_units_fn(kata_plugin *p, kata_plugin_units_fn fn, void *userdata);
 const char *kata_plugin_spec_path(const kata_plugin *p);
 

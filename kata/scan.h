@@ -71,6 +71,10 @@ struct kata_device {
 	uint64_t pci_key; /* domain, bus, device, function: the order */
 	uint64_t unit_key; /* the lowest pci_key of the devices of its IOMMU group in its resource */
 	uint64_t switch_key; /* hash of its upstream bridge's sysfs path (the PCIe switch above it) */
+	char pcie_switch[24]; /* that bridge's name: the switch's upstream port "0000:10:00.0", or
+			       * the host bridge "pci0000:00" (a root port or root bus: the root complex) */
+	char pcie_root[24];   /* the first "pci<domain>:<bus>" component of its sysfs path (the PCIe
+			       * root complex, Kubernetes' resource.kubernetes.io/pcieRoot); "" if none */
 	dev_t rdev;
 	uint16_t vendor;
 	uint16_t device_id; /* PCI device ID: read only with read_device_id, else 0 */

@@ -3,6 +3,7 @@
  * scan_group: the IOMMU group side of the VFIO scan: a function's group, switch and driver, the
  * legacy walk over /dev/vfio/<group>, and one resource per group.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -61,27 +62,73 @@ static uint64_t hash(const char *s, size_t len)
 	return h;
 }
 
+/* The component of dir that ends at end: "<...>/<this>" */
+static void base_of(const char *dir, const char *end, char *buf, size_t size)
+{
+	const char *p = end;
+	while (p > dir && p[-1] != '/')
+		p--;
+	snprintf(buf, size, "%.*s", (int)(end - p), p);
+}
+
 /*
  * The switch a function sits under, from its sysfs path ".../<up>/<port>/<function>": the bridge
  * two levels up (a PCIe switch's upstream port, above the downstream port the function hangs
  * from), or the host bridge ("pciDDDD:BB") when the function's parent is not a PCI function (on
  * a root bus) or its grandparent is the host bridge (under a root port: the root complex is the
- * switch).
+ * switch). Its key is the hash of the bridge's path, its name the path's last component.
  */
-static uint64_t switch_key(const char *dir)
+static void switch_of(const char *dir, struct kata_device *d)
 {
 	uint64_t ignored;
 	const char *end = strrchr(dir, '/');
-	if (!end || end == dir)
-		return hash(dir, strlen(dir));
+	size_t len;
+	if (!end || end == dir) {
+		d->switch_key = hash(dir, strlen(dir));
+		snprintf(d->pcie_switch, sizeof(d->pcie_switch), "%s", "");
+		return;
+	}
 	const char *p = end - 1;
 	while (p > dir && *p != '/')
 		p--;
 	char parent[32];
 	snprintf(parent, sizeof(parent), "%.*s", (int)(end - p - 1), p + 1);
-	if (!scan_parse_pci(parent, &ignored))
-		return hash(dir, (size_t)(end - dir)); /* on a root bus: the host bridge */
-	return hash(dir, (size_t)(p - dir));           /* the bridge above the port */
+	len = scan_parse_pci(parent, &ignored) ? (size_t)(p - dir) /* the bridge above the port */
+					       : (size_t)(end - dir); /* on a root bus: the host bridge */
+	d->switch_key = hash(dir, len);
+	base_of(dir, dir + len, d->pcie_switch, sizeof(d->pcie_switch));
+}
+
+/* "pci" + 4 to 8 hex digits + ":" + 2 hex digits: a host bridge's directory. */
+static bool host_bridge(const char *s, size_t len)
+{
+	size_t colon = 0;
+	if (len < 10 || strncmp(s, "pci", 3) != 0)
+		return false;
+	for (size_t i = 3; i < len; i++) {
+		if (s[i] == ':' && !colon)
+			colon = i;
+		else if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+			return false;
+	}
+	return colon >= 7 && colon <= 11 && len - colon == 3;
+}
+
+/* The first host bridge component of dir ("/sys/devices/pci0000:00/..." on x86; under a
+ * platform device on many arm64 hosts). */
+static void root_of(const char *dir, struct kata_device *d)
+{
+	d->pcie_root[0] = '\0';
+	for (const char *s = dir; *s;) {
+		while (*s == '/')
+			s++;
+		size_t len = strcspn(s, "/");
+		if (host_bridge(s, len) && len < sizeof(d->pcie_root)) {
+			snprintf(d->pcie_root, sizeof(d->pcie_root), "%.*s", (int)len, s);
+			return;
+		}
+		s += len;
+	}
 }
 
 int scan_read_topology(const struct ctx *c, int pcifd, struct kata_device *d, const char *dir, char *drv,
@@ -97,7 +144,8 @@ int scan_read_topology(const struct ctx *c, int pcifd, struct kata_device *d, co
 		scan_whyf(why, "%s/iommu_group does not name an IOMMU group", dir);
 		return r < 0 ? r : -EINVAL;
 	}
-	d->switch_key = switch_key(dir);
+	switch_of(dir, d);
+	root_of(dir, d);
 	r = link_base(pcifd, "driver", drv, 64);
 	if (r < 0 && r != -ENOENT) {
 		scan_whyf(why, "cannot read %s/driver: %s", dir, strerror(-r));

@@ -28,6 +28,22 @@
 /* Appends to out (check out->oom). n >= 1; devs ordered by unit (as the scan orders them). */
 void kata_spec_render(const char *resource, const struct kata_device *devs, size_t n, dp_buf *out);
 
+/*
+ * PLUGIN_API=dra (dra.h): the same spec with each unit named by its DRA device name instead of
+ * its ID, stable across restarts and device changes: kata_unit_name of the unit's first device,
+ * "gpu-0000-41-00-0" (cdiVersion 0.3.0 unless the class holds a '.'). Its file is
+ * "kata-dra.<vendor>-<class>.yaml" (kata_dra_spec_file), so that a node switched from one API to
+ * the other keeps the other's spec for the pods that were started with it.
+ */
+void kata_spec_render_dra(const char *resource, const struct kata_device *devs, size_t n, dp_buf *out);
+
+/* A unit's DRA device name: the resource's class half and the first device's PCI address, every
+ * character outside [a-z0-9] as '-': "nvidia.com/gpu" and 0000:41:00.0 -> "gpu-0000-41-00-0". A
+ * DNS label of at most KATA_UNIT_NAME_MAX characters (the class half cut to fit; unique per node
+ * as the PCI address is). */
+#define KATA_UNIT_NAME_MAX 63
+void kata_unit_name(const char *resource, const struct kata_device *first, char *buf, size_t size);
+
 /* The advertised units of devs (n, ordered by unit): each a run of devices with the same IOMMU
  * group. Writes the first index of each into first (room for n) and returns how many. */
 size_t kata_units(const struct kata_device *devs, size_t n, size_t *first);

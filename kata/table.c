@@ -96,3 +96,8 @@ int kata_spec_file(const char *resource, char *buf, size_t size)
 {
 	return derive("kata.", resource, ".yaml", buf, size);
 }
+
+int kata_dra_spec_file(const char *resource, char *buf, size_t size)
+{
+	return derive("kata-dra.", resource, ".yaml", buf, size);
+}

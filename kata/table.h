@@ -49,6 +49,8 @@ int kata_table_validate(const struct kata_row *t, size_t n, char *err, size_t er
 int kata_socket_prefix(const char *resource, char *buf, size_t size);
 int kata_plugin_name(const char *resource, char *buf, size_t size);
 int kata_spec_file(const char *resource, char *buf, size_t size);
+/* PLUGIN_API=dra's CDI spec: "kata-dra.nvidia.com-gpu.yaml" (spec.h). */
+int kata_dra_spec_file(const char *resource, char *buf, size_t size);
 
 /* The tag of every socket name of kata, and the key of the idle health server's (no device
  * matches the table): its prefix is dp_socket_prefix(KATA_SOCKET_TAG, KATA_IDLE_SOCKET_KEY). */

@@ -27,6 +27,9 @@ import (
 // DRADriverHyperlight is hyperlight-device-plugin's DRA driver name (PLUGIN_API=dra).
 const DRADriverHyperlight = "hyperlight.dev"
 
+// DRADriverKata is kata-device-plugin's DRA driver name (PLUGIN_API=dra).
+const DRADriverKata = "kata.nvidia.com"
+
 // FakeAPI: the ResourceSlices and ResourceClaims of a fake API server, by name.
 type FakeAPI struct {
 	Mu     sync.Mutex
@@ -129,6 +132,38 @@ func (f *FakeAPI) Device() map[string]interface{} {
 		}
 	}
 	return nil
+}
+
+// Devices: every device of every slice, by name (nil when there is no slice).
+func (f *FakeAPI) Devices() map[string]map[string]interface{} {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if len(f.slices) == 0 {
+		return nil
+	}
+	out := map[string]map[string]interface{}{}
+	for _, s := range f.slices {
+		devs, _ := s["spec"].(map[string]interface{})["devices"].([]interface{})
+		for _, d := range devs {
+			m := d.(map[string]interface{})
+			out[m["name"].(string)] = m
+		}
+	}
+	return out
+}
+
+// SetClaimDevices stores an allocated claim of request "gpus": one result per device of pool,
+// for driver.
+func (f *FakeAPI) SetClaimDevices(ns, name, uid, driver, pool string, devices ...string) {
+	var results []string
+	for _, d := range devices {
+		results = append(results, fmt.Sprintf(`{"request":"gpus","driver":%q,"pool":%q,"device":%q}`, driver, pool, d))
+	}
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.Claims[ns+"/"+name] = fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",`+
+		`"metadata":{"name":%q,"namespace":%q,"uid":%q},"spec":{},"status":{"allocation":{"devices":{"results":[%s]}}}}`,
+		name, ns, uid, strings.Join(results, ","))
 }
 
 // SetClaim stores an allocated claim of one result: request "hv", the device "kvm" of pool

@@ -83,7 +83,8 @@ type PCIFunc struct {
 	NUMA   int    // written to numa_node; -1 = unknown
 	Device uint16 // the PCI device ID (the model); 0 writes DefaultDeviceID
 	Group  int    // IOMMU group; 0: a group of its own (numbered from 100 per tree)
-	Under  string // the bridges above it below pci0000:00 ("0000:00:01.0/0000:01:00.0/0000:02:00.0"); "": on the root bus
+	Under  string // the bridges above it below pci0000:00 ("0000:00:01.0/0000:01:00.0/0000:02:00.0"); "": on the root bus;
+	// a first component "pciDDDD:BB" puts it below that host bridge instead ("pci0000:40/0000:40:01.0")
 	Driver string // its driver; "": vfio-pci, NoDriver: none
 }
 
@@ -178,11 +179,17 @@ func (t *KataTree) ContainerPath(n int) string { return KataContainerDir + "/" +
 // ClassEntry is <root>/sys/class/vfio-dev/vfioN.
 func (t *KataTree) ClassEntry(n int) string { return filepath.Join(t.ClassDir, VFIOName(n)) }
 
-// PCIPath is <root>/sys/devices/pci0000:00/[<under>/]<bdf>.
-func (t *KataTree) PCIPath(bdf string) string { return filepath.Join(t.PCIDir, t.under[bdf], bdf) }
+// PCIPath is <root>/sys/devices/pci0000:00/[<under>/]<bdf> (or below the host bridge Under names).
+func (t *KataTree) PCIPath(bdf string) string { return filepath.Join(t.Root, "sys/devices", t.pciRel(bdf)) }
 
-// pciRel is bdf's path below /sys/devices: "pci0000:00/[<under>/]<bdf>".
-func (t *KataTree) pciRel(bdf string) string { return filepath.Join("pci0000:00", t.under[bdf], bdf) }
+// pciRel is bdf's path below /sys/devices: "pci0000:00/[<under>/]<bdf>", or "<under>/<bdf>" when
+// Under starts with a host bridge.
+func (t *KataTree) pciRel(bdf string) string {
+	if u := t.under[bdf]; strings.HasPrefix(u, "pci") {
+		return filepath.Join(u, bdf)
+	}
+	return filepath.Join("pci0000:00", t.under[bdf], bdf)
+}
 
 // DeviceLink is the relative link target of vfioN/device for a PCI function at bdf (on the root bus).
 func DeviceLink(bdf string) string { return "../../../devices/pci0000:00/" + bdf }

@@ -38,6 +38,7 @@
 #include "dp/kubeenv.h"
 #include "dp/loop.h"
 #include "dp/macro.h"
+#include "dp/seccomp.h"
 
 #define DP_DRASIDE_CDI_MAX 256
 /* The DRA socket's prefix ("dra-<n>.sock"), for the exec probe (dp/health.h). */
@@ -85,6 +86,11 @@ DP_DEFINE_CLEANUP(dp_draside, dp_draside_free)
 
 /* The helper's O_PATH fd (a daemon's seccomp exec rule); -1 for NULL. */
 int dp_draside_exe_fd(const dp_draside *s);
+/* A daemon's seccomp rules for its DRA side (dp/seccomp.h): futex, the API client's calls and
+ * the exec of exe_fd (dp_draside_exe_fd); none for exe_fd -1. Returns how many were written
+ * (at most cap; DP_DRASIDE_SECCOMP_RULES fit). */
+#define DP_DRASIDE_SECCOMP_RULES 8
+size_t dp_draside_seccomp_rules(int exe_fd, dp_seccomp_rule *out, size_t cap);
 /* Registered by the kubelet and the slices published at least once since the last change. */
 bool dp_draside_ready(const dp_draside *s);
 /* Claims prepared from the API (first preparations) and from their checkpoint (repeats). */

@@ -11,6 +11,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,11 @@ int dp_env_u32(const char *name, uint32_t def, uint32_t min, uint32_t max, uint3
  * cut after 64 bytes ("..." then). size DP_ENV_QUOTED_SIZE holds any value. */
 #define DP_ENV_QUOTED_SIZE 264
 void dp_env_quote(char *buf, size_t size, const char *value);
+
+/* PLUGIN_API, which Kubernetes API a daemon serves its devices through: unset, "" or
+ * "device-plugin" -> *ret_dra false, "dra" -> true; anything else -EINVAL with err
+ * 'PLUGIN_API="x" is neither device-plugin nor dra' (*ret_dra untouched). */
+int dp_env_plugin_api(bool *ret_dra, char *err, size_t errlen);
 
 /* The value of one hexadecimal digit, either case ('7' -> 7, 'b' and 'B' -> 11), or -1. */
 int dp_hex_digit(char c);

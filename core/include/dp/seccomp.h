@@ -91,6 +91,11 @@ int dp_seccomp_confine_daemon(const dp_seccomp_rule *rules, size_t n_rules, int 
 extern const dp_seccomp_rule dp_seccomp_core_rules[];
 extern const size_t dp_seccomp_n_core_rules;
 
+/* What a helper child that calls the API server adds (it runs under the daemon's filter): IPv4
+ * and IPv6 sockets, poll, the resolver's calls. */
+extern const dp_seccomp_rule dp_seccomp_api_client_rules[];
+extern const size_t dp_seccomp_n_api_client_rules;
+
 /* The only exec allowed: execveat(exe_fd, "", argv, envp, AT_EMPTY_PATH), i.e. the helper
  * runner re-executing the daemon's own binary through the fd it opened at start-up. */
 dp_seccomp_rule dp_seccomp_exec_rule(int exe_fd);

@@ -141,3 +141,18 @@ int dp_env_u32(const char *name, uint32_t def, uint32_t min, uint32_t max, uint3
 	*ret = (uint32_t)v;
 	return 0;
 }
+
+int dp_env_plugin_api(bool *ret_dra, char *err, size_t errlen)
+{
+	const char *v = getenv("PLUGIN_API");
+	char q[DP_ENV_QUOTED_SIZE];
+
+	if (!v || !v[0] || strcmp(v, "device-plugin") == 0 || strcmp(v, "dra") == 0) {
+		*ret_dra = v && strcmp(v, "dra") == 0;
+		return 0;
+	}
+	dp_env_quote(q, sizeof(q), v);
+	if (err)
+		snprintf(err, errlen, "PLUGIN_API=%s is neither device-plugin nor dra", q);
+	return -EINVAL;
+}

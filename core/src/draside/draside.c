@@ -367,3 +367,18 @@ unsigned dp_draside_prepared(const dp_draside *s, unsigned *repeats)
 		*repeats = s ? s->repeats : 0;
 	return s ? s->prepared : 0;
 }
+
+size_t dp_draside_seccomp_rules(int exe_fd, dp_seccomp_rule *out, size_t cap)
+{
+	size_t n = 0;
+
+	if (exe_fd < 0)
+		return 0;
+	if (n < cap)
+		out[n++] = (dp_seccomp_rule)DP_SC("futex"); /* the C library's locks around the fork */
+	for (size_t i = 0; i < dp_seccomp_n_api_client_rules && n < cap; i++)
+		out[n++] = dp_seccomp_api_client_rules[i];
+	if (n < cap)
+		out[n++] = dp_seccomp_exec_rule(exe_fd);
+	return n;
+}

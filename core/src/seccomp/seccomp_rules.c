@@ -64,3 +64,13 @@ const dp_seccomp_rule dp_seccomp_core_rules[] = {
 	DP_SC("getegid"), DP_SC("tgkill"), DP_SC("exit"), DP_SC("exit_group"),
 };
 const size_t dp_seccomp_n_core_rules = DP_ELEMENTSOF(dp_seccomp_core_rules);
+
+/* An API-server client child (sdp-kube-api, hyperlight-label-node: https.c): TCP to the API
+ * server and waiting on it, and the C library's resolver when the host is a name (glibc sends
+ * its A and AAAA queries with sendmmsg; musl with sendto). Reading the CA file and the token is
+ * in the core list. */
+const dp_seccomp_rule dp_seccomp_api_client_rules[] = {
+	DP_SC_ARG("socket", 0, ALL32, AF_INET), DP_SC_ARG("socket", 0, ALL32, AF_INET6),
+	DP_SC("poll"), DP_SC("ppoll"), DP_SC("sendmmsg"), DP_SC("uname"),
+};
+const size_t dp_seccomp_n_api_client_rules = DP_ELEMENTSOF(dp_seccomp_api_client_rules);
