@@ -159,7 +159,9 @@ def hyperlight_nondefault():
 
 def kata_nondefault():
     docs = renders[("kata-device-plugin", "nondefault")]
-    assert sorted(d["kind"] for d in docs) == ["DaemonSet", "PodMonitor", "Service", "ServiceMonitor"], [d["kind"] for d in docs]
+    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass", "DeviceClass",
+        "PodMonitor", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding"], [d["kind"] for d in docs]
     d = find(docs, "DaemonSet")[0]
     p, c = pod(d), pod(d)["containers"][0]
     assert c["image"] == "registry.example.com/gpu/kata-device-plugin@sha256:" + "fedcba9876543210" * 4, c["image"]
@@ -171,11 +173,30 @@ def kata_nondefault():
     meta = d["spec"]["template"]["metadata"]
     assert meta["annotations"] == {"example.com/owner": "gpu-platform"} and meta["labels"]["example.com/team"] == "gpu"
     e = env(c)
-    assert e == {"LOG_LEVEL": "warn", "RESOURCE_NAMING": "sku", "VFIO_BACKEND": "legacy", "METRICS_ADDRESS": ":9401"}, e
+    # api=dra: PLUGIN_API, NODE_NAME from the pod's node, the token of its own account
+    assert e.pop("NODE_NAME", None) == {"fieldRef": {"fieldPath": "spec.nodeName"}}, e
+    assert e == {"LOG_LEVEL": "warn", "RESOURCE_NAMING": "sku", "VFIO_BACKEND": "legacy", "PLUGIN_API": "dra",
+                 "METRICS_ADDRESS": ":9401"}, e
+    assert p["automountServiceAccountToken"] is True and p["serviceAccountName"] == "kata-device-plugin", p
+    sa = find(docs, "ServiceAccount")[0]["metadata"]
+    binding = find(docs, "ClusterRoleBinding")[0]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}], binding
+    rules = find(docs, "ClusterRole")[0]["rules"]
+    assert rules == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list", "create", "update", "delete"]},
+                     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}], rules
+    classes = {c["metadata"]["name"]: c["spec"] for c in find(docs, "DeviceClass")}
+    assert sorted(classes) == ["gpu.kata.nvidia.com", "nvswitch.kata.nvidia.com"], classes
+    for name, spec in classes.items():
+        r = "nvidia.com/" + name.split(".")[0]
+        assert spec["extendedResourceName"] == r and ('.resource == "%s"' % r) in spec["selectors"][0]["cel"]["expression"], spec
+    vap = find(docs, "ValidatingAdmissionPolicy")[0]
+    assert "'kata.nvidia.com'" in vap["spec"]["variables"][1]["expression"], vap
+    assert ("system:serviceaccount:%s:%s" % (sa["namespace"], sa["name"])) in vap["spec"]["matchConditions"][0]["expression"], vap
     assert c["ports"] == [{"name": "metrics", "containerPort": 9401, "protocol": "TCP"}]
     assert c["resources"]["limits"] == {"cpu": "200m", "memory": "128Mi"}
     paths = [v["hostPath"]["path"] for v in p["volumes"]]
-    assert paths == ["/var/snap/microk8s/common/var/lib/kubelet/device-plugins", "/dev/vfio", "/var/run/cdi"], paths
+    k = "/var/snap/microk8s/common/var/lib/kubelet"
+    assert paths == [k + "/device-plugins", k + "/plugins", k + "/plugins_registry", "/dev/vfio", "/var/run/cdi"], paths
     assert find(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]["interval"] == "20s"
     assert find(docs, "PodMonitor")[0]["spec"]["podMetricsEndpoints"][0]["interval"] == "45s"
 
