@@ -849,6 +849,8 @@ EOF
 # --- DRA (tests/cluster/dra.sh) -----------------------------------------------------------------
 # shellcheck source=tests/cluster/dra.sh
 . "$src/tests/cluster/dra.sh"
+# shellcheck source=tests/cluster/dra_kata.sh
+. "$src/tests/cluster/dra_kata.sh"
 
 # --- the run ------------------------------------------------------------------------------------
 # The hypervisor: the host's own /dev/kvm (HV=kvm), or none (HV=none: the stand-in steps). What a
@@ -898,5 +900,11 @@ step "DRA: kill -9 of the plugin and a kubelet restart: pods keep their devices,
 step "DRA: a deleted pod's claim unprepared, its checkpoint removed" dra_unprepare
 step "DRA: the host's /dev/kvm removed: device tainted, its pod shows it Unhealthy, a new claim Pending; back: all well" dra_health
 step "DRA: back to api=devicePlugin" dra_back
+step "DRA: kata installed with api=dra: registered, each IOMMU group published with the tree's attributes" kata_dra_install
+step "DRA: two H100s under one PCIe root (CEL + matchAttribute) allocated, exactly their groups injected" kata_dra_pair
+step "DRA: a pair no single PCIe root can hold stays Pending with the scheduler's reason" kata_dra_unsatisfiable
+step "DRA: a companion bound to its host driver: device tainted at once, its pod shows it Unhealthy; back: all well" kata_dra_companion
+step "DRA: kill -9 of kata and a kubelet restart: the pod keeps its groups, its claim prepared once" kata_dra_faults
+step "DRA: the pod deleted: its claim unprepared, checkpoint removed; kata uninstalled" kata_dra_unprepare
 step "helm uninstall of hyperlight leaves what docs/operations.md says" hl_fault_uninstall
 finish

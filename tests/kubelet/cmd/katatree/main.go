@@ -5,10 +5,13 @@
 //
 //	sdp-katatree ROOT
 //
-// The tree has two NUMA nodes. On NUMA node 0: GPU a alone under one PCIe switch, GPUs b and c
-// under another, and an NVSwitch; on NUMA node 1: GPU d. a has the lowest address, so the pair
-// the kubelet takes in its own order (the lowest IDs) is a and b, on two switches; the packed
-// pair, the one kata's GetPreferredAllocation answers, is b and c.
+// The tree has two NUMA nodes. On NUMA node 0, below the root complex pci0000:00: GPU a alone
+// under one PCIe switch, GPUs b and c under another, and an NVSwitch; on NUMA node 1, below its
+// own root complex pci0000:80: GPU d. a has the lowest address, so the pair the kubelet takes in
+// its own order (the lowest IDs) is a and b, on two switches; the packed pair, the one kata's
+// GetPreferredAllocation answers, is b and c. a, b and c are H100s (GH100_H100_SXM5_80GB), d an
+// A100 (GA100_A100_SXM4_40GB); each GPU has its HD audio function in its IOMMU group, bound to
+// vfio-pci (the companions: the test binds one to snd_hda_intel).
 //
 // ROOT/sys is the sysfs the chart's pod is given at /sys (by the test's post-renderer), and
 // ROOT/dev/vfio is bind-mounted at the host's /dev/vfio, where the chart's hostPath and the CDI
@@ -19,6 +22,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	k "sdp/kubelet"
 )
@@ -30,6 +35,11 @@ type device struct {
 	BDF      string `json:"bdf"`
 	Group    int    `json:"group"`
 	NUMA     int    `json:"numa"`
+	// for DRA: the device's name and attributes as kata publishes them
+	DRAName   string `json:"dra_name"`
+	PCIeRoot  string `json:"pcie_root"`
+	Model     string `json:"model"`
+	Companion string `json:"companion,omitempty"` // its audio function's driver link, below ROOT
 }
 
 type tree struct {
@@ -73,7 +83,7 @@ func build(root string) (*tree, error) {
 		switch1  = "0000:00:01.0/0000:10:00.0/0000:11:00.0"
 		switch2a = "0000:00:02.0/0000:20:00.0/0000:21:00.0"
 		switch2b = "0000:00:02.0/0000:20:00.0/0000:21:01.0"
-		switch3  = "0000:00:03.0/0000:80:00.0/0000:81:00.0"
+		switch3  = "pci0000:80/0000:80:00.0/0000:81:00.0"
 	)
 	funcs := []struct {
 		name string
@@ -83,7 +93,7 @@ func build(root string) (*tree, error) {
 		{"a", k.KataGPU, k.GPU("0000:12:00.0", 0).Below(switch1)},
 		{"b", k.KataGPU, k.GPU("0000:22:00.0", 0).Below(switch2a)},
 		{"c", k.KataGPU, k.GPU("0000:23:00.0", 0).Below(switch2b)},
-		{"d", k.KataGPU, k.GPU("0000:82:00.0", 1).Below(switch3)},
+		{"d", k.KataGPU, k.GPU("0000:82:00.0", 1).Model(0x20b0).Below(switch3)},
 		{"nvswitch", k.KataNVSwitch, k.NVSwitch("0000:30:00.0", 0)},
 	}
 	t := &tree{Root: root, PackedPair: []string{"b", "c"}, OwnPair: []string{"a", "b"}}
@@ -91,8 +101,27 @@ func build(root string) (*tree, error) {
 		if err := kt.AddLegacy(x.f); err != nil {
 			return nil, fmt.Errorf("%s: %v", x.f.BDF, err)
 		}
-		t.Devices = append(t.Devices, device{Name: x.name, Resource: x.res, BDF: x.f.BDF,
-			Group: kt.GroupOf(x.f.BDF), NUMA: x.f.NUMA})
+		dev := device{Name: x.name, Resource: x.res, BDF: x.f.BDF, Group: kt.GroupOf(x.f.BDF), NUMA: x.f.NUMA,
+			DRAName: strings.NewReplacer(":", "-", ".", "-").Replace(strings.TrimPrefix(x.res, "nvidia.com/") + "-" + x.f.BDF),
+			PCIeRoot: "pci0000:00", Model: "GH100_H100_SXM5_80GB"}
+		if strings.HasPrefix(x.f.Under, "pci") {
+			dev.PCIeRoot = strings.SplitN(x.f.Under, "/", 2)[0]
+		}
+		if x.f.Device == 0x20b0 {
+			dev.Model = "GA100_A100_SXM4_40GB"
+		}
+		if x.res == k.KataGPU {
+			audio := k.Audio(strings.TrimSuffix(x.f.BDF, ".0")+".1", x.f.NUMA).InGroup(dev.Group).Below(x.f.Under)
+			if err := kt.AddLegacy(audio); err != nil {
+				return nil, fmt.Errorf("%s: %v", audio.BDF, err)
+			}
+			rel, err := filepath.Rel(root, filepath.Join(kt.PCIPath(audio.BDF), "driver"))
+			if err != nil {
+				return nil, err
+			}
+			dev.Companion = rel
+		}
+		t.Devices = append(t.Devices, dev)
 	}
 	return t, nil
 }
