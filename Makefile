@@ -168,7 +168,7 @@ bench-kubelet-restarts: build
 	bench/kubelet-restarts/build.sh $(BUILD)
 	$(BUILD)/sdp-bench -build $(BUILD) -kubelet-restarts-only -kubelet-restarts $(KUBELET_RESTARTS) -out docs/benchmarks.md
 
-# Only the "DRA (hyperlight as a DRA driver)" section of docs/benchmarks.md: NodePrepareResources
+# Only the "DRA (both daemons as DRA drivers)" section of docs/benchmarks.md: NodePrepareResources
 # latency and the time from a device change to the updated ResourceSlice (bench/dra.go).
 bench-dra: build
 	$(BUILD)/sdp-bench -build $(BUILD) -dra-only -out docs/benchmarks.md

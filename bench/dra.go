@@ -20,13 +20,13 @@ import (
 )
 
 var (
-	draOnly   = flag.Bool("dra-only", false, "run only the DRA figures (hyperlight as a DRA driver), print them and rewrite their section of -out")
+	draOnly   = flag.Bool("dra-only", false, "run only the DRA figures (both daemons as DRA drivers), print them and rewrite their section of -out")
 	draRounds = flag.Int("dra-rounds", 5, "DRA: rounds (a fresh node and daemon each)")
 	draClaims = flag.Int("dra-claims", 20, "DRA: claims prepared per round")
 )
 
 const (
-	draHeading = "## DRA (hyperlight as a DRA driver)"
+	draHeading = "## DRA (both daemons as DRA drivers)"
 	draNext    = "## Idle"
 	draPoll    = time.Millisecond
 	draBound   = 30 * time.Second
@@ -40,8 +40,8 @@ type draRound struct {
 }
 
 type draFigures struct {
-	rounds []draRound
-	note   string
+	rounds, kata []draRound
+	note, kataNote string
 }
 
 func draOneRound(hl daemonKind, claims int) (r draRound) {
@@ -121,39 +121,45 @@ func draOneRound(hl daemonKind, claims int) (r draRound) {
 	return r
 }
 
-func measureDRA(hl daemonKind, rounds, claims int) draFigures {
+// measureDRA: the rounds of hyperlight and of kata, alternating (the order rotated each round).
+func measureDRA(hl, kata daemonKind, rounds, claims int) draFigures {
 	var f draFigures
 	for i := 0; i < rounds; i++ {
-		r := draOneRound(hl, claims)
-		if r.note != "" {
-			f.note = fmt.Sprintf("round %d: %s", i+1, r.note)
-			return f
+		one := func(isKata bool) {
+			if isKata && f.kataNote == "" {
+				if r := draKataOneRound(kata, claims); r.note != "" {
+					f.kataNote = fmt.Sprintf("round %d: %s", i+1, r.note)
+				} else {
+					f.kata = append(f.kata, r)
+				}
+			} else if !isKata && f.note == "" {
+				if r := draOneRound(hl, claims); r.note != "" {
+					f.note = fmt.Sprintf("round %d: %s", i+1, r.note)
+				} else {
+					f.rounds = append(f.rounds, r)
+				}
+			}
 		}
-		f.rounds = append(f.rounds, r)
+		one(i%2 == 1)
+		one(i%2 == 0)
 		fmt.Fprintf(os.Stderr, "DRA round %d of %d done\n", i+1, rounds)
 	}
 	return f
 }
 
-func writeDRA(d *doc, f draFigures, rerun string) {
-	d.p("%s", draHeading)
-	d.p("")
-	if f.note != "" {
-		d.p("Not measured: %s.", f.note)
+// draTable: one driver's figures as a table (or why they are missing).
+func draTable(d *doc, rounds []draRound, note string, change, back string) {
+	if note != "" {
+		d.p("Not measured: %s.", note)
 		d.p("")
 		return
 	}
 	var reg, slice, prep, again, taint, untaint []float64
-	for _, r := range f.rounds {
+	for _, r := range rounds {
 		reg, slice = append(reg, r.reg), append(slice, r.slice)
 		prep, again = append(prep, r.prepare...), append(again, r.again...)
 		taint, untaint = append(taint, r.taint), append(untaint, r.untaint)
 	}
-	d.p("hyperlight as its image ships it, with PLUGIN_API=dra, on a simulated node: a fake API server over HTTPS on")
-	d.p("127.0.0.1 (tests/kubelet/drakubelet.go: slices and claims kept as the API server keeps them) and grpc-go in the")
-	d.p("kubelet's place. Every API call is one run of the helper program (a child: exec, TLS handshake, one request).")
-	d.p("%d rounds, a fresh node and daemon each; %d claims prepared per round. Re-run: %s.", len(f.rounds), *draClaims, rerun)
-	d.p("")
 	d.p("| figure | median (min–max) | p99 | n |")
 	d.p("|---|---|---|---|")
 	row := func(name string, v []float64) {
@@ -164,21 +170,39 @@ func writeDRA(d *doc, f draFigures, rerun string) {
 	row("start → ResourceSlice published (ms)", slice)
 	row("NodePrepareResources, first (ms): fetch, resolve, checkpoint", prep)
 	row("NodePrepareResources, again (ms): from the checkpoint", again)
-	row("host node removed → slice tainted (ms)", taint)
-	row("host node back → taint gone (ms)", untaint)
+	row(change+" → slice tainted (ms)", taint)
+	row(back+" → taint gone (ms)", untaint)
 	d.p("")
 }
 
-func draOnlyMode(src string, hl daemonKind) {
+func writeDRA(d *doc, f draFigures, rerun string) {
+	d.p("%s", draHeading)
+	d.p("")
+	d.p("Each daemon as its image ships it, with PLUGIN_API=dra, on a simulated node: a fake API server over HTTPS on")
+	d.p("127.0.0.1 (tests/kubelet/drakubelet.go: slices and claims kept as the API server keeps them) and grpc-go in the")
+	d.p("kubelet's place. Every API call is one run of the helper program (a child: exec, TLS handshake, one request).")
+	d.p("%d rounds each, hyperlight and kata alternating, a fresh node and daemon each; %d claims prepared per round.", *draRounds, *draClaims)
+	d.p("Re-run: %s.", rerun)
+	d.p("")
+	d.p("hyperlight (one shared device, capacity 2000 sandboxes; the host's /dev/kvm removed and made again):")
+	d.p("")
+	draTable(d, f.rounds, f.note, "host node removed", "host node back")
+	d.p("kata (a legacy node of four GPUs, each with its audio companion, and an NVSwitch; one-GPU claims; the")
+	d.p("companion's driver link pointed at snd_hda_intel, then one PCI uevent from the kernel, as a bind sends):")
+	d.p("")
+	draTable(d, f.kata, f.kataNote, "companion bound to its host driver", "companion back on vfio-pci")
+}
+
+func draOnlyMode(src string, hl, kata daemonKind) {
 	if _, note := staticKata(src); note != "" { // builds the shipped hyperlight too
 		fatal("scripts/build-static.sh: %s", note)
 	}
-	f := measureDRA(hl, *draRounds, *draClaims)
+	f := measureDRA(hl, kata, *draRounds, *draClaims)
 	var d doc
 	writeDRA(&d, f, "`make bench-dra`")
 	fmt.Print(d.b.String())
-	if f.note != "" {
-		fatal("%s", f.note)
+	if f.note != "" || f.kataNote != "" {
+		fatal("%s %s", f.note, f.kataNote)
 	}
 	rewriteSection(*outPath, draHeading, draNext, d.b.Bytes())
 }

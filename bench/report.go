@@ -137,7 +137,7 @@ func main() {
 		return
 	}
 	if *draOnly {
-		draOnlyMode(src, kinds[2])
+		draOnlyMode(src, kinds[2], kinds[0])
 		return
 	}
 	if *idleOnly != "" {
@@ -224,7 +224,7 @@ func main() {
 		host.parts = append(host.parts, kr.host)
 	}
 	host.skip()
-	draf := measureDRA(hlKind, *draRounds, *draClaims)
+	draf := measureDRA(hlKind, kinds[0], *draRounds, *draClaims)
 	host.part("DRA", "the DRA section")
 	probe := summarize(probeAlone(hlKind, *probes))
 	host.part("probe helper alone", "the probe helper alone figure, and with it hyperlight's Allocate target (1.3 × it)")

@@ -166,6 +166,39 @@ static void test_env_quote(void **state)
 	assert_memory_equal(q + strlen(q) - 8, "\\x01...\"", 8);
 }
 
+/* PLUGIN_API: unset, "", device-plugin and dra accepted; anything else refused with its value
+ * quoted, the output untouched. */
+static void test_plugin_api(void **state)
+{
+	char err[300] = "";
+	bool dra = true;
+
+	unsetenv("PLUGIN_API");
+	assert_int_equal(dp_env_plugin_api(&dra, err, sizeof(err)), 0);
+	assert_false(dra);
+	setenv("PLUGIN_API", "dra", 1);
+	assert_int_equal(dp_env_plugin_api(&dra, err, sizeof(err)), 0);
+	assert_true(dra);
+	setenv("PLUGIN_API", "", 1);
+	assert_int_equal(dp_env_plugin_api(&dra, err, sizeof(err)), 0);
+	assert_false(dra);
+	setenv("PLUGIN_API", "dra", 1);
+	assert_int_equal(dp_env_plugin_api(&dra, NULL, 0), 0);
+	setenv("PLUGIN_API", "device-plugin", 1);
+	assert_int_equal(dp_env_plugin_api(&dra, err, sizeof(err)), 0);
+	assert_false(dra);
+	assert_string_equal(err, "");
+	dra = true;
+	for (const char *bad[] = { "DRA", "devicePlugin", "dra ", "dra\n" }, **b = bad; b < bad + 4; b++) {
+		setenv("PLUGIN_API", *b, 1);
+		assert_int_equal(dp_env_plugin_api(&dra, err, sizeof(err)), -EINVAL);
+		assert_true(dra);
+	}
+	assert_string_equal(err, "PLUGIN_API=\"dra\\n\" is neither device-plugin nor dra");
+	assert_int_equal(dp_env_plugin_api(&dra, NULL, 0), -EINVAL);
+	unsetenv("PLUGIN_API");
+}
+
 static void test_hex_digit(void **state)
 {
 	const char *digits = "0123456789abcdef", *upper = "ABCDEF";
@@ -196,6 +229,7 @@ int main(void)
 		cmocka_unit_test(test_env_u32_range),
 		cmocka_unit_test(test_env_quote),
 		cmocka_unit_test(test_hex_digit),
+		cmocka_unit_test(test_plugin_api),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -108,11 +108,47 @@ static void derived_names(void **state)
 	assert_string_equal(b, "kata.nvidia.com-nvswitch");
 	assert_int_equal(kata_spec_file("nvidia.com/gpu", b, sizeof(b)), 0);
 	assert_string_equal(b, "kata.nvidia.com-gpu.yaml");
+	assert_int_equal(kata_dra_spec_file("nvidia.com/gpu", b, sizeof(b)), 0);
+	assert_string_equal(b, "kata-dra.nvidia.com-gpu.yaml");
 	assert_int_equal(kata_spec_file("nvidia.com/gpu", tiny, sizeof(tiny)), -ENAMETOOLONG);
 	assert_string_equal(tiny, "keep");
 	assert_int_equal(kata_socket_prefix("gpu", b, sizeof(b)), -EINVAL);
 	assert_int_equal(kata_socket_prefix("nvidia.com/gpu", tiny, sizeof(tiny)), -ENAMETOOLONG);
 	assert_string_equal(tiny, "keep");
+}
+
+/* PLUGIN_API=dra's names: "<class>-<PCI address>", a DNS label of at most 63 characters (the
+ * class cut, every other character '-'), and the spec under those names. */
+static void dra_names(void **state)
+{
+	struct kata_device d[3] = {
+		{ .pci = "0000:41:00.0", .path = "/dev/vfio/12", .group = 12 },
+		{ .pci = "0000:41:00.1", .path = "/dev/vfio/12", .group = 12 },
+		{ .pci = "0000:c3:00.0", .path = "/dev/vfio/devices/vfio3", .group = 13 },
+	};
+	char b[KATA_UNIT_NAME_MAX + 1], cls[120];
+	dp_buf spec = { 0 };
+
+	kata_unit_name("nvidia.com/gpu", &d[0], b, sizeof(b));
+	assert_string_equal(b, "gpu-0000-41-00-0");
+	kata_unit_name("example.com/Smart_NIC.v2", &d[2], b, sizeof(b));
+	assert_string_equal(b, "smart-nic-v2-0000-c3-00-0");
+	snprintf(cls, sizeof(cls), "example.com/%s", "a123456789b123456789c123456789d123456789e123456789f123456789");
+	kata_unit_name(cls, &d[2], b, sizeof(b));
+	assert_int_equal(strlen(b), KATA_UNIT_NAME_MAX);
+	assert_string_equal(b, "a123456789b123456789c123456789d123456789e123456789-0000-c3-00-0");
+	/* legacy: the group node once, then the container node; the name starts with a letter */
+	kata_spec_render_dra("nvidia.com/gpu", d, 2, &spec);
+	assert_false(spec.oom);
+	assert_string_equal(spec.data, "cdiVersion: \"0.3.0\"\nkind: \"nvidia.com/gpu\"\ndevices:\n"
+					"  - name: \"gpu-0000-41-00-0\"\n    containerEdits:\n      deviceNodes:\n"
+					"        - path: \"/dev/vfio/12\"\n          type: \"c\"\n"
+					"        - path: \"/dev/vfio/vfio\"\n          type: \"c\"\n");
+	dp_buf_done(&spec);
+	kata_spec_render_dra("nvidia.com/gpu", &d[2], 1, &spec);
+	assert_non_null(strstr(spec.data, "  - name: \"gpu-0000-c3-00-0\"\n    containerEdits:\n      deviceNodes:\n"
+					  "        - path: \"/dev/vfio/devices/vfio3\"\n"));
+	dp_buf_done(&spec);
 }
 
 /* ---- a third row, end to end ---- */
@@ -398,6 +434,7 @@ int main(void)
 		cmocka_unit_test(rows_classify),
 		cmocka_unit_test(table_validation),
 		cmocka_unit_test(derived_names),
+		cmocka_unit_test(dra_names),
 		cmocka_unit_test_setup_teardown(third_row_end_to_end, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -266,6 +266,26 @@ func TestDRAKataCompanionTainted(t *testing.T) {
 	}
 }
 
+// A host bridge below a platform device (many arm64 hosts: /sys/devices/platform/<ctrl>/pci0000:00):
+// its pcieRoot is still the host bridge's name, and a GPU on a root port's switch is the root complex.
+func TestDRAKataPlatformRoot(t *testing.T) {
+	s := newKataDRA(t, []PCIFunc{GPU("0002:01:00.0", -1).InGroup(20).Below("platform/4010000000.pcie/pci0002:00/0002:00:01.0")})
+	if !s.wait(startBound, func() bool { return len(s.devices()) == 1 }) {
+		s.fatalf("published devices: %v", s.devices())
+	}
+	d := s.api.Devices()["gpu-0002-01-00-0"]
+	b, _ := json.Marshal(d["attributes"])
+	for _, want := range []string{`"resource.kubernetes.io/pcieRoot":{"string":"pci0002:00"}`, `"pcieSwitch":{"string":"pci0002:00"}`,
+		`"resource.kubernetes.io/pciBusID":{"string":"0002:01:00.0"}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("attributes %s lack %s", b, want)
+		}
+	}
+	if strings.Contains(string(b), "numaNode") {
+		t.Errorf("attributes %s: a numaNode for numa_node -1", b)
+	}
+}
+
 // No device matches the table: an empty pool is published and the DRA socket is Ready;
 // RESOURCE_NAMING=sku is told to have no effect; an invalid PLUGIN_API exits 2.
 func TestDRAKataEmptyAndSettings(t *testing.T) {

@@ -84,7 +84,9 @@ type PCIFunc struct {
 	Device uint16 // the PCI device ID (the model); 0 writes DefaultDeviceID
 	Group  int    // IOMMU group; 0: a group of its own (numbered from 100 per tree)
 	Under  string // the bridges above it below pci0000:00 ("0000:00:01.0/0000:01:00.0/0000:02:00.0"); "": on the root bus;
-	// a first component "pciDDDD:BB" puts it below that host bridge instead ("pci0000:40/0000:40:01.0")
+	// a first component "pciDDDD:BB" puts it below that host bridge instead ("pci0000:40/0000:40:01.0"),
+	// one "platform" below a platform device's host bridge, as many arm64 hosts lay it out
+	// ("platform/4010000000.pcie/pci0000:00/0000:00:01.0")
 	Driver string // its driver; "": vfio-pci, NoDriver: none
 }
 
@@ -183,9 +185,9 @@ func (t *KataTree) ClassEntry(n int) string { return filepath.Join(t.ClassDir, V
 func (t *KataTree) PCIPath(bdf string) string { return filepath.Join(t.Root, "sys/devices", t.pciRel(bdf)) }
 
 // pciRel is bdf's path below /sys/devices: "pci0000:00/[<under>/]<bdf>", or "<under>/<bdf>" when
-// Under starts with a host bridge.
+// Under starts with a host bridge or "platform/".
 func (t *KataTree) pciRel(bdf string) string {
-	if u := t.under[bdf]; strings.HasPrefix(u, "pci") {
+	if u := t.under[bdf]; strings.HasPrefix(u, "pci") || strings.HasPrefix(u, "platform/") {
 		return filepath.Join(u, bdf)
 	}
 	return filepath.Join("pci0000:00", t.under[bdf], bdf)
