@@ -102,7 +102,7 @@ static void report(kata_dra *d)
 		total += kata_plugin_n_units(d->plugins[i]);
 	if (total == 0)
 		return;
-	_cleanup_free_ dp_draside_health *h = calloc(total, sizeof(*h));
+	dp_draside_health *h = calloc(total, sizeof(*h));
 	if (!h)
 		return; /* the next check reports it */
 	for (size_t i = 0; i < *d->n_plugins; i++) {
@@ -114,6 +114,7 @@ static void report(kata_dra *d)
 		}
 	}
 	(void)dp_draside_set_health(d->side, h, k); /* -ENOMEM: the next check reports it */
+	free(h);
 }
 
 static void update(kata_dra *d)

@@ -34,7 +34,9 @@ void kata_unit_name(const char *resource, const struct kata_device *first, char 
 	snprintf(raw, sizeof(raw), "%.*s-%s", (int)(KATA_UNIT_NAME_MAX - 1 - strlen(first->pci)), cls, first->pci);
 	for (k = 0; raw[k]; k++) {
 		char c = (char)tolower((unsigned char)raw[k]);
-		raw[k] = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ? c : '-';
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+			c = '-';
+		raw[k] = c;
 	}
 	snprintf(buf, size, "%s", raw);
 }
