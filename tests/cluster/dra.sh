@@ -255,16 +255,19 @@ dra_back() {
 
 # The chart's hyperlight-dra-slices policy, enforced by the API server: the plugin's account,
 # with a pod-bound token naming this node, may write hyperlight.dev slices of this node only.
-dra_policy() {
-	local token loose server ca out
-	kubectl -n "$HL_NS" apply -f - >/dev/null <<EOF2
+dra_policy() { slices_policy "$HL_NS" hyperlight-device-plugin hyperlight.dev hyperlight-dra-slices; }
+
+# slices_policy NS ACCOUNT DRIVER POLICY: a chart's slices policy, as above, for ACCOUNT of NS.
+slices_policy() {
+	local pns=$1 sa=$2 drv=$3 pol=$4 token loose server ca out
+	kubectl -n "$pns" apply -f - >/dev/null <<EOF2
 apiVersion: v1
 kind: Pod
 metadata:
   name: sdp-test-binder
-  namespace: $HL_NS
+  namespace: $pns
 spec:
-  serviceAccountName: hyperlight-device-plugin
+  serviceAccountName: $sa
   automountServiceAccountToken: false
   nodeName: $node
   restartPolicy: Never
@@ -278,8 +281,8 @@ spec:
     imagePullPolicy: Never
     command: ["sleep", "3600"]
 EOF2
-	token=$(kubectl -n "$HL_NS" create token hyperlight-device-plugin --bound-object-kind Pod --bound-object-name sdp-test-binder --duration 10m)
-	loose=$(kubectl -n "$HL_NS" create token hyperlight-device-plugin --duration 10m)
+	token=$(kubectl -n "$pns" create token "$sa" --bound-object-kind Pod --bound-object-name sdp-test-binder --duration 10m)
+	loose=$(kubectl -n "$pns" create token "$sa" --duration 10m)
 	server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 	ca=$STATE/pki/ca.crt
 	# slice TOKEN NODE DRIVER: POST a one-device slice as the plugin would; prints the answer's
@@ -293,20 +296,20 @@ EOF2
 		jq -r '.message // ("created " + .metadata.name)' "$TEST/slice.out" 2>/dev/null || cat "$TEST/slice.out"
 		[ "$code" = 201 ]
 	}
-	if out=$(slice "$token" "$node" hyperlight.dev); then
+	if out=$(slice "$token" "$node" "$drv"); then
 		note "own node, own driver: allowed ($out)"
-		kubectl delete resourceslice "sdp-test-$node-hyperlight.dev" >/dev/null
+		kubectl delete resourceslice "sdp-test-$node-$drv" >/dev/null
 	else
-		fail "a slice of driver hyperlight.dev on its own node refused: $out" || return 1
+		fail "a slice of driver $drv on its own node refused: $out" || return 1
 	fi
-	out=$(slice "$token" sdp-test-other hyperlight.dev) && { fail "a slice for another node allowed"; return 1; }
-	echo "$out" | grep -q "hyperlight-dra-slices" || { fail "another node's slice refused, but not by the chart's policy: $out"; return 1; }
+	out=$(slice "$token" sdp-test-other "$drv") && { fail "a slice for another node allowed"; return 1; }
+	echo "$out" | grep -q "$pol" || { fail "another node's slice refused, but not by the chart's policy: $out"; return 1; }
 	note "another node: refused ($out)"
 	out=$(slice "$token" "$node" other.example.com) && { fail "a slice of another driver allowed"; return 1; }
-	echo "$out" | grep -q "hyperlight-dra-slices" || { fail "another driver's slice refused, but not by the chart's policy: $out"; return 1; }
+	echo "$out" | grep -q "$pol" || { fail "another driver's slice refused, but not by the chart's policy: $out"; return 1; }
 	note "another driver: refused ($out)"
-	out=$(slice "$loose" "$node" hyperlight.dev) && { fail "a token naming no node allowed"; return 1; }
+	out=$(slice "$loose" "$node" "$drv") && { fail "a token naming no node allowed"; return 1; }
 	echo "$out" | grep -q "pod-bound token" || { fail "a token naming no node refused, but not by the chart's policy: $out"; return 1; }
 	note "a token naming no node: refused ($out)"
-	kubectl -n "$HL_NS" delete pod sdp-test-binder --wait=false >/dev/null
+	kubectl -n "$pns" delete pod sdp-test-binder --wait=true --timeout=30s >/dev/null
 }

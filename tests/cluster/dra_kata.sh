@@ -1,6 +1,6 @@
 # tests/cluster/dra_kata.sh: make test-cluster's DRA steps for kata (issue 29), sourced by run.sh
 # after dra.sh (say, note, fail, until_ok, diag, phase, kill_container, restart_component,
-# fingerprint, ready, tree, RENDERER, KATA_ROOT, NS, node, TEST). The kata chart, uninstalled by
+# fingerprint, ready, tree, slices_policy, RENDERER, KATA_ROOT, NS, node, TEST). The kata chart, uninstalled by
 # the device-plugin steps, is installed again with api=dra on the same VFIO tree (sdp-katatree:
 # H100s a, b, c on the root complex pci0000:00, the A100 d on pci0000:80, each GPU with its audio
 # companion); every check is through the real API server, scheduler, kubelet and containerd.
@@ -112,6 +112,9 @@ kata_dra_install() {
 	kubectl get deviceclass gpu.kata.nvidia.com nvswitch.kata.nvidia.com >/dev/null || fail "the DeviceClasses are missing" || return 1
 	[ -z "$(find /var/lib/kubelet/device-plugins -name 'kata-*')" ] || fail "kata serves device-plugin sockets with api=dra" || return 1
 }
+
+# The chart's kata-dra-slices policy (admissionPolicies.enabled), as hyperlight's.
+kata_dra_policy() { slices_policy kube-system kata-device-plugin "$KATA_DRIVER" kata-dra-slices; }
 
 # Two H100s (CEL on the model) under one PCIe root (matchAttribute): allocated by the scheduler,
 # the pod sees exactly those groups' nodes, injected by CDI from kata-dra.nvidia.com-gpu.yaml.

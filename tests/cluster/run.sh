@@ -75,6 +75,7 @@ cleanup() {
 	set +e
 	kubectl delete namespace "$NS" --wait=true --timeout=60s >/dev/null 2>&1
 	kubectl -n "$HL_NS" delete pod sdp-test-binder --wait=true --timeout=30s >/dev/null 2>&1
+	kubectl -n kube-system delete pod sdp-test-binder --wait=true --timeout=30s >/dev/null 2>&1
 	kubectl delete node sdp-test-other --wait=true --timeout=30s >/dev/null 2>&1
 	helm uninstall -n kube-system --wait --timeout 60s kata-device-plugin >/dev/null 2>&1
 	helm uninstall -n kube-system --wait --timeout 60s hyperlight-device-plugin >/dev/null 2>&1
@@ -901,6 +902,7 @@ step "DRA: a deleted pod's claim unprepared, its checkpoint removed" dra_unprepa
 step "DRA: the host's /dev/kvm removed: device tainted, its pod shows it Unhealthy, a new claim Pending; back: all well" dra_health
 step "DRA: back to api=devicePlugin" dra_back
 step "DRA: kata installed with api=dra: registered, each IOMMU group published with the tree's attributes" kata_dra_install
+step "DRA: kata's slices admission policy enforced by the API server" kata_dra_policy
 step "DRA: two H100s under one PCIe root (CEL + matchAttribute) allocated, exactly their groups injected" kata_dra_pair
 step "DRA: a pair no single PCIe root can hold stays Pending with the scheduler's reason" kata_dra_unsatisfiable
 step "DRA: a companion bound to its host driver: device tainted at once, its pod shows it Unhealthy; back: all well" kata_dra_companion

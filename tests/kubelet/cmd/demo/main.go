@@ -5,8 +5,8 @@
 // prints a readable transcript: start, registration, the advertised resource, an Allocate
 // answer, the CDI spec, a kubelet restart, a deleted CDI spec being repaired, and SIGTERM;
 // then the same plugin as a DRA driver (dra.go).
-// Then kata-device-plugin on another simulated node (kata.go). Every wait is bounded; any
-// failed step exits non-zero.
+// Then kata-device-plugin on another simulated node (kata.go), and as a DRA driver
+// (kata_dra.go). Every wait is bounded; any failed step exits non-zero.
 package main
 
 import (
@@ -123,6 +123,11 @@ func (d *demo) run() (code int) {
 	}
 	d.cleanup()
 	d.kata(d.build)
+	if d.showLog {
+		d.printLog(0)
+	}
+	d.cleanup()
+	d.kataDRA(d.build)
 	if d.showLog {
 		d.printLog(0)
 	}
