@@ -12,7 +12,7 @@
  *   then length-prefixed strings (length byte mod 72): PCI name or bus/dev/fn bytes, then a
  *   byte: its IOMMU group (mod 4, so groups are shared), then vendor, class, numa_node, dev.
  * Checks: the scan returns 0 or -ENOMEM; every reported device has a canonical name, a PCI
- * address and a row inside the table, and the devices are ordered by row, group (its lowest PCI
+ * address, a row inside the table, the tree's root complex and a switch name (DRA's attributes), and the devices are ordered by row, group (its lowest PCI
  * key), then PCI key.
  */
 #include <errno.h>
@@ -150,6 +150,9 @@ static void check(const struct kata_scan *sc)
 		FUZZ_CHECK(d->name[4] != '0' || d->name[5] == '\0');
 		FUZZ_CHECK(kata_row_matches(&kata_table[d->row], d->vendor, d->pci_class));
 		FUZZ_CHECK(d->numa_node >= -1 && d->numa_node <= 65535);
+		/* the DRA attributes: the tree's host bridge, and a switch name, NUL-terminated */
+		FUZZ_CHECK(memchr(d->pcie_root, '\0', sizeof(d->pcie_root)) && memchr(d->pcie_switch, '\0', sizeof(d->pcie_switch)));
+		FUZZ_CHECK(strcmp(d->pcie_root, "pci0000:00") == 0 && d->pcie_switch[0]);
 		if (i) {
 			const struct kata_device *p = &sc->devices[i - 1];
 			FUZZ_CHECK(p->row < d->row || (p->row == d->row && (p->unit_key < d->unit_key ||
