@@ -5,7 +5,10 @@
  * daemon's filter as the daemon does on the architecture it runs on (dp_seccomp_export_bpf,
  * architecture 0: the native one) and runs each call through the BPF interpreter the unit tests
  * use (tests/support/seccomp_run.c). DAEMON: hyperlight (libdp's list, the probe's ioctls, the
- * label child's calls, the exec of its fd) or kata (libdp's list).
+ * label child's calls, the exec of its fd) or kata as PLUGIN_API=dra builds it, the widest of
+ * its filters (libdp's list, the sdp-kube-api child's calls, the exec of its fd: the scenario
+ * suite runs it both ways, and qemu logs the child's calls under the daemon's name; with the
+ * device-plugin API its filter is libdp's list alone).
  *
  * CALLS: one line per distinct call, "COUNT NAME [ARG0 [ARG1 ...]]" (decimal or 0x hex; a name
  * as libseccomp spells it, or #NUMBER), as tests/arm64/strace_calls.py writes them from qemu's
@@ -23,6 +26,7 @@
 #include <unistd.h>
 
 #include "confine.h"
+#include "dp/draside.h"
 #include "dp/macro.h"
 #include "dp/seccomp.h"
 #include "dp_test.h"
@@ -46,7 +50,9 @@ static int load(const char *daemon, size_t *n)
 	if (strcmp(daemon, "hyperlight") == 0) {
 		counts[1] = hl_seccomp_rules(true, LABEL_FD, -1, own, DP_ELEMENTSOF(own));
 		counts[2] = 1;
-	} else if (strcmp(daemon, "kata") != 0) {
+	} else if (strcmp(daemon, "kata") == 0) {
+		counts[1] = dp_draside_seccomp_rules(EXE_FD, own, DP_ELEMENTSOF(own));
+	} else {
 		return -EINVAL;
 	}
 	if (pipe2(p, O_CLOEXEC) < 0)
