@@ -10,9 +10,7 @@
 
 #include "dp/buf.h"
 #include "dp/draside.h"
-#include "dp/kubeenv.h"
 #include "dp/log.h"
-#include "dp/paths.h"
 
 struct hl_dra {
 	struct hl_config cfg;
@@ -108,27 +106,15 @@ int hl_dra_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_devic
 	       char *why, size_t why_size)
 {
 	_cleanup_(hl_dra_freep) hl_dra *d = calloc(1, sizeof(*d));
-	char kubelet[PATH_MAX];
-	dp_kubeenv env;
 	int r;
 
 	if (!d)
 		return -ENOMEM;
 	d->cfg = *cfg;
 	d->dev = *dev;
-	r = dp_kubeenv_load(&env, why, why_size);
-	if (r == 0)
-		r = dp_path(kubelet, sizeof(kubelet), "/var/lib/kubelet");
-	if (r != 0)
-		// cppcheck-suppress memleak ; d is freed by its _cleanup_ attribute, which the analyzers do not model
-		return r < 0 ? r : r == 1 ? -ENOENT : -EINVAL; // NOLINT(clang-analyzer-unix.Malloc)
-	dp_draside_config c = { .driver = HL_DRA_DRIVER, .env = &env, .kubelet_dir = kubelet, .exe = exe,
-				.resolve = resolve, .userdata = d };
-	if ((r = dp_draside_new(loop, &c, &d->side)) < 0) {
-		snprintf(why, why_size, "cannot serve the DRA driver %s: %s", HL_DRA_DRIVER, strerror(-r));
+	if ((r = dp_draside_new_in_pod(loop, HL_DRA_DRIVER, exe, resolve, d, &d->side, why, why_size)) < 0)
 		// cppcheck-suppress memleak ; d is freed by its _cleanup_ attribute, which the analyzers do not model
 		return r; // NOLINT(clang-analyzer-unix.Malloc)
-	}
 	*ret = TAKE_PTR(d);
 	return 0;
 }

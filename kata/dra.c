@@ -3,7 +3,6 @@
 #include "dra.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +10,7 @@
 
 #include "dp/buf.h"
 #include "dp/draside.h"
-#include "dp/kubeenv.h"
 #include "dp/log.h"
-#include "dp/paths.h"
 #include "sku.h"
 
 struct kata_dra {
@@ -166,28 +163,16 @@ int kata_dra_new(dp_loop *loop, kata_plugin *const *plugins, const size_t *n_plu
 		 size_t why_size)
 {
 	_cleanup_(kata_dra_freep) kata_dra *d = calloc(1, sizeof(*d));
-	char kubelet[PATH_MAX];
-	dp_kubeenv env;
 	int r;
 
 	if (!d)
 		return -ENOMEM;
 	d->plugins = plugins;
 	d->n_plugins = n_plugins;
-	r = dp_kubeenv_load(&env, why, why_size);
-	if (r == 0)
-		r = dp_path(kubelet, sizeof(kubelet), "/var/lib/kubelet");
-	if (r != 0)
-		// cppcheck-suppress memleak ; d is freed by its _cleanup_ attribute, which the analyzers do not model
-		return r < 0 ? r : r == 1 ? -ENOENT : -EINVAL; // NOLINT(clang-analyzer-unix.Malloc)
-	/* exe: sdp-kube-api beside this daemon (the image has it there) */
-	dp_draside_config c = { .driver = KATA_DRA_DRIVER, .env = &env, .kubelet_dir = kubelet,
-				.resolve = resolve, .userdata = d };
-	if ((r = dp_draside_new(loop, &c, &d->side)) < 0) {
-		snprintf(why, why_size, "cannot serve the DRA driver %s: %s", KATA_DRA_DRIVER, strerror(-r));
+	/* exe NULL: sdp-kube-api beside this daemon (the image has it there) */
+	if ((r = dp_draside_new_in_pod(loop, KATA_DRA_DRIVER, NULL, resolve, d, &d->side, why, why_size)) < 0)
 		// cppcheck-suppress memleak ; d is freed by its _cleanup_ attribute, which the analyzers do not model
 		return r; // NOLINT(clang-analyzer-unix.Malloc)
-	}
 	*ret = TAKE_PTR(d);
 	return 0;
 }

@@ -63,6 +63,13 @@ typedef struct dp_draside_config {
 /* Make the directories, serve the DRA service and the registration; nothing is published until
  * the first dp_draside_publish. -EINVAL (a bad configuration), -ENOMEM, file and socket errors. */
 int dp_draside_new(dp_loop *loop, const dp_draside_config *c, dp_draside **ret);
+/* dp_draside_new as a daemon in its pod starts it: the node, API server and service account
+ * from the pod (dp_kubeenv_load: -ENOENT for something missing, -EINVAL for something invalid),
+ * the kubelet's root /var/lib/kubelet under the root prefix; exe NULL: sdp-kube-api beside the
+ * daemon. On failure why says what (a DRA driver that cannot publish or read claims serves
+ * nothing). */
+int dp_draside_new_in_pod(dp_loop *loop, const char *driver, const char *exe, dp_draside_resolve_fn resolve,
+			  void *userdata, dp_draside **ret, char *why, size_t why_size);
 /* The devices to publish: devices_json is {"devices":[...]} (the daemon's rendering; checked
  * by the helper). Copied; published when it differs from the last set given. -ENOMEM, write
  * errors of slices.json. */

@@ -309,6 +309,24 @@ int dp_draside_new(dp_loop *loop, const dp_draside_config *c, dp_draside **ret)
 	return 0;
 }
 
+int dp_draside_new_in_pod(dp_loop *loop, const char *driver, const char *exe, dp_draside_resolve_fn resolve,
+			  void *userdata, dp_draside **ret, char *why, size_t why_size)
+{
+	char kubelet[PATH_MAX];
+	dp_kubeenv env;
+	int r = dp_kubeenv_load(&env, why, why_size);
+
+	if (r == 0)
+		r = dp_path(kubelet, sizeof(kubelet), "/var/lib/kubelet");
+	if (r != 0)
+		return r < 0 ? r : r == 1 ? -ENOENT : -EINVAL;
+	dp_draside_config c = { .driver = driver, .env = &env, .kubelet_dir = kubelet, .exe = exe,
+				.resolve = resolve, .userdata = userdata };
+	if ((r = dp_draside_new(loop, &c, ret)) < 0)
+		snprintf(why, why_size, "cannot serve the DRA driver %s: %s", driver, strerror(-r));
+	return r;
+}
+
 dp_draside *dp_draside_free(dp_draside *s)
 {
 	if (!s)
