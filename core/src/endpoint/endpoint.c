@@ -12,6 +12,7 @@
 #include "dp/grpc.h"
 #include "dp/health.h"
 #include "dp/log.h"
+#include "endpoint_alloclog.h"
 #include "endpoint_encode.h"
 #include "endpoint_internal.h"
 
@@ -483,6 +484,7 @@ dp_endpoint *dp_endpoint_free(dp_endpoint *ep)
 	dp_endpoint_watch_stop(ep);
 	dp_ep_health_done(ep);
 	dp_source_free(ep->register_timer);
+	dp_ep_alloclog_done(ep);
 	free(ep->sorted); /* and the IDs, the NUMA nodes */
 	free(ep->offs);
 	free(ep->down);

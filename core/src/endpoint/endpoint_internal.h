@@ -10,6 +10,7 @@
 #include "dp/endpoint.h"
 #include "dp/grpc.h"
 #include "dp/health.h"
+#include "dp/ratelimit.h"
 #include "dp/watch.h"
 
 /* EP_WAIT_LISTEN: kubelet.sock was just created and refuses: kubelet has bound it and not yet
@@ -103,6 +104,10 @@ struct dp_endpoint {
 
 	dp_driver driver;
 	dp_endpoint_events events;
+
+	/* endpoint_alloclog.c: the Allocate lines' limiter, its summary timer (NULL until needed) */
+	dp_ratelimit alloclog_rl;
+	dp_source *alloclog_timer;
 
 	enum ep_state state;
 	enum ep_fail fail_kind; /* the failure last told through on_register_failed */

@@ -10,6 +10,7 @@
 #include "dp/log.h"
 #include "dp/metrics.h"
 #include "requests/endpoint_decode.h"
+#include "endpoint_alloclog.h"
 #include "endpoint_internal.h"
 
 /*
@@ -39,11 +40,15 @@ static int decode(const dp_endpoint *ep, enum dp_ep_kind kind, const uint8_t *ms
 static void refuse(dp_endpoint *ep, dp_grpc_call *call, int status, const char *msg)
 {
 	char q[300];
-	dp_debug("request refused", "path=%s status=%s message=%s", dp_grpc_call_path(call),
-		 dp_grpc_status_name(status), dp_logq(q, sizeof(q), msg));
+	bool allocate = strcmp(dp_grpc_call_path(call), "/v1beta1.DevicePlugin/Allocate") == 0;
+	if (allocate) /* its own line, rate-bounded (endpoint_alloclog.h) */
+		dp_ep_alloclog_refused(ep, dp_grpc_status_name(status), msg);
+	else
+		dp_debug("request refused", "path=%s status=%s message=%s", dp_grpc_call_path(call),
+			 dp_grpc_status_name(status), dp_logq(q, sizeof(q), msg));
 	if (ep->events.on_request_refused)
 		ep->events.on_request_refused(ep, dp_grpc_call_path(call), status, msg, ep->events.userdata);
-	if (strcmp(dp_grpc_call_path(call), "/v1beta1.DevicePlugin/Allocate") == 0)
+	if (allocate)
 		dp_metrics_allocate(ep->resource, dp_grpc_status_name(status));
 	dp_grpc_call_finish(call, status, msg);
 }
@@ -309,29 +314,39 @@ int dp_alloc_add_device(dp_alloc *a, size_t c, const char *container_path, const
 	return d->container_path && d->host_path && d->permissions ? 0 : -ENOMEM;
 }
 
+/* Send the answer of a (status OK) on its call; RESOURCE_EXHAUSTED when out of memory. */
+static int send_answer(dp_alloc *a)
+{
+	V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
+	/* an array of pointers: sizeof(*ptrs) is the size of one pointer, as meant */
+	_cleanup_free_ V1beta1__ContainerAllocateResponse **ptrs = calloc(a->n, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression)
+	if (!ptrs) {
+		dp_grpc_call_finish(a->call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return DP_GRPC_RESOURCE_EXHAUSTED;
+	}
+	for (size_t i = 0; i < a->n; i++)
+		ptrs[i] = &a->resp[i];
+	resp.n_container_responses = a->n;
+	resp.container_responses = ptrs;
+	(void)dp_grpc_call_send_pb(a->call, &resp.base);
+	return DP_GRPC_OK;
+}
+
 void dp_alloc_finish(dp_alloc *a, int status, const char *message)
 {
 	/* what the driver answered; "CANCELLED" when the requester went away meanwhile */
-	dp_metrics_allocate(a->ep->resource, a->call ? dp_grpc_status_name(status) : "CANCELLED");
+	const char *said = a->call ? dp_grpc_status_name(status) : "CANCELLED";
+	dp_metrics_allocate(a->ep->resource, said);
 	if (a->call) {
 		dp_grpc_call_set_cancel(a->call, NULL, NULL);
-		if (status != DP_GRPC_OK) {
+		if (status != DP_GRPC_OK)
 			dp_grpc_call_finish(a->call, status, message);
-		} else {
-			V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
-			/* an array of pointers: sizeof(*ptrs) is the size of one pointer, as meant */
-			_cleanup_free_ V1beta1__ContainerAllocateResponse **ptrs = calloc(a->n, sizeof(*ptrs)); // NOLINT(bugprone-sizeof-expression)
-			if (!ptrs) {
-				dp_grpc_call_finish(a->call, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-			} else {
-				for (size_t i = 0; i < a->n; i++)
-					ptrs[i] = &a->resp[i];
-				resp.n_container_responses = a->n;
-				resp.container_responses = ptrs;
-				(void)dp_grpc_call_send_pb(a->call, &resp.base);
-			}
+		else if (send_answer(a) != DP_GRPC_OK) {
+			said = dp_grpc_status_name(DP_GRPC_RESOURCE_EXHAUSTED);
+			message = "out of memory";
 		}
 	}
+	dp_ep_alloclog_answered(a->ep, a, said, a->call ? message : "the requester went away");
 	alloc_free(a);
 }
 
