@@ -86,6 +86,15 @@ static const char *label_exe(char *buf, size_t size)
 	return dp_helper_sibling(HL_LABEL_EXE, buf, size) == 0 ? buf : "/" HL_LABEL_EXE;
 }
 
+/* Every check's verdict: to the DRA side (its taint) and to the node labels. */
+static void on_verdict(bool healthy, const char *reason, void *userdata)
+{
+	struct hl_daemon *d = userdata;
+	if (d->dra)
+		hl_dra_verdict(healthy, reason, d->dra);
+	hl_labels_verdict(d->labels, healthy, reason);
+}
+
 static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 {
 	char exe[PATH_MAX];
@@ -104,7 +113,6 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 				 why[0] ? why : strerror(-r));
 			return r;
 		}
-		hl_plugin_set_verdict_fn(d->plugin, hl_dra_verdict, d->dra);
 		dp_info("serving through DRA", "driver=" HL_DRA_DRIVER " device=%s " HL_DRA_CAPACITY "=%u",
 			d->dev.name, d->cfg.device_count);
 	}
@@ -112,6 +120,7 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 	r = hl_labels_start(loop, d->dev.name, &lp, &d->labels);
 	if (r < 0)
 		dp_warn("node labels disabled", "error=%s", strerror(-r));
+	hl_plugin_set_verdict_fn(d->plugin, on_verdict, d);
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp/env.h"
 #include "dp/helper.h"
 #include "dp/kubeenv.h"
 #include "dp/log.h"
@@ -24,19 +25,30 @@
 #define STATUS_PREFIX "status="
 #define BODY_PREFIX " body="
 
+/* What hyperlight.dev/enabled says, or is to say. */
+enum { LABEL_NONE = -1, LABEL_FALSE = 0, LABEL_TRUE = 1 };
+
 struct hl_labels {
 	dp_loop *loop;
-	dp_helper *helper;    /* idle once labelled */
+	dp_helper *helper;    /* idle while the label says what it should */
 	dp_helper_wait *wait; /* the attempt in flight, or NULL */
 	dp_source *retry;     /* the next attempt */
+	dp_source *hold;      /* armed while the verdict differs from want */
 	char *node;
 	char *url;
 	char hypervisor[LABEL_VALUE_MAX + 1];
 	char token_path[PATH_MAX];
 	char ca_path[PATH_MAX];
+	char reason[HL_LABELS_REASON_MAX]; /* the latest verdict's */
 	uint64_t backoff_usec;
+	uint64_t hold_usec;
 	unsigned attempts;
-	bool done;
+	int want;    /* the label to have: the verdict that held for hold_usec (the first at once) */
+	int sent;    /* the label of the attempt in flight */
+	int applied; /* the label the API server last accepted */
+	bool healthy;     /* the latest verdict */
+	bool retry_armed; /* an attempt is scheduled */
+	bool hold_armed;
 };
 
 DP_DEFINE_CLEANUP(hl_labels, hl_labels_free)
@@ -61,7 +73,21 @@ static bool label_value(const char *s)
 	return true;
 }
 
-/* Fills node, url, token_path and ca_path. Returns 0 (active), 1 / 2 (inactive, see
+/* NODE_LABELS_HOLD (seconds): invalid -> the default, said once. */
+static void load_hold(hl_labels *l)
+{
+	char err[DP_ENV_QUOTED_SIZE + 64];
+	uint32_t s;
+
+	if (dp_env_u32(HL_LABELS_HOLD_ENV, HL_LABELS_HOLD_DEFAULT_S, 0, HL_LABELS_HOLD_MAX_S, &s, err, sizeof(err)) < 0) {
+		dp_warn("invalid " HL_LABELS_HOLD_ENV ", using the default", "error=%s default=%us", err,
+			HL_LABELS_HOLD_DEFAULT_S);
+		s = HL_LABELS_HOLD_DEFAULT_S;
+	}
+	l->hold_usec = (uint64_t)s * DP_USEC_PER_SEC;
+}
+
+/* Fills node, url, token_path, ca_path and hold_usec. Returns 0 (active), 1 / 2 (inactive, see
  * dp_kubeenv_load), or a negative errno. */
 static int load_config(hl_labels *l, char *why, size_t size)
 {
@@ -77,6 +103,7 @@ static int load_config(hl_labels *l, char *why, size_t size)
 
 	if (r != 0)
 		return r;
+	load_hold(l);
 	snprintf(l->token_path, sizeof(l->token_path), "%s", e.token_path);
 	snprintf(l->ca_path, sizeof(l->ca_path), "%s", e.ca_path);
 	if (!(l->node = strdup(e.node)) || asprintf(&l->url, "%s/api/v1/nodes/%s", e.api, e.node) < 0) {
@@ -95,6 +122,7 @@ static void schedule_retry(hl_labels *l)
 
 	l->backoff_usec = delay >= BACKOFF_MAX_USEC / 2 ? BACKOFF_MAX_USEC : delay * 2;
 	r = dp_timer_set(l->retry, delay, 0);
+	l->retry_armed = r >= 0;
 	if (r < 0)
 		dp_warn("node labelling stopped: cannot arm the retry timer", "node=%s error=%s", l->node,
 			strerror(-r));
@@ -134,9 +162,24 @@ static void attempt_failed(hl_labels *l, const char *reason)
 	schedule_retry(l);
 }
 
+static char *label_text(int v)
+{
+	return v == LABEL_TRUE ? "true" : "false";
+}
+
+/* Send want now unless an attempt is in flight (its end comes back here), a retry is already
+ * scheduled (its back-off is kept), or the API server has it already. */
+static void kick(hl_labels *l)
+{
+	if (l->wait || l->retry_armed || l->want == LABEL_NONE || l->applied == l->want)
+		return;
+	l->retry_armed = dp_timer_set_asap(l->retry) >= 0;
+}
+
 static void on_attempt_done(const dp_helper_result *r, void *userdata)
 {
 	hl_labels *l = userdata;
+	char q[3 * HL_LABELS_REASON_MAX + 8];
 
 	l->wait = NULL;
 	dp_debug("node labels: attempt finished", "attempt=%u ok=%d result=%s", l->attempts, r->ok, r->reason);
@@ -144,12 +187,17 @@ static void on_attempt_done(const dp_helper_result *r, void *userdata)
 		attempt_failed(l, r->reason);
 		return;
 	}
-	l->done = true;
-	dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=true " HL_LABEL_HYPERVISOR "=%s attempts=%u",
-		l->node, l->hypervisor, l->attempts);
-	/* Nothing more to send: no timer. The helper stays (idle: no child, no timer armed) so
-	 * that the fd the daemon's seccomp filter lets it exec through is never reused. */
-	l->retry = dp_source_free(l->retry);
+	l->applied = l->sent;
+	l->backoff_usec = BACKOFF_FIRST_USEC;
+	if (l->applied == LABEL_TRUE)
+		dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=true " HL_LABEL_HYPERVISOR "=%s attempts=%u",
+			l->node, l->hypervisor, l->attempts);
+	else
+		dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=false " HL_LABEL_HYPERVISOR "=%s attempts=%u reason=%s",
+			l->node, l->hypervisor, l->attempts, dp_logq(q, sizeof(q), l->reason));
+	/* The helper stays (idle: no child) so that the fd the daemon's seccomp filter lets it
+	 * exec through is never reused; the next verdict that holds sends again. */
+	kick(l);
 }
 
 static int on_retry(dp_source *s, void *userdata)
@@ -158,11 +206,18 @@ static int on_retry(dp_source *s, void *userdata)
 	char e[128];
 	int r;
 
-	if (l->wait || l->done)
+	l->retry_armed = false;
+	if (l->wait || l->want == LABEL_NONE || l->applied == l->want)
 		return 0;
+	char *argv[] = { HL_LABEL_HELPER, l->url, l->token_path, l->ca_path, l->hypervisor,
+			 label_text(l->want), NULL };
 	l->attempts++;
-	dp_debug("node labels: attempt started", "attempt=%u url=%s", l->attempts, l->url);
-	r = dp_helper_request(l->helper, on_attempt_done, l, &l->wait);
+	l->sent = l->want;
+	dp_debug("node labels: attempt started", "attempt=%u url=%s " HL_LABEL_ENABLED "=%s", l->attempts, l->url,
+		 label_text(l->want));
+	r = dp_helper_set_argv(l->helper, argv);
+	if (r >= 0)
+		r = dp_helper_request(l->helper, on_attempt_done, l, &l->wait);
 	if (r < 0) {
 		snprintf(e, sizeof(e), "cannot start the label helper: %s", strerror(-r));
 		attempt_failed(l, e);
@@ -170,11 +225,52 @@ static int on_retry(dp_source *s, void *userdata)
 	return 0;
 }
 
+/* The verdict held for hold_usec: it is the label now. */
+static int on_hold(dp_source *s, void *userdata)
+{
+	hl_labels *l = userdata;
+	char q[3 * HL_LABELS_REASON_MAX + 8];
+
+	l->hold_armed = false;
+	l->want = l->healthy ? LABEL_TRUE : LABEL_FALSE;
+	dp_info("node label follows the device", "node=%s " HL_LABEL_ENABLED "=%s held=%llus reason=%s", l->node,
+		label_text(l->want), (unsigned long long)(l->hold_usec / DP_USEC_PER_SEC),
+		dp_logq(q, sizeof(q), l->reason));
+	kick(l);
+	return 0;
+}
+
+void hl_labels_verdict(hl_labels *l, bool healthy, const char *reason)
+{
+	int v = healthy ? LABEL_TRUE : LABEL_FALSE;
+
+	if (!l)
+		return;
+	l->healthy = healthy;
+	snprintf(l->reason, sizeof(l->reason), "%s", reason ? reason : "");
+	if (l->want == LABEL_NONE) { /* the first verdict: the label at once */
+		l->want = v;
+		kick(l);
+	} else if (v == l->want) { /* back before the hold ended: nothing changes */
+		if (l->hold_armed && dp_timer_set(l->hold, 0, 0) >= 0) {
+			l->hold_armed = false;
+			dp_debug("node labels: verdict back within the hold", "node=%s " HL_LABEL_ENABLED "=%s",
+				 l->node, label_text(v));
+		}
+	} else if (l->hold_usec == 0) {
+		on_hold(l->hold, l);
+	} else if (!l->hold_armed) {
+		l->hold_armed = dp_timer_set(l->hold, l->hold_usec, 0) >= 0;
+		if (!l->hold_armed) /* no timer: follow at once rather than never */
+			on_hold(l->hold, l);
+	}
+}
+
 /* ---------------------------------------------------------------- API */
 
 static int helper_new(hl_labels *l, const hl_labels_params *p)
 {
-	char *argv[] = { HL_LABEL_HELPER, l->url, l->token_path, l->ca_path, l->hypervisor, NULL };
+	char *argv[] = { HL_LABEL_HELPER, l->url, l->token_path, l->ca_path, l->hypervisor, "true", NULL };
 	uint64_t deadline = p && p->deadline_usec ? p->deadline_usec : HL_LABELS_DEADLINE_USEC;
 
 	return dp_helper_new(l->loop, p ? p->exe : NULL, argv, deadline, HL_LABELS_KILL_GRACE_USEC, &l->helper);
@@ -192,6 +288,7 @@ int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_param
 		return -ENOMEM;
 	l->loop = loop;
 	l->backoff_usec = BACKOFF_FIRST_USEC;
+	l->want = l->sent = l->applied = LABEL_NONE;
 	snprintf(l->hypervisor, sizeof(l->hypervisor), "%s", hypervisor);
 	r = load_config(l, why, sizeof(why));
 	if (r < 0)
@@ -204,11 +301,13 @@ int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_param
 	}
 	if ((r = helper_new(l, params)) < 0)
 		return r;
-	/* The first attempt runs from the loop: nothing is spawned here. */
-	r = dp_timer_add(loop, 0, 0, on_retry, l, &l->retry);
-	if (r < 0)
+	/* The first attempt waits for the first verdict (hl_labels_verdict): nothing is spawned
+	 * here, and a node whose device is unusable from the start is never labelled "true". */
+	if ((r = dp_timer_add_disarmed(loop, on_retry, l, &l->retry)) < 0 ||
+	    (r = dp_timer_add_disarmed(loop, on_hold, l, &l->hold)) < 0)
 		return r;
-	dp_info("node labelling enabled", "node=%s api=%s " HL_LABEL_HYPERVISOR "=%s", l->node, l->url, hypervisor);
+	dp_info("node labelling enabled", "node=%s api=%s " HL_LABEL_HYPERVISOR "=%s hold=%llus", l->node, l->url,
+		hypervisor, (unsigned long long)(l->hold_usec / DP_USEC_PER_SEC));
 	*ret = TAKE_PTR(l);
 	return 0;
 }
@@ -219,6 +318,7 @@ hl_labels *hl_labels_free(hl_labels *l)
 		return NULL;
 	l->helper = dp_helper_free(l->helper); /* kills a running child; the loop reaps it */
 	l->retry = dp_source_free(l->retry);
+	l->hold = dp_source_free(l->hold);
 	free(l->url);
 	free(l->node);
 	free(l);
@@ -227,7 +327,7 @@ hl_labels *hl_labels_free(hl_labels *l)
 
 bool hl_labels_done(const hl_labels *l)
 {
-	return l && l->done;
+	return l && l->want != LABEL_NONE && l->applied == l->want;
 }
 
 int hl_labels_exe_fd(const hl_labels *l)

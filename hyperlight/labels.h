@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * labels: patch this node's labels hyperlight.dev/enabled=true and
+ * labels: patch this node's labels hyperlight.dev/enabled=<true|false> and
  * hyperlight.dev/hypervisor=<kvm|mshv> through the API server (design decision 10).
+ * hyperlight.dev/enabled follows the probe's verdict (hl_labels_verdict): the first verdict
+ * sets it at once; after that a verdict must hold for NODE_LABELS_HOLD seconds (default 10)
+ * before the label follows it, so a device that flaps faster than that never moves the label.
  * Active only when NODE_LABELS is not "false" (the chart's nodeLabels=false with PLUGIN_API=dra,
  * whose API access needs NODE_NAME and the token too), NODE_NAME is set and an in-cluster service
  * account is mounted
@@ -11,7 +14,8 @@
  * child (dp/helper.h): the program hyperlight-label-node (label-node/, its HTTPS client on
  * Mbed TLS), so the daemon itself never maps an HTTP or TLS library and nothing ever blocks the
  * gRPC service; label-node/label_node.h is all the two share. A failed attempt is retried
- * with a back-off (1 s doubling, capped at 5 min) until it succeeds; then it stops.
+ * with a back-off (1 s doubling, capped at 5 min) until it succeeds; then it waits for the
+ * next change of the label.
  */
 #pragma once
 
@@ -25,6 +29,13 @@
  * loading libraries). */
 #define HL_LABELS_DEADLINE_USEC (20 * DP_USEC_PER_SEC)
 #define HL_LABELS_KILL_GRACE_USEC (2 * DP_USEC_PER_SEC)
+/* NODE_LABELS_HOLD: how long a new verdict must hold before hyperlight.dev/enabled follows it,
+ * in seconds, 0..3600 (0: at once); unset: 10; invalid: 10 and a warning. */
+#define HL_LABELS_HOLD_ENV "NODE_LABELS_HOLD"
+#define HL_LABELS_HOLD_DEFAULT_S 10u
+#define HL_LABELS_HOLD_MAX_S 3600u
+/* The verdict's reason kept for the log line of a label set to "false". */
+#define HL_LABELS_REASON_MAX 256
 
 typedef struct hl_labels hl_labels;
 
@@ -33,7 +44,8 @@ typedef struct hl_labels_params {
 	uint64_t deadline_usec; /* 0: HL_LABELS_DEADLINE_USEC */
 } hl_labels_params;
 
-/* Start labelling. Nothing is spawned here: the first attempt runs from the loop.
+/* Start labelling. Nothing is spawned here: the first attempt runs from the loop after the
+ * first verdict (hl_labels_verdict).
  * hypervisor is the label value ("kvm" or "mshv"; any valid Kubernetes label value); params
  * may be NULL (the defaults).
  * *ret is NULL (and 0 returned) when labelling does not apply; one line says why: info for
@@ -49,10 +61,15 @@ typedef struct hl_labels_params {
  * or CA file unreadable, TLS handshake refused; or the helper's: killed by a signal, timeout
  * after 20 s). */
 int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_params *params, hl_labels **ret);
+/* The probe's verdict (every check's; hl_plugin_verdict_fn): the first one is labelled at once
+ * (the first attempt waits for it), a later different one once it has held for the hold
+ * (a verdict back to the label's value within the hold cancels it). The label set to "false"
+ * is logged at info with reason. NULL l (labelling off): nothing. */
+void hl_labels_verdict(hl_labels *l, bool healthy, const char *reason);
 /* Kill a running attempt's child (the loop reaps it), release every timer. Call before
  * dp_loop_free(). Accepts NULL, returns NULL. */
 hl_labels *hl_labels_free(hl_labels *l);
-/* True once the API server accepted the patch (NULL: false). */
+/* True while the API server has the label the verdict asks for (NULL: false). */
 bool hl_labels_done(const hl_labels *l);
 /* The O_PATH fd the label helper execs through (dp_helper_exe_fd), open for l's lifetime, for
  * the daemon's seccomp exec rule; -1 for NULL (labelling off) or when it could not be opened. */

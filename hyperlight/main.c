@@ -27,6 +27,8 @@ static void usage_env(FILE *f)
 		"  HOST_DEVICE_DIR       the host's /dev mounted read-only, e.g. /host-dev\n"
 		"  NODE_NAME             label this node through the in-cluster service account\n"
 		"  NODE_LABELS           false: do not label it (default: label it when NODE_NAME is set)\n"
+		"  NODE_LABELS_HOLD      seconds a new device verdict must hold before the label\n"
+		"                        hyperlight.dev/enabled follows it (default 10; 0..3600)\n"
 		"  PLUGIN_API            device-plugin (default) or dra: serve the hypervisor through\n"
 		"                        DRA as driver hyperlight.dev (needs NODE_NAME, the service\n"
 		"                        account and the kubelet's plugins and plugins_registry dirs)\n",

@@ -21,12 +21,12 @@
 #define WHY_MAX 512
 
 /* {"metadata":{"labels":{"hyperlight.dev/enabled":"true","hyperlight.dev/hypervisor":"kvm"}}} */
-static int render_body(dp_buf *b, const char *hypervisor)
+static int render_body(dp_buf *b, const char *hypervisor, const char *enabled)
 {
 	dp_buf_puts(b, "{\"metadata\":{\"labels\":{");
 	dp_buf_json_string(b, HL_LABEL_ENABLED);
 	dp_buf_puts(b, ":");
-	dp_buf_json_string(b, "true");
+	dp_buf_json_string(b, enabled);
 	dp_buf_puts(b, ",");
 	dp_buf_json_string(b, HL_LABEL_HYPERVISOR);
 	dp_buf_puts(b, ":");
@@ -60,15 +60,16 @@ static void send_patch(const char *url, const char *ca_path, const dp_buf *body,
 	}
 }
 
-/* label-node <url> <token path> <ca path> <hypervisor> */
+/* label-node <url> <token path> <ca path> <hypervisor> <true|false> */
 static void entry_label_node(int argc, char **argv)
 {
 	_cleanup_(dp_buf_done) dp_buf body = { 0 };
 	dp_kubeapi a;
 	int r;
 
-	if (argc != 5) {
-		dp_helper_reply_fail("invalid " HL_LABEL_HELPER " arguments: <url> <token path> <ca path> <hypervisor>");
+	if (argc != 6 || (strcmp(argv[5], "true") != 0 && strcmp(argv[5], "false") != 0)) {
+		dp_helper_reply_fail("invalid " HL_LABEL_HELPER
+				     " arguments: <url> <token path> <ca path> <hypervisor> <true|false>");
 		return;
 	}
 	r = dp_kubeapi_init(&a, "", argv[2], argv[3], NULL);
@@ -77,7 +78,7 @@ static void entry_label_node(int argc, char **argv)
 				     r == -EBADMSG ? "empty or not printable" : strerror(-r));
 		return;
 	}
-	if (render_body(&body, argv[4]) < 0)
+	if (render_body(&body, argv[4], argv[5]) < 0)
 		dp_helper_reply_fail("out of memory");
 	else
 		send_patch(argv[1], argv[3], &body, a.auth);

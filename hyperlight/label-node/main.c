@@ -28,7 +28,7 @@ int main(int argc, char **argv)
 	}
 	bool help = argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0);
 	fprintf(help ? stdout : stderr, "%s: the hyperlight device plugin's API-server helper; it runs as\n"
-		"  %s --dp-helper " HL_LABEL_HELPER " <url> <token path> <ca path> <hypervisor>\n"
+		"  %s --dp-helper " HL_LABEL_HELPER " <url> <token path> <ca path> <hypervisor> <true|false>\n"
 		"  %s --dp-helper " DP_DRAAPI_CLAIM " <api> <token> <ca> <namespace> <name> <uid> <driver> <pool> <out>\n"
 		"  %s --dp-helper " DP_DRAAPI_SLICES " <api> <token> <ca> <driver> <node> <desired>\n"
 		"started by hyperlight-device-plugin (docs/architecture.md, \"Node labels\"; docs/dra.md).\n",

@@ -180,6 +180,14 @@ static bool run_until(struct fixture *f, bool (*cond)(struct fixture *, const vo
 	return cond(f, arg);
 }
 
+/* Run the loop for usec. */
+static void run_for(struct fixture *f, uint64_t usec)
+{
+	uint64_t end = dp_now_usec() + usec;
+	while (dp_now_usec() < end)
+		assert_true(dp_loop_run_once(f->loop, 10) >= 0);
+}
+
 static bool cond_logged(struct fixture *f, const void *needle)
 {
 	return logged(f, needle);
@@ -196,7 +204,7 @@ static bool cond_fds(struct fixture *f, const void *want)
 static int setup(void **state)
 {
 	static const char *vars[] = { "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
-				      CHILD_ENV, "LD_LIBRARY_PATH" };
+				      CHILD_ENV, "LD_LIBRARY_PATH", "NODE_LABELS_HOLD" };
 	struct fixture *f = calloc(1, sizeof(*f));
 	assert_non_null(f);
 	snprintf(f->root, sizeof(f->root), "/tmp/test_labels-XXXXXX");
@@ -352,6 +360,30 @@ static void test_invalid_arguments(void **state)
 /* ---------------------------------------------------------------- active */
 
 /* The API server URL in the start line: an IPv6 literal is bracketed, the node name is the path. */
+/* NODE_LABELS_HOLD: the hold in the "enabled" line; an invalid value is said once and the
+ * default (10 s) taken. */
+static void test_hold_setting(void **state)
+{
+	struct fixture *f = *state;
+	hl_labels *l = NULL;
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_true(logged_line(f, "node labelling enabled", "hold=10s", NULL));
+	hl_labels_free(l);
+	setenv("NODE_LABELS_HOLD", "0", 1);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_true(logged_line(f, "node labelling enabled", "hold=0s", NULL));
+	hl_labels_free(l);
+	setenv("NODE_LABELS_HOLD", "3601", 1);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_true(logged_line(f, "level=warn", "invalid NODE_LABELS_HOLD, using the default",
+				"NODE_LABELS_HOLD=3601 is out of range 0..3600", "default=10s", NULL));
+	assert_int_equal(count_lines(f, "invalid NODE_LABELS_HOLD"), 1);
+	assert_true(logged_line(f, "node labelling enabled", "hold=10s", NULL));
+	hl_labels_free(l);
+	unsetenv("NODE_LABELS_HOLD");
+}
+
 static void test_url(void **state)
 {
 	struct fixture *f = *state;
@@ -391,6 +423,10 @@ static void test_refused_retry(void **state)
 	assert_non_null(l);
 	assert_false(logged(f, "attempt started")); /* no I/O inside start */
 	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);
+	/* no attempt before the first verdict: nothing to say yet */
+	run_for(f, 20 * TICK_USEC);
+	assert_false(logged(f, "attempt started"));
+	hl_labels_verdict(l, true, "probe ok");
 
 	assert_true(run_until(f, cond_logged, "attempt=1 error="));
 	assert_true(logged_line(f, "level=warn", "msg=\"node labelling failed\"", "node=node-1", "attempt=1",
@@ -454,6 +490,7 @@ static void test_hang_free_mid_transfer(void **state)
 	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
+	hl_labels_verdict(l, true, "probe ok");
 	assert_true(run_until(f, cond_hello, &h));
 	assert_int_equal(h.hello[0], 0x16); /* TLS handshake record: https only */
 	assert_int_equal(h.hello[1], 0x03);
@@ -491,6 +528,7 @@ static void test_token_reread(void **state)
 	cluster_env(f, "127.0.0.1", dpt_closed_port());
 	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
 	assert_non_null(l);
+	hl_labels_verdict(l, true, "probe ok");
 	remove_file(f->root, SA_DIR "/token");
 	assert_true(run_until(f, cond_logged, "attempt=1 error="));
 	assert_true(logged_line(f, "node labelling failed", "attempt=1",
@@ -523,6 +561,7 @@ static void expect_retried(struct fixture *f, const char *how, uint64_t deadline
 	fds = dpt_count_fds();
 	assert_int_equal(hl_labels_start(f->loop, "kvm", &p, &l), 0);
 	assert_non_null(l);
+	hl_labels_verdict(l, true, "probe ok");
 	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);
 	assert_true(run_until(f, cond_logged, "attempt=1 error="));
 	assert_true(logged_line(f, "level=warn", "msg=\"node labelling failed\"", "node=node-1", "attempt=1",
@@ -585,6 +624,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_no_api_server, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_invalid_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_url, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hold_setting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_retry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hang_free_mid_transfer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_reread, setup, teardown),

@@ -707,6 +707,10 @@ hl_fault_node() {
 	why() { kubectl -n "$NS" get events --field-selector "involvedObject.name=kvm-wait,reason=FailedScheduling" -o jsonpath='{.items[*].message}' | grep -q 'Insufficient hyperlight.dev/hypervisor'; }
 	until_ok 60 why || { diag "$NS" kvm-wait; fail "the new pod is not Pending for 'Insufficient hyperlight.dev/hypervisor'"; return 1; }
 	note "a new pod with hyperlight.dev/hypervisor Pending: $(kubectl -n "$NS" get events --field-selector 'involvedObject.name=kvm-wait,reason=FailedScheduling' -o jsonpath='{.items[-1:].message}')"
+	# the label follows the verdict once it has held for the chart's nodeLabelsHold (10 s)
+	enabled_is() { [ "$(kubectl get node "$node" -o jsonpath='{.metadata.labels.hyperlight\.dev/enabled}')" = "$1" ]; }
+	until_ok 60 enabled_is false || fail "node label hyperlight.dev/enabled is not 'false' $(secs "$t") s after /dev/kvm was removed" || return 1
+	note "node label hyperlight.dev/enabled=false $(secs "$t") s after the removal (hold 10 s): $(kubectl -n "$HL_NS" logs ds/hyperlight-device-plugin 2>/dev/null | grep 'msg="node labelled"' | tail -n1)"
 	t=$(date +%s.%N)
 	mknod -m "$mode" /dev/kvm c "$((16#$maj))" "$((16#$min))" && chown "$uid:$gid" /dev/kvm || return 1
 	rm "$TEST/kvm-node"
@@ -714,6 +718,8 @@ hl_fault_node() {
 	running() { [ "$(phase kvm-wait)" = Running ]; }
 	until_ok 120 running || { diag "$NS" kvm-wait; fail "the waiting pod did not run once /dev/kvm came back"; return 1; }
 	note "/dev/kvm back ($mode $uid:$gid): 2000 allocatable, the waiting pod Running $(secs "$t") s later"
+	until_ok 60 enabled_is true || fail "node label hyperlight.dev/enabled is not 'true' $(secs "$t") s after /dev/kvm came back" || return 1
+	note "node label hyperlight.dev/enabled=true again $(secs "$t") s after /dev/kvm came back"
 	[ "$(hl_held)" = "$before" ] || fail "the pod holding the device changed: before: $before; after: $(hl_held)" || return 1
 	kubectl -n "$NS" delete pod kvm-wait --wait=false >/dev/null
 }
@@ -818,6 +824,16 @@ EOF
 	out=$(label "$token" "$node" hyperlight.dev/hypervisor=kvm hyperlight.dev/enabled=true) ||
 		fail "the plugin's account was refused its own labels on its own node: $out" || return 1
 	note "own node, own labels: allowed ($out)"
+	out=$(label "$token" "$node" hyperlight.dev/enabled=false) ||
+		fail "the plugin's account was refused hyperlight.dev/enabled=false on its own node: $out" || return 1
+	out=$(label "$token" "$node" hyperlight.dev/enabled=true) || fail "enabled=true again refused: $out" || return 1
+	note "own node, hyperlight.dev/enabled=false then true: allowed"
+	if out=$(label "$token" "$node" hyperlight.dev/enabled=maybe); then
+		fail "the plugin's account set hyperlight.dev/enabled=maybe: $out"
+		return 1
+	fi
+	echo "$out" | grep -q 'must be "true" or "false"' || fail "enabled=maybe: refused, but not by the chart's policy: $out" || return 1
+	note "hyperlight.dev/enabled=maybe: refused ($out)"
 	# refused: another node
 	if out=$(label "$token" sdp-test-other hyperlight.dev/hypervisor=kvm); then
 		fail "the plugin's account labelled another node: $out"

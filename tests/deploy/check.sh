@@ -122,7 +122,7 @@ for ds in json.load(open(sys.argv[1])).values():
 	port=$(sed -n 's/^ACCEPT 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$lt/server.log")
 	label_child() {
 		in_image /hyperlight-label-node --dp-helper label-node \
-			"https://127.0.0.1:${port:-1}/api/v1/nodes/node-in-image" /label-test/token /label-test/ca.crt kvm 2>&1
+			"https://127.0.0.1:${port:-1}/api/v1/nodes/node-in-image" /label-test/token /label-test/ca.crt kvm true 2>&1
 	}
 	out=$(label_child)
 	result "label child in the image: PATCH over TLS answered 200" \

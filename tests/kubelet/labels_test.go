@@ -58,7 +58,18 @@ func newLabelScenarioWith(t *testing.T, c StubCert, nodeName, token string, ca [
 func newLabelScenarioBinary(t *testing.T, bin string, c StubCert, nodeName, token string, ca []byte,
 	answer func(node *Node, n int, r *APIRequest) APIAnswer) *labelScenario {
 	t.Helper()
+	return newLabelScenarioNode(t, bin, c, nodeName, token, ca, answer, nil)
+}
+
+// newLabelScenarioNode is newLabelScenarioBinary with setup run on the node before the daemon
+// starts and the daemon's environment extended by extra.
+func newLabelScenarioNode(t *testing.T, bin string, c StubCert, nodeName, token string, ca []byte,
+	answer func(node *Node, n int, r *APIRequest) APIAnswer, setup func(*Node), extra ...string) *labelScenario {
+	t.Helper()
 	node := newNode(t, true)
+	if setup != nil {
+		setup(node)
+	}
 	stub, err := StartAPIStubWith(c, func(n int, r *APIRequest) APIAnswer { return answer(node, n, r) })
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +86,7 @@ func newLabelScenarioBinary(t *testing.T, bin string, c StubCert, nodeName, toke
 	if nodeName != "" {
 		env = append(env, "NODE_NAME="+nodeName)
 	}
+	env = append(env, extra...)
 	s := prepare(t, node)
 	if bin != "" {
 		s.bin = bin
@@ -111,6 +123,12 @@ func describeRequests(reqs []APIRequest) string {
 // checkLabelRequest checks one request against what the daemon must send.
 func checkLabelRequest(t *testing.T, i int, r APIRequest, token string) {
 	t.Helper()
+	checkLabelPatch(t, i, r, token, "true")
+}
+
+// checkLabelPatch is checkLabelRequest with hyperlight.dev/enabled set to enabled.
+func checkLabelPatch(t *testing.T, i int, r APIRequest, token, enabled string) {
+	t.Helper()
 	want := map[string]string{
 		"method":        "PATCH",
 		"path":          "/api/v1/nodes/" + labelNode,
@@ -135,7 +153,7 @@ func checkLabelRequest(t *testing.T, i int, r APIRequest, token string) {
 		return
 	}
 	wantBody := map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{
-		"hyperlight.dev/enabled": "true", "hyperlight.dev/hypervisor": "kvm"}}}
+		"hyperlight.dev/enabled": enabled, "hyperlight.dev/hypervisor": "kvm"}}}
 	if !reflect.DeepEqual(body, wantBody) {
 		t.Errorf("request #%d: merge patch %s, want exactly %v", i+1, r.Body, wantBody)
 	}

@@ -128,6 +128,7 @@ def hyperlight_nondefault():
     p = pod(main)
     assert p["automountServiceAccountToken"] is True and p["serviceAccountName"] == "hyperlight-device-plugin", p
     assert "NODE_NAME" in e and e["NODE_LABELS"] == "false" and e["PLUGIN_API"] == "dra", e
+    assert "NODE_LABELS_HOLD" not in e, e  # nodeLabelsHold means nothing without labels
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     paths = {v["name"]: v["hostPath"]["path"] for v in p["volumes"]}
     assert (mounts["plugins"], mounts["plugins-registry"]) == ("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry"), mounts

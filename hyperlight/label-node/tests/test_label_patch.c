@@ -120,7 +120,7 @@ static dp_helper_result run_child(struct fixture *f, const char *const *args)
 /* run_child with the usual arguments and the URL given. */
 static dp_helper_result run_url(struct fixture *f, const char *url)
 {
-	const char *args[] = { url, f->token, f->ca, "kvm", NULL };
+	const char *args[] = { url, f->token, f->ca, "kvm", "true", NULL };
 	return run_child(f, args);
 }
 
@@ -161,9 +161,12 @@ static void test_invalid_arguments(void **state)
 	struct fixture *f = *state;
 	const char *none[] = { NULL };
 	const char *three[] = { "https://127.0.0.1:1/api/v1/nodes/n", f->token, f->ca, NULL };
+	const char *yes[] = { "https://127.0.0.1:1/api/v1/nodes/n", f->token, f->ca, "kvm", "yes", NULL };
 	dp_helper_result r = run_child(f, none);
-	expect_fail(&r, "invalid label-node arguments: <url> <token path> <ca path> <hypervisor>", NULL);
+	expect_fail(&r, "invalid label-node arguments: <url> <token path> <ca path> <hypervisor> <true|false>", NULL);
 	r = run_child(f, three);
+	expect_fail(&r, "invalid label-node arguments", NULL);
+	r = run_child(f, yes); /* the enabled label is "true" or "false", nothing else */
 	expect_fail(&r, "invalid label-node arguments", NULL);
 }
 
