@@ -189,6 +189,44 @@ static void test_log_mode_refuses_nothing(void **state)
 	assert_int_equal(in_child(log_mode), 0);
 }
 
+/* A kernel before 4.14, as far as the log action goes: seccomp(SECCOMP_GET_ACTION_AVAIL)
+ * answered EINVAL by a filter loaded first (tests/fakes/oldkernel.c does the same for the
+ * scenarios). SDP_SECCOMP=log then loads nothing and says what the kernel lacks. */
+static int old_kernel_log_mode(void)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	dp_seccomp_mode mode = DP_SECCOMP_OFF;
+	char err[512];
+
+	if (!ctx || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), SCMP_SYS(seccomp), 1,
+				     SCMP_A0(SCMP_CMP_EQ, SECCOMP_GET_ACTION_AVAIL, 0)) < 0 ||
+	    seccomp_load(ctx) < 0)
+		return 1;
+	seccomp_release(ctx);
+	if (dp_seccomp_log_available() != -EINVAL)
+		return 2;
+	setenv(DP_SECCOMP_ENV, "log", 1);
+	if (dp_seccomp_confine(NULL, 0, -1, &mode, err, sizeof(err)) != -EOPNOTSUPP || mode != DP_SECCOMP_OFF)
+		return 3;
+	if (!strstr(err, "SDP_SECCOMP=log: this kernel has no seccomp log action (SECCOMP_RET_LOG: Linux 4.14 or "
+			 "later, \"log\" in /proc/sys/kernel/seccomp/actions_avail; "
+			 "seccomp(SECCOMP_GET_ACTION_AVAIL): EINVAL)"))
+		return 4;
+	if (dp_seccomp_install((const dp_seccomp_rule *const[]){ dp_seccomp_core_rules },
+			       (size_t[]){ dp_seccomp_n_core_rules }, 1, DP_SECCOMP_LOG, NULL) != -EOPNOTSUPP)
+		return 5;
+	/* only the harness's filter: ours was never loaded (no no_new_privs from us either way) */
+	return fails_with(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) == 0 ? 0 : 6;
+}
+
+static void test_log_mode_unavailable(void **state)
+{
+	if (dpt_seccomp_unavailable())
+		skip();
+	assert_int_equal(dp_seccomp_log_available(), 0); /* this kernel has it */
+	assert_int_equal(in_child(old_kernel_log_mode), 0);
+}
+
 static int off_mode(void)
 {
 	if (install_core(DP_SECCOMP_OFF, -1) != 0)
@@ -465,6 +503,7 @@ int main(void)
 		cmocka_unit_test(test_core_enforced),
 		cmocka_unit_test(test_exec_through_fd),
 		cmocka_unit_test(test_log_mode_refuses_nothing),
+		cmocka_unit_test(test_log_mode_unavailable),
 		cmocka_unit_test(test_off_mode_installs_nothing),
 		cmocka_unit_test(test_narrower_filter),
 		cmocka_unit_test(test_bad_lists),

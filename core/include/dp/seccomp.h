@@ -57,11 +57,16 @@ typedef struct dp_seccomp_rule {
 int dp_seccomp_mode_from_env(dp_seccomp_mode *ret, char *err, size_t errlen);
 const char *dp_seccomp_mode_name(dp_seccomp_mode mode);
 
+/* Whether the kernel has the log action (SECCOMP_RET_LOG, Linux 4.14): 0, or the error of
+ * seccomp(SECCOMP_GET_ACTION_AVAIL): -EINVAL (a kernel before 4.14), -EOPNOTSUPP, -ENOSYS, or
+ * what a filter above the process answers. */
+int dp_seccomp_log_available(void);
+
 /* Set no_new_privs and load the filter made of every list (lists[i] has counts[i] rules).
  * Nothing is confined on failure: -EINVAL (NULL, a name libseccomp does not know, an argument
- * index above 5: *bad_name names it when bad_name is not NULL), -ENOMEM, or the error of
- * prctl/seccomp (-EACCES, -ENOSYS: kernel without seccomp filters). Mode off: returns 0 and
- * installs nothing. */
+ * index above 5: *bad_name names it when bad_name is not NULL), -ENOMEM, -EOPNOTSUPP (mode log
+ * on a kernel without the log action: dp_seccomp_log_available), or the error of prctl/seccomp
+ * (-EACCES, -ENOSYS: kernel without seccomp filters). Mode off: returns 0 and installs nothing. */
 int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
 		       dp_seccomp_mode mode, const char **bad_name);
 
@@ -76,7 +81,9 @@ int dp_seccomp_export_bpf(const dp_seccomp_rule *const *lists, const size_t *cou
 /* Confine the calling daemon: mode from $SDP_SECCOMP, then core rules + rules + the exec of
  * exe_fd (none when exe_fd < 0). 0 with *ret_mode set; err then holds a warning when
  * SDP_SECCOMP was invalid (enforced anyway), else "". On failure err says why (an invalid entry,
- * or the kernel refused the filter) and nothing is confined. */
+ * the kernel refused the filter, or -EOPNOTSUPP: SDP_SECCOMP=log on a kernel without the log
+ * action, which names what is missing) and nothing is confined: the daemon does not start, as
+ * neither running unconfined nor enforcing is what was asked for. */
 int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,
 		       dp_seccomp_mode *ret_mode, char *err, size_t errlen);
 

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "dp/log.h"
 #include "dp/macro.h"
@@ -203,6 +205,19 @@ static int build(const dp_seccomp_rule *const *lists, const size_t *counts, size
 	return 0;
 }
 
+#ifndef SECCOMP_GET_ACTION_AVAIL
+#define SECCOMP_GET_ACTION_AVAIL 2
+#endif
+
+/* Asked of the kernel as libseccomp asks it (its seccomp_init() then fails with no reason
+ * given, which reached the log as ENOMEM). SCMP_ACT_LOG is SECCOMP_RET_LOG. */
+int dp_seccomp_log_available(void)
+{
+	uint32_t action = SCMP_ACT_LOG;
+
+	return syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) < 0 ? -errno : 0;
+}
+
 int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts, size_t n_lists,
 		       dp_seccomp_mode mode, const char **bad_name)
 {
@@ -213,6 +228,8 @@ int dp_seccomp_install(const dp_seccomp_rule *const *lists, const size_t *counts
 		return -EINVAL;
 	if (mode == DP_SECCOMP_OFF)
 		return 0;
+	if (mode == DP_SECCOMP_LOG && dp_seccomp_log_available() < 0)
+		return -EOPNOTSUPP;
 	if ((r = build(lists, counts, n_lists, mode, 0, bad_name, &ctx)) < 0)
 		return r;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -247,6 +264,14 @@ int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,
 		return -EINVAL;
 	err[0] = '\0';
 	(void)dp_seccomp_mode_from_env(&mode, err, errlen); /* invalid: enforce, err says why */
+	if (mode == DP_SECCOMP_LOG && (r = dp_seccomp_log_available()) < 0) {
+		snprintf(err, errlen, "%s=log: this kernel has no seccomp log action (SECCOMP_RET_LOG: Linux "
+			 "4.14 or later, \"log\" in /proc/sys/kernel/seccomp/actions_avail; "
+			 "seccomp(SECCOMP_GET_ACTION_AVAIL): %s); nothing loaded, not starting: "
+			 "%s=enforce confines the daemon, off runs it unconfined",
+			 DP_SECCOMP_ENV, dp_errname(r), DP_SECCOMP_ENV);
+		return -EOPNOTSUPP;
+	}
 	r = dp_seccomp_install(lists, counts, DP_ELEMENTSOF(lists), mode, &bad);
 	if (r < 0) {
 		if (bad)
@@ -265,7 +290,7 @@ int dp_seccomp_confine(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd,
 int dp_seccomp_confine_daemon(const dp_seccomp_rule *rules, size_t n_rules, int exe_fd)
 {
 	dp_seccomp_mode mode;
-	char err[256], q[300];
+	char err[512], q[600];
 	int r = dp_seccomp_confine(rules, n_rules, exe_fd, &mode, err, sizeof(err));
 
 	if (r < 0) {
