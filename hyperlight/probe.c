@@ -21,6 +21,8 @@
 
 static_assert(KVM_GET_API_VERSION == 0xAE00, "KVM_GET_API_VERSION is _IO(0xAE, 0x00)");
 static_assert(KVM_CREATE_VM == 0xAE01, "KVM_CREATE_VM is _IO(0xAE, 0x01)");
+static_assert(KVM_CHECK_EXTENSION == 0xAE03, "KVM_CHECK_EXTENSION is _IO(0xAE, 0x03)");
+static_assert(KVM_CAP_ARM_VM_IPA_SIZE == 165, "KVM_CAP_ARM_VM_IPA_SIZE is 165");
 
 /*
  * Upstream <linux/mshv.h> (6.15+), not shipped by Debian 12's linux-libc-dev. The ioctl number
@@ -79,9 +81,65 @@ static int open_device(const char *path, char *reason, size_t size)
 	return fd;
 }
 
+unsigned long hl_kvm_vm_type(int ipa_limit)
+{
+	if (ipa_limit <= 0 || ipa_limit >= HL_KVM_DEFAULT_IPA_BITS)
+		return 0;
+	return KVM_VM_TYPE_ARM_IPA_SIZE((unsigned long)ipa_limit);
+}
+
+/* arm64: the host's IPA limit in bits (KVM_CAP_ARM_VM_IPA_SIZE; 0 when the kernel lacks the
+ * capability), or -errno with the reason. Elsewhere 0: KVM_CREATE_VM's argument is no IPA size. */
+static int kvm_ipa_limit(int fd, char *reason, size_t size)
+{
+#if defined(__aarch64__)
+	int limit = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_ARM_VM_IPA_SIZE);
+
+	if (limit < 0) {
+		int e = errno;
+		snprintf(reason, size, "KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE): %s", errname(e));
+		return -e;
+	}
+	return limit;
+#else
+	(void)fd;
+	(void)reason;
+	(void)size;
+	return 0;
+#endif
+}
+
+/* KVM_CREATE_VM with the type the host takes (hl_kvm_vm_type), the VM closed again: 0 with the
+ * success detail in reason, or -errno with the reason. */
+static int kvm_create_vm(int fd, int version, char *reason, size_t size)
+{
+	_cleanup_close_ int vm = -1;
+	int ipa = kvm_ipa_limit(fd, reason, size);
+	unsigned long type;
+
+	if (ipa < 0)
+		return ipa;
+	type = hl_kvm_vm_type(ipa);
+	vm = ioctl(fd, KVM_CREATE_VM, type);
+	if (vm < 0) {
+		int e = errno;
+		if (type)
+			snprintf(reason, size, "KVM_CREATE_VM(IPA %d bits): %s", ipa, errname(e));
+		else
+			snprintf(reason, size, "KVM_CREATE_VM: %s", errname(e));
+		return -e;
+	}
+	if (type)
+		snprintf(reason, size, "KVM API version %d, VM created (IPA %d bits, the host's limit)",
+			 version, ipa);
+	else
+		snprintf(reason, size, "KVM API version %d, VM created", version);
+	return 0;
+}
+
 int hl_probe_kvm(const char *path, char *reason, size_t size)
 {
-	_cleanup_close_ int fd = -1, vm = -1;
+	_cleanup_close_ int fd = -1;
 	int version;
 
 	if (!args_ok(path, reason, size))
@@ -99,14 +157,7 @@ int hl_probe_kvm(const char *path, char *reason, size_t size)
 		snprintf(reason, size, "API version %d", version);
 		return -EPROTO;
 	}
-	vm = ioctl(fd, KVM_CREATE_VM, 0UL);
-	if (vm < 0) {
-		int e = errno;
-		snprintf(reason, size, "KVM_CREATE_VM: %s", errname(e));
-		return -e;
-	}
-	snprintf(reason, size, "KVM API version %d, VM created", version);
-	return 0;
+	return kvm_create_vm(fd, version, reason, size);
 }
 
 int hl_probe_mshv(const char *path, char *reason, size_t size)
@@ -163,12 +214,21 @@ int hl_probe_host_node(const char *path, unsigned maj, unsigned min, char *reaso
 /* ---------------------------------------------------------------- confinement */
 
 #define IOCTL_CMD(cmd) DP_SC_ARG("ioctl", 1, 0xffffffffu, (cmd))
+#if defined(__aarch64__)
+/* the host's IPA limit, read before KVM_CREATE_VM (hl_kvm_vm_type) */
+#define IOCTL_CMDS_ARCH IOCTL_CMD(KVM_CHECK_EXTENSION),
+#else
+#define IOCTL_CMDS_ARCH
+#endif
+#define IOCTL_CMDS                                                                                 \
+	IOCTL_CMD(KVM_GET_API_VERSION), IOCTL_CMD(KVM_CREATE_VM), IOCTL_CMDS_ARCH                  \
+	IOCTL_CMD(HL_MSHV_CREATE_PARTITION)
 
 /* The probe helper's own filter, on top of the daemon's: open the device, stat the host node,
- * the three hypervisor ioctls, close, write the result line, exit. */
+ * the hypervisor ioctls (three; four on arm64), close, write the result line, exit. */
 static const dp_seccomp_rule probe_rules[] = {
 	DP_SC("openat"), DP_SC("newfstatat"), DP_SC("fstat"), DP_SC("close"), DP_SC_MUSL_LEGACY
-	IOCTL_CMD(KVM_GET_API_VERSION), IOCTL_CMD(KVM_CREATE_VM), IOCTL_CMD(HL_MSHV_CREATE_PARTITION),
+	IOCTL_CMDS,
 	DP_SC("write"), DP_SC("exit_group"), DP_SC("exit"),
 	/* the C library's memory and a failing assertion's abort(), so a bug still ends as a
 	 * crash the daemon reports ("helper killed by signal 6") */
@@ -191,7 +251,7 @@ static const dp_seccomp_rule probe_rules[] = {
  * both filters). With the hypervisor shim (tests) no ioctl reaches the kernel; with a real
  * /dev/kvm (make test-runtime, make test-live-kvm) the daemon's list refused them (EPERM). */
 const dp_seccomp_rule hl_probe_ioctl_rules[] = {
-	IOCTL_CMD(KVM_GET_API_VERSION), IOCTL_CMD(KVM_CREATE_VM), IOCTL_CMD(HL_MSHV_CREATE_PARTITION),
+	IOCTL_CMDS,
 };
 const size_t hl_probe_n_ioctl_rules = DP_ELEMENTSOF(hl_probe_ioctl_rules);
 

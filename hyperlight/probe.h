@@ -17,6 +17,8 @@
  *   KVM_GET_API_VERSION: ENOTTY              an ioctl failed
  *   API version 11                           KVM_GET_API_VERSION returned something else than 12
  *   KVM_CREATE_VM: ENOMEM
+ *   KVM_CREATE_VM(IPA 36 bits): EINVAL       arm64, on a host whose IPA limit is below 40 bits
+ *   KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE): EPERM   arm64 only
  *   MSHV_CREATE_PARTITION: EINVAL
  *   host device /host-dev/kvm missing
  *   host device /host-dev/kvm is not a character device
@@ -24,7 +26,12 @@
  *   host device /host-dev/kvm: EACCES        stat(2) failed otherwise
  *   invalid probe arguments: ...             the argv given does not match the list above
  *
- * KVM: open O_RDWR|O_CLOEXEC, KVM_GET_API_VERSION == 12, KVM_CREATE_VM(0), close both.
+ * KVM: open O_RDWR|O_CLOEXEC, KVM_GET_API_VERSION == 12, KVM_CREATE_VM(type), close both. The
+ * type is 0 (the kernel's default) except on arm64, where it is the VM's IPA size: there the
+ * probe first asks KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE) for the host's limit, and on a
+ * host whose limit is below the default's 40 bits (the kernel refuses KVM_CREATE_VM(0) there
+ * with EINVAL) it asks for the limit instead (hl_kvm_vm_type); the reason then says so:
+ * "KVM API version 12, VM created (IPA 36 bits, the host's limit)".
  * MSHV: open O_RDWR|O_CLOEXEC, MSHV_CREATE_PARTITION with the 16-byte non-isolated arguments
  * (flags 0: bit 3 clear, so the kernel's default CPU/XSAVE features; isolation 0), close the
  * partition without initialising it. No guest memory, no vCPU.
@@ -38,8 +45,9 @@
 
 #define HL_PROBE_HELPER "probe"	    /* the combined entry the daemon uses */
 #define HL_KVM_API_VERSION 12
+#define HL_KVM_DEFAULT_IPA_BITS 40 /* arm64: the IPA size of KVM_CREATE_VM(0) (KVM_PHYS_SHIFT) */
 
-/* The three hypervisor ioctls, as seccomp rules: the daemon's own list must allow them for the
+/* The hypervisor ioctls (three; arm64 adds KVM_CHECK_EXTENSION), as seccomp rules: the daemon's own list must allow them for the
  * probe helper, which inherits the daemon's filter (hyperlight/confine.c). */
 extern const dp_seccomp_rule hl_probe_ioctl_rules[];
 extern const size_t hl_probe_n_ioctl_rules;
@@ -58,3 +66,8 @@ extern const size_t hl_probe_n_helpers;
 int hl_probe_kvm(const char *path, char *reason, size_t size);
 int hl_probe_mshv(const char *path, char *reason, size_t size);
 int hl_probe_host_node(const char *path, unsigned major, unsigned minor, char *reason, size_t size);
+
+/* KVM_CREATE_VM's argument on arm64 for a host whose KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE)
+ * answered ipa_limit: 0 (the default, 40 bits) when the capability is absent (<= 0) or the limit
+ * allows 40 bits, else KVM_VM_TYPE_ARM_IPA_SIZE(ipa_limit). Pure; every architecture. */
+unsigned long hl_kvm_vm_type(int ipa_limit);

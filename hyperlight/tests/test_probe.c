@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <linux/kvm.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +81,7 @@ struct fixture {
 static const char *const knob_names[] = {
 	"HVSHIM_DEVICE",       "HVSHIM_OPEN_ERRNO",   "HVSHIM_API_VERSION", "HVSHIM_CREATE_VM_ERRNO",
 	"HVSHIM_CREATE_ERRNO", "HVSHIM_HANG",	      "HVSHIM_STATE_FILE",  "HVSHIM_PID_FILE",
-	"LD_PRELOAD",
+	"HVSHIM_IPA_LIMIT",   "LD_PRELOAD",
 };
 
 static void clear_child_env(void)
@@ -285,6 +286,39 @@ static void test_kvm_create_vm_enomem(void **state)
 	expect_fail(RUN(f, "probe-kvm", f->kvm), "KVM_CREATE_VM: ENOMEM");
 	knob("HVSHIM_CREATE_VM_ERRNO", "24"); /* numbers work too */
 	expect_fail(RUN(f, "probe-kvm", f->kvm), "KVM_CREATE_VM: EMFILE");
+}
+
+/* arm64's KVM_CREATE_VM type from the host's IPA limit: the default (0, 40 bits) unless the host
+ * has less; then that size, which the kernel takes from 32 bits up (issue 30). */
+static void test_kvm_vm_type(void **state)
+{
+	(void)state;
+	assert_int_equal(hl_kvm_vm_type(0), 0); /* no KVM_CAP_ARM_VM_IPA_SIZE: the default */
+	assert_int_equal(hl_kvm_vm_type(-1), 0);
+	assert_int_equal(hl_kvm_vm_type(48), 0);
+	assert_int_equal(hl_kvm_vm_type(44), 0);
+	assert_int_equal(hl_kvm_vm_type(HL_KVM_DEFAULT_IPA_BITS), 0);
+	assert_int_equal(hl_kvm_vm_type(39), KVM_VM_TYPE_ARM_IPA_SIZE(39));
+	assert_int_equal(hl_kvm_vm_type(36), 36); /* Apple M1/M2 */
+	assert_int_equal(hl_kvm_vm_type(32), 32);
+}
+
+/* A host whose IPA limit is below 40 bits refuses KVM_CREATE_VM(0) (the shim as the kernel): on
+ * arm64 the probe asks for the limit and says so; elsewhere the knob changes nothing. */
+static void test_kvm_small_ipa(void **state)
+{
+	struct fixture *f = *state;
+
+	shim(f->kvm);
+	knob("HVSHIM_IPA_LIMIT", "36");
+#if defined(__aarch64__)
+	expect_ok(RUN(f, "probe-kvm", f->kvm),
+		  "KVM API version 12, VM created (IPA 36 bits, the host's limit)");
+#else
+	expect_ok(RUN(f, "probe-kvm", f->kvm), "KVM API version 12, VM created");
+#endif
+	knob("HVSHIM_IPA_LIMIT", "48");
+	expect_ok(RUN(f, "probe-kvm", f->kvm), "KVM API version 12, VM created");
 }
 
 /* The pid the shim's child wrote to path (HVSHIM_PID_FILE). */
@@ -566,6 +600,8 @@ int main(int argc, char **argv)
 		T(test_kvm_open_eacces),
 		T(test_kvm_device_removed),
 		T(test_kvm_create_vm_enomem),
+		cmocka_unit_test(test_kvm_vm_type),
+		T(test_kvm_small_ipa),
 		T(test_kvm_hang_deadline),
 		T(test_state_file),
 		T(test_mshv_ok),

@@ -9,6 +9,11 @@
  *   HVSHIM_OPEN_ERRNO=EACCES      open of the device fails with this errno (name or number)
  *   HVSHIM_API_VERSION=12         what KVM_GET_API_VERSION returns (default 12)
  *   HVSHIM_CREATE_VM_ERRNO=ENOMEM KVM_CREATE_VM fails with this errno
+ *   HVSHIM_IPA_LIMIT=36           arm64 builds: the host's IPA limit in bits, what
+ *                                 KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE) answers; unset or 0:
+ *                                 the capability absent (a kernel before 4.20). KVM_CREATE_VM
+ *                                 judges its type against it as arm64's kvm_arm_setup_stage2 does
+ *                                 (below)
  *   HVSHIM_CREATE_ERRNO=EINVAL    MSHV_CREATE_PARTITION fails with this errno
  *   HVSHIM_HANG=1                 every ioctl on a fake fd sleeps forever (nanosleep loop)
  *   HVSHIM_PID_FILE=<path>        every ioctl on a fake fd first writes the process's pid (decimal
@@ -39,9 +44,13 @@
  * inode, so a reused number is not mistaken for it). The shim makes only calls the probe
  * helper's seccomp filter allows (hyperlight/probe.c): pipe2 rather than memfd_create,
  * nanosleep rather than pause. On the device fd: KVM_GET_API_VERSION (arg must be 0),
- * KVM_CREATE_VM (machine type must be 0) and MSHV_CREATE_PARTITION (16-byte arguments: flags
- * only in bits 0..2, so bit 3 clear; isolation 0; else EINVAL) answer like the kernel, and the
- * VM/partition fd returned is another fake fd; any other ioctl on a fake fd fails with ENOTTY.
+ * KVM_CHECK_EXTENSION (0 for every capability but arm64's KVM_CAP_ARM_VM_IPA_SIZE),
+ * KVM_CREATE_VM (x86-64: the machine type must be 0; arm64: the type is the IPA size, bits 0..7
+ * only; 0 asks for the default 40 bits, refused with EINVAL when HVSHIM_IPA_LIMIT is below 40;
+ * a size must be 32..HVSHIM_IPA_LIMIT, and without the capability no size is taken) and
+ * MSHV_CREATE_PARTITION (16-byte arguments: flags only in bits 0..2, so bit 3 clear; isolation
+ * 0; else EINVAL) answer like the kernel, and the VM/partition fd returned is another fake fd;
+ * any other ioctl on a fake fd fails with ENOTTY.
  * Every other path and fd goes to the real functions (dlsym RTLD_NEXT). Single-threaded use.
  */
 #undef _FILE_OFFSET_BITS /* define open and open64 as themselves, not one redirected to the other */
@@ -77,6 +86,8 @@
 #define MAX_FAKE_FD 1024
 #define VALUE_MAX 64
 #define DELAY_MAX_MS 60000
+#define IPA_DEFAULT_BITS 40 /* arm64's KVM_PHYS_SHIFT: what KVM_CREATE_VM(0) asks for */
+#define IPA_MIN_BITS 32	    /* arm64's ARM64_MIN_PARANGE_BITS */
 
 #ifdef __GLIBC__
 /* glibc's fortified entry points (declared by bits/fcntl2.h only under _FORTIFY_SOURCE). */
@@ -104,6 +115,7 @@ static struct knobs {
 	char open_errno[VALUE_MAX];
 	char api_version[VALUE_MAX];
 	char create_vm_errno[VALUE_MAX];
+	char ipa_limit[VALUE_MAX];
 	char create_errno[VALUE_MAX];
 	char hang[VALUE_MAX];
 	char delay_ms[VALUE_MAX];
@@ -124,6 +136,7 @@ static const struct {
 	KNOB("HVSHIM_OPEN_ERRNO", open_errno),
 	KNOB("HVSHIM_API_VERSION", api_version),
 	KNOB("HVSHIM_CREATE_VM_ERRNO", create_vm_errno),
+	KNOB("HVSHIM_IPA_LIMIT", ipa_limit),
 	KNOB("HVSHIM_CREATE_ERRNO", create_errno),
 	KNOB("HVSHIM_HANG", hang),
 	KNOB("HVSHIM_DELAY_MS", delay_ms),
@@ -529,6 +542,39 @@ static void end_faults(void)
 	}
 }
 
+/* HVSHIM_IPA_LIMIT on arm64 (0: the capability absent); 0 elsewhere. */
+static long ipa_limit(void)
+{
+#if defined(__aarch64__)
+	char *end;
+	long v = strtol(knobs.ipa_limit, &end, 10);
+
+	return *end || v < 0 || v > 255 ? 0 : v;
+#else
+	return 0;
+#endif
+}
+
+/* KVM_CREATE_VM's type as the kernel takes it: x86-64 only 0 here; arm64 the IPA size
+ * (virt/kvm/kvm_main.c, arch/arm64/kvm/mmu.c kvm_arm_setup_stage2, Linux 4.20 and later; before
+ * that, kvm_arch_init_vm refused every type but 0). */
+static bool vm_type_ok(unsigned long type)
+{
+#if defined(__aarch64__)
+	long limit = ipa_limit(), bits = (long)(type & KVM_VM_TYPE_ARM_IPA_SIZE_MASK);
+
+	if (type & ~KVM_VM_TYPE_ARM_IPA_SIZE_MASK)
+		return false;
+	if (!limit)
+		return type == 0;
+	if (!bits)
+		return limit >= IPA_DEFAULT_BITS;
+	return bits >= IPA_MIN_BITS && bits <= limit;
+#else
+	return type == 0;
+#endif
+}
+
 static int device_ioctl(unsigned long req, unsigned long arg)
 {
 	char *end;
@@ -542,8 +588,10 @@ static int device_ioctl(unsigned long req, unsigned long arg)
 			return KVM_API_VERSION;
 		v = strtol(knobs.api_version, &end, 10);
 		return *end ? KVM_API_VERSION : (int)v;
+	case KVM_CHECK_EXTENSION:
+		return arg == KVM_CAP_ARM_VM_IPA_SIZE ? (int)ipa_limit() : 0;
 	case KVM_CREATE_VM:
-		if (arg)
+		if (!vm_type_ok(arg))
 			return fail(EINVAL);
 		delay();
 		return create_child(knobs.create_vm_errno);

@@ -15,6 +15,7 @@ package kubelet
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -342,6 +343,46 @@ func TestHyperlightProbeFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An arm64 host whose KVM IPA limit is below 40 bits (Apple M1/M2: 36) refuses KVM_CREATE_VM(0),
+// the default size, with EINVAL (issue 30). The shim answers KVM_CHECK_EXTENSION and judges the
+// VM type as such a kernel does (HVSHIM_IPA_LIMIT, arm64 builds only): the arm64 daemon (make
+// test-arm64) asks for the host's size, its devices are Healthy and its log says the size; with a
+// limit of 40 bits or more it asks for the default as before. On amd64 the knob changes nothing.
+func TestHyperlightProbeSmallIPA(t *testing.T) {
+	s := newScenario(t, "DEVICE_COUNT=3", "HVSHIM_IPA_LIMIT=36")
+	arm64 := isARM64(t, s.bin)
+	want := `probe="KVM API version 12, VM created"`
+	if arm64 {
+		want = `probe="KVM API version 12, VM created (IPA 36 bits, the host's limit)"`
+	}
+	s.ready(3)
+	if a, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-0"}); err != nil {
+		t.Fatalf("Allocate on a host with a 36-bit IPA limit: %v", err)
+	} else {
+		checkAllocation(t, a.Response)
+	}
+	if n := waitCount(s.d, 1, "level=info", `msg="device usable"`, want); n != 1 {
+		t.Errorf("\"device usable\" with %s logged %d times, want once", want, n)
+	}
+	s.shim("HVSHIM_IPA_LIMIT=48")
+	if _, err := s.k.Allocate(HyperlightResource, []string{"hyperlight-1"}); err != nil {
+		t.Errorf("Allocate on a host with a 48-bit IPA limit: %v", err)
+	}
+	s.devices(3, Healthy, eventBound)
+	t.Logf("arm64 daemon: %v; %s", arm64, want)
+}
+
+// isARM64: path is an aarch64 ELF program (the arm64 build under qemu-user).
+func isARM64(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer f.Close()
+	return f.Machine == elf.EM_AARCH64
 }
 
 // The shim is really in the way: without it the mknod'ed node would reach the host's KVM.
