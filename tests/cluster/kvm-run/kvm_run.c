@@ -17,8 +17,13 @@
  *   sdp-kvm-run: ok api=12 exits=mmio(addr=0x10,value=0x2a),system-event(shutdown) uid=... gid=...
  * Failure: one line on stderr, exit 1:
  *   sdp-kvm-run: FAIL <step>: <reason>
- * with step one of open, api-version, create-vm, memory, create-vcpu, vcpu-mmap, vcpu-init
- * (arm64), sregs (x86-64), regs, run, unexpected-exit. Another architecture: exit 2.
+ * with step one of open, api-version, ipa-size (arm64), create-vm, memory, create-vcpu, vcpu-mmap,
+ * vcpu-init (arm64), sregs (x86-64), regs, run, unexpected-exit. Another architecture: exit 2.
+ *
+ * KVM_CREATE_VM's argument is 0 except on arm64, where it is the VM's IPA size: a host whose
+ * limit (KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE)) is below the default's 40 bits refuses 0
+ * with EINVAL ("using unsupported default IPA limit"), so there the VM asks for the limit (the
+ * guest's memory and MMIO address sit far below 32 bits). The ok line then ends " ipa=36".
  *
  * Only libc and the kernel's UAPI headers; built static (build.sh). The device is opened with
  * O_CLOEXEC; the VM and vCPU descriptors KVM returns carry O_CLOEXEC from the kernel.
@@ -40,10 +45,12 @@
 #define OUT_ADDR 0x10u /* x86-64: the I/O port; arm64: the MMIO address (no memory there) */
 #define OUT_VALUE 0x2au
 #define MAX_RUNS 16 /* KVM_RUN calls for one exit, retried on EINTR and EAGAIN only */
+#define DEFAULT_IPA_BITS 40 /* arm64: the IPA size of KVM_CREATE_VM(0) (KVM_PHYS_SHIFT) */
 
 struct vm {
 	int kvm, fd, vcpu; /* the device, the VM, its vCPU */
 	int api;
+	int ipa; /* arm64: the IPA size asked for when below the default, else 0 */
 	uint8_t *mem;
 	struct kvm_run *run;
 	size_t run_size;
@@ -56,8 +63,34 @@ static int fail(const char *step, int err)
 	return 1;
 }
 
+/* vm_type: KVM_CREATE_VM's argument; arm64: 0 (40 bits) unless the host's IPA limit is lower,
+ * then KVM_VM_TYPE_ARM_IPA_SIZE(limit) (v->ipa set). 0 or the failure's exit code in *rc. */
+static unsigned long vm_type(struct vm *v, int *rc)
+{
+#if defined(__aarch64__)
+	int limit = ioctl(v->kvm, KVM_CHECK_EXTENSION, KVM_CAP_ARM_VM_IPA_SIZE);
+
+	*rc = 0;
+	if (limit < 0) {
+		*rc = fail("ipa-size", errno);
+		return 0;
+	}
+	if (limit > 0 && limit < DEFAULT_IPA_BITS) {
+		v->ipa = limit;
+		return KVM_VM_TYPE_ARM_IPA_SIZE((unsigned long)limit);
+	}
+#else
+	(void)v;
+	*rc = 0;
+#endif
+	return 0;
+}
+
 static int open_device(struct vm *v, const char *path)
 {
+	unsigned long type;
+	int rc;
+
 	int api;
 
 	v->kvm = open(path, O_RDWR | O_CLOEXEC);
@@ -71,7 +104,10 @@ static int open_device(struct vm *v, const char *path)
 		return 1;
 	}
 	v->api = api;
-	v->fd = ioctl(v->kvm, KVM_CREATE_VM, 0);
+	type = vm_type(v, &rc);
+	if (rc != 0)
+		return rc;
+	v->fd = ioctl(v->kvm, KVM_CREATE_VM, type);
 	if (v->fd < 0)
 		return fail("create-vm", errno);
 	return 0;
@@ -344,8 +380,9 @@ int main(int argc, char **argv)
 	release(&v);
 	if (rc != 0)
 		return rc;
-	if (printf(PROG ": ok api=%d exits=%s uid=%u gid=%u\n", v.api, exits_ok,
-		   (unsigned)getuid(), (unsigned)getgid()) < 0 ||
+	if (printf(PROG ": ok api=%d exits=%s uid=%u gid=%u", v.api, exits_ok, (unsigned)getuid(),
+		   (unsigned)getgid()) < 0 ||
+	    (v.ipa && printf(" ipa=%d", v.ipa) < 0) || printf("\n") < 0 ||
 	    fflush(stdout) != 0)
 		return fail("output", errno);
 	return 0;
