@@ -68,8 +68,17 @@ type liveRun struct {
 	unloadMark  int              // the pod daemon's log lines before it
 }
 
-// probeResult is the probe's own result on success, logged by the daemon at info.
-const probeResult = `probe="KVM API version 12, VM created"`
+// probeResult is the probe's own result on success, logged by the daemon at info; on an arm64
+// host whose IPA limit is below the default 40 bits it names the size it asked for (issue 30):
+// the preflight sets it from the host (probeResultOn).
+var probeResult = probeResultOn(0)
+
+func probeResultOn(smallIPA int) string {
+	if smallIPA != 0 {
+		return fmt.Sprintf(`probe="KVM API version 12, VM created (IPA %d bits, the host's limit)"`, smallIPA)
+	}
+	return `probe="KVM API version 12, VM created"`
+}
 
 func newLiveRun(podDaemon string) *liveRun {
 	return &liveRun{kdir: kubeletDir, cdi: cdiPath, cdiName: kubelet.HyperlightCDIName, podDaemon: podDaemon}
@@ -179,6 +188,7 @@ func (r *liveRun) preflight() string {
 	if maj != kubelet.KVMMajor || min != kubelet.KVMMinor {
 		r.fail("%s is %d:%d, want %d:%d", kvmPath, maj, min, kubelet.KVMMajor, kubelet.KVMMinor)
 	}
+	probeResult = probeResultOn(hostSmallIPA(kvmPath))
 	ev, err := listenKVMUevents()
 	r.check(err)
 	r.kvmEv = ev

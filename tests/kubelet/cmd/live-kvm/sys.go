@@ -19,7 +19,7 @@ const (
 )
 
 // kvmSelfTest is the driver's own proof that the guest's KVM is real: open the device,
-// KVM_GET_API_VERSION, KVM_CREATE_VM(0), close both. It returns the thread ID that made the
+// KVM_GET_API_VERSION, KVM_CREATE_VM(kvmVMType), close both. It returns the thread ID that made the
 // calls: the PID the kernel's KVM uevent reports is the creating task's, a thread of this Go
 // program (not always the main one), so the goroutine stays on one thread throughout.
 func kvmSelfTest(path string) (string, int, error) {
@@ -43,12 +43,48 @@ func kvmCalls(path string) (string, error) {
 	if v != 12 {
 		return "", fmt.Errorf("KVM_GET_API_VERSION = %d, want 12", v)
 	}
-	vm, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), kvmCreateVM, 0)
+	ipa, err := smallIPA(fd)
+	if err != nil {
+		return "", err
+	}
+	vm, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), kvmCreateVM, uintptr(ipa))
 	if e != 0 {
-		return "", fmt.Errorf("KVM_CREATE_VM: %v", e)
+		return "", fmt.Errorf("KVM_CREATE_VM(%d): %v", ipa, e)
 	}
 	unix.Close(int(vm))
+	if ipa != 0 {
+		return fmt.Sprintf("KVM_GET_API_VERSION = 12, KVM_CREATE_VM(IPA %d bits) succeeded", ipa), nil
+	}
 	return "KVM_GET_API_VERSION = 12, KVM_CREATE_VM succeeded", nil
+}
+
+// smallIPA is KVM_CREATE_VM's argument on the device fd as the daemon's probe and sdp-kvm-run
+// choose it (issue 30): on arm64 the host's IPA limit (KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE),
+// KVM_VM_TYPE_ARM_IPA_SIZE of it) when that is below the default's 40 bits, which such a host
+// refuses; else 0, the default.
+func smallIPA(fd int) (int, error) {
+	if runtime.GOARCH != "arm64" {
+		return 0, nil
+	}
+	limit, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), kvmCheckExtension, kvmCapARMVMIPASize)
+	if e != 0 {
+		return 0, fmt.Errorf("KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE): %v", e)
+	}
+	if limit > 0 && limit < kvmDefaultIPABits {
+		return int(limit), nil
+	}
+	return 0, nil
+}
+
+// hostSmallIPA is smallIPA of path (0 when it cannot tell).
+func hostSmallIPA(path string) int {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	ipa, _ := smallIPA(fd)
+	return ipa
 }
 
 // charDev returns the device number of a character device node.
