@@ -5,16 +5,15 @@ package kubelet
 // No request left hanging (issue 21, item 5): a large request the daemon refuses reaches a
 // client that honours flow control, whether the refusal comes after its upload (the client
 // then reads the answer) or before (then RST_STREAM(NO_ERROR) tells it to stop uploading,
-// RFC 9113 8.1). The client here is golang.org/x/net/http2's framer driven as such a client
-// is: it sends only within the windows, reads every frame meanwhile, stops on a reset, and
-// looks at the answer's headers only once its upload is done.
+// RFC 9113 8.1). The client here is RawH2 (podshape_hostile.go, golang.org/x/net/http2's
+// framer) driven as such a client is: it sends only within the windows, reads every frame
+// meanwhile, stops on a reset, and looks at the answer's headers only once its upload is done.
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	api "sdp/v1beta1"
 )
@@ -43,186 +41,57 @@ func preferredMustInclude(n int) []byte {
 	return append(out, inner...)
 }
 
-// uploader is one stream's client on its own connection, as the issue describes it.
+// uploader is one stream's client on its own connection, as the issue describes it: RawH2,
+// which reads every frame meanwhile and sends only within the windows.
 type uploader struct {
-	c    net.Conn
-	fr   *http2.Framer
-	wmu  sync.Mutex
-	mu   sync.Mutex
-	cond *sync.Cond
-	// guarded by mu
-	connWin, streamWin, initWin int64
-	status                      string // grpc-status of the answer ("" none yet)
-	answered, rst               time.Time
-	rstCode                     http2.ErrCode
-	started, uploaded           time.Time // HEADERS sent, END_STREAM sent
-	readErr                     error
-	goAway                      bool
+	*RawH2
+	started time.Time // HEADERS sent
 }
 
 func dialUploader(sock string) (*uploader, error) {
-	c, err := net.Dial("unix", sock)
+	r, err := DialRawH2(sock, 0, true)
 	if err != nil {
 		return nil, err
 	}
-	u := &uploader{c: c, fr: http2.NewFramer(c, c), connWin: 65535, streamWin: 65535, initWin: 65535}
-	u.cond = sync.NewCond(&u.mu)
-	u.fr.ReadMetaHeaders = hpack.NewDecoder(65536, nil)
-	if _, err := c.Write([]byte(http2.ClientPreface)); err == nil {
-		err = u.fr.WriteSettings()
-	}
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	go u.readLoop()
-	return u, nil
+	return &uploader{RawH2: r}, nil
 }
 
-func (u *uploader) write(f func() error) error {
-	u.wmu.Lock()
-	defer u.wmu.Unlock()
-	return f()
-}
-
-// readLoop reads every frame: windows, the answer's headers (recorded, looked at later), a
-// reset of the stream (stream 1, the only one).
-func (u *uploader) readLoop() {
-	for {
-		f, err := u.fr.ReadFrame()
-		u.mu.Lock()
-		if err != nil {
-			u.readErr = err
-			u.cond.Broadcast()
-			u.mu.Unlock()
-			return
-		}
-		var ack func() error
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
-					u.streamWin += int64(v) - u.initWin
-					u.initWin = int64(v)
-				}
-				ack = u.fr.WriteSettingsAck
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				data := f.Data
-				ack = func() error { return u.fr.WritePing(true, data) }
-			}
-		case *http2.WindowUpdateFrame:
-			if f.StreamID == 0 {
-				u.connWin += int64(f.Increment)
-			} else {
-				u.streamWin += int64(f.Increment)
-			}
-		case *http2.MetaHeadersFrame:
-			for _, hf := range f.Fields {
-				if hf.Name == "grpc-status" && u.status == "" {
-					u.status, u.answered = hf.Value, time.Now()
-				}
-			}
-		case *http2.RSTStreamFrame:
-			if u.rst.IsZero() {
-				u.rst, u.rstCode = time.Now(), f.ErrCode
-			}
-		case *http2.GoAwayFrame:
-			u.goAway = true
-		}
-		u.cond.Broadcast()
-		u.mu.Unlock()
-		if ack != nil {
-			_ = u.write(ack)
-		}
-	}
-}
-
-// upload sends HEADERS and msg on stream 1 within the windows, up to END_STREAM or a reset (or
-// the connection's end); it fails when no window comes for bound.
-func (u *uploader) upload(msg []byte, bound time.Duration) error {
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, h := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", methodPreferred},
-		{":authority", "localhost"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		_ = enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
-	}
-	p := append(append(make([]byte, 0, 5+len(msg)), 0, 0, 0, 0, 0), msg...)
-	binary.BigEndian.PutUint32(p[1:], uint32(len(msg)))
-	u.mu.Lock()
+// upload sends HEADERS and msg on stream 1 within the windows, up to END_STREAM or until the
+// server tells the client to stop (a reset of the stream, GOAWAY): the client then stops
+// uploading and looks at what it got. It fails when no window comes for writeBound.
+func (u *uploader) upload(msg []byte) error {
 	u.started = time.Now()
-	u.mu.Unlock()
-	if err := u.write(func() error {
-		return u.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
-	}); err != nil {
+	if err := u.Request(1, methodPreferred); err != nil {
 		return err
 	}
-	for len(p) > 0 {
-		u.mu.Lock()
-		timer := time.AfterFunc(bound, func() { u.mu.Lock(); u.cond.Broadcast(); u.mu.Unlock() })
-		start := time.Now()
-		for u.readErr == nil && !u.goAway && u.rst.IsZero() && (u.connWin <= 0 || u.streamWin <= 0) &&
-			time.Since(start) < bound {
-			u.cond.Wait()
-		}
-		timer.Stop()
-		stop := u.readErr != nil || u.goAway || !u.rst.IsZero()
-		n := int64(len(p))
-		for _, w := range []int64{16384, u.connWin, u.streamWin} {
-			if n > w {
-				n = w
-			}
-		}
-		u.connWin -= n
-		u.streamWin -= n
-		u.mu.Unlock()
-		if stop {
-			return nil // the client stops uploading and looks at what it got
-		}
-		if n <= 0 {
-			return fmt.Errorf("no window for %v with %d bytes left to send", bound, len(p))
-		}
-		chunk := p[:n]
-		p = p[n:]
-		if len(p) == 0 { // END_STREAM goes now: an answer after this is not an early one
-			u.mu.Lock()
-			u.uploaded = time.Now()
-			u.mu.Unlock()
-		}
-		if err := u.write(func() error { return u.fr.WriteData(1, len(p) == 0, chunk) }); err != nil {
-			return err
-		}
+	err := u.Send(1, append(GRPCFrame(len(msg)), msg...), true)
+	if errors.Is(err, ErrStreamReset) || errors.Is(err, ErrGoAway) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // refusal waits (up to bound) for what the client then reads: the answer's grpc-status and,
 // when the answer came before its upload ended (END_STREAM sent), the RST_STREAM(NO_ERROR) that
 // stopped the upload. It returns the status and when the client had all it needed.
 func (u *uploader) refusal(bound time.Duration) (string, time.Duration, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	timer := time.AfterFunc(bound, func() { u.mu.Lock(); u.cond.Broadcast(); u.mu.Unlock() })
-	defer timer.Stop()
-	early := func() bool { return u.uploaded.IsZero() || u.answered.Before(u.uploaded) }
-	for start := time.Now(); time.Since(start) < bound && u.readErr == nil &&
-		(u.status == "" || early() && u.rst.IsZero()); {
-		u.cond.Wait()
-	}
+	early := func(st H2Stream) bool { return st.Ended.IsZero() || st.Answered.Before(st.Ended) }
+	st, _, readErr := u.Await(1, bound, func(st H2Stream) bool {
+		return st.Status != "" && (!early(st) || !st.Reset.IsZero())
+	})
 	switch {
-	case u.status == "":
-		return "", 0, fmt.Errorf("no answer within %v (reset %v %v, read error %v, GOAWAY %v)", bound,
-			!u.rst.IsZero(), u.rstCode, u.readErr, u.goAway)
-	case !early():
-		return u.status, u.answered.Sub(u.started), nil
-	case u.rst.IsZero():
+	case st.Status == "":
+		return "", 0, fmt.Errorf("no answer within %v (reset %v %v, read error %v)", bound,
+			!st.Reset.IsZero(), st.ResetCode, readErr)
+	case !early(st):
+		return st.Status, st.Answered.Sub(u.started), nil
+	case st.Reset.IsZero():
 		return "", 0, fmt.Errorf("answered (grpc-status %s) before the upload ended, but no RST_STREAM within %v",
-			u.status, bound)
-	case u.rstCode != http2.ErrCodeNo:
-		return "", 0, fmt.Errorf("answered before the upload ended, then RST_STREAM %v, want NO_ERROR", u.rstCode)
+			st.Status, bound)
+	case st.ResetCode != http2.ErrCodeNo:
+		return "", 0, fmt.Errorf("answered before the upload ended, then RST_STREAM %v, want NO_ERROR", st.ResetCode)
 	}
-	return u.status, u.rst.Sub(u.started), nil
+	return st.Status, st.Reset.Sub(u.started), nil
 }
 
 // The issue's scenario 20 times in a row: a 540 KB GetPreferredAllocation (60,000 must-include
@@ -288,8 +157,8 @@ func (s *kataScenario) refusalRun(sock string, msg []byte, giveUp time.Duration)
 	if err != nil {
 		return 0, err
 	}
-	defer u.c.Close()
-	if err := u.upload(msg, giveUp); err != nil {
+	defer u.Close()
+	if err := u.upload(msg); err != nil {
 		return 0, err
 	}
 	st, d, err := u.refusal(giveUp)

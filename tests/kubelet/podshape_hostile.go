@@ -44,9 +44,26 @@ type RawH2 struct {
 	initWin   int64
 	streamWin map[uint32]int64
 	reset     map[uint32]bool
+	streams   map[uint32]*H2Stream
 	readErr   error
 	goAway    bool
 }
+
+// H2Stream is what the client saw of one of its streams: the answer's grpc-status and when it
+// came, when the client sent END_STREAM, and the server's RST_STREAM.
+type H2Stream struct {
+	Status    string // grpc-status ("" none yet)
+	Answered  time.Time
+	Ended     time.Time // END_STREAM sent
+	Reset     time.Time
+	ResetCode http2.ErrCode
+}
+
+// Errors Send stops with when the server told the client to stop sending.
+var (
+	ErrStreamReset = errors.New("stream reset by the server")
+	ErrGoAway      = errors.New("GOAWAY from the server")
+)
 
 // writeBound is how long one frame write may block before the client gives up (the server
 // stopped reading: it is defending itself).
@@ -63,8 +80,9 @@ func DialRawH2(sock string, window uint32, read bool) (*RawH2, error) {
 		return nil, err
 	}
 	r := &RawH2{Conn: c, fr: http2.NewFramer(c, c), connWin: 65535, initWin: 65535,
-		streamWin: map[uint32]int64{}, reset: map[uint32]bool{}}
+		streamWin: map[uint32]int64{}, reset: map[uint32]bool{}, streams: map[uint32]*H2Stream{}}
 	r.cond = sync.NewCond(&r.mu)
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(65536, nil)
 	r.enc = hpack.NewEncoder(&r.hb)
 	var settings []http2.Setting
 	if window > 0 {
@@ -163,6 +181,16 @@ func (r *RawH2) readLoop() {
 			r.goAway = true
 		case *http2.RSTStreamFrame:
 			r.reset[f.StreamID] = true
+			if st := r.stream(f.StreamID); st.Reset.IsZero() {
+				st.Reset, st.ResetCode = time.Now(), f.ErrCode
+			}
+		case *http2.MetaHeadersFrame:
+			st := r.stream(f.StreamID)
+			for _, hf := range f.Fields {
+				if hf.Name == "grpc-status" && st.Status == "" {
+					st.Status, st.Answered = hf.Value, time.Now()
+				}
+			}
 		case *http2.DataFrame:
 			if n := uint32(len(f.Data())); n > 0 {
 				id := f.StreamID
@@ -180,6 +208,38 @@ func (r *RawH2) readLoop() {
 			_ = r.write(ack)
 		}
 	}
+}
+
+// stream is id's record (made on first use); r.mu held.
+func (r *RawH2) stream(id uint32) *H2Stream {
+	st := r.streams[id]
+	if st == nil {
+		st = &H2Stream{}
+		r.streams[id] = st
+	}
+	return st
+}
+
+// Stream is a copy of what the client saw of stream id so far.
+func (r *RawH2) Stream(id uint32) H2Stream {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return *r.stream(id)
+}
+
+// Await waits up to bound until done (called with the stream's record, under the client's
+// lock) holds or the connection fails; it returns the record, done's last answer and the read
+// error (nil while the connection works).
+func (r *RawH2) Await(id uint32, bound time.Duration, done func(H2Stream) bool) (H2Stream, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	timer := time.AfterFunc(bound, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
+	defer timer.Stop()
+	ok := done(*r.stream(id))
+	for start := time.Now(); !ok && r.readErr == nil && time.Since(start) < bound; ok = done(*r.stream(id)) {
+		r.cond.Wait()
+	}
+	return *r.stream(id), ok, r.readErr
 }
 
 // Request opens stream id with a gRPC request's headers for method.
@@ -222,9 +282,9 @@ func (r *RawH2) Send(id uint32, p []byte, end bool) error {
 		case r.readErr != nil:
 			err = r.readErr
 		case r.reset[id]:
-			err = fmt.Errorf("stream %d reset by the server", id)
+			err = fmt.Errorf("stream %d: %w", id, ErrStreamReset)
 		case r.goAway:
-			err = errors.New("GOAWAY from the server")
+			err = ErrGoAway
 		case len(p) > 0 && (r.connWin <= 0 || r.streamWin[id] <= 0):
 			err = fmt.Errorf("stream %d: flow-control window closed for %v", id, writeBound)
 		}
@@ -245,6 +305,11 @@ func (r *RawH2) Send(id uint32, p []byte, end bool) error {
 		}
 		chunk := p[:n]
 		p = p[n:]
+		if end && len(p) == 0 { // END_STREAM goes now: an answer after this is not an early one
+			r.mu.Lock()
+			r.stream(id).Ended = time.Now()
+			r.mu.Unlock()
+		}
 		if err := r.write(func() error { return r.fr.WriteData(id, end && len(p) == 0, chunk) }); err != nil {
 			return err
 		}
