@@ -16,7 +16,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts bench-dra cluster cluster-down test-cluster
+.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts bench-dra bench-peers cluster cluster-down test-cluster
 
 all: build
 
@@ -172,6 +172,19 @@ bench-kubelet-restarts: build
 # latency and the time from a device change to the updated ResourceSlice (bench/dra.go).
 bench-dra: build
 	$(BUILD)/sdp-bench -build $(BUILD) -dra-only -out docs/benchmarks.md
+
+# Only the "Against the plugins people run" section of docs/benchmarks.md (between its markers):
+# hyperlight's chart against squat's generic-device-plugin and ARM's smarter-device-manager,
+# built from their Go modules at pinned versions through the Go module proxy (bench/peers/go.mod,
+# bench/peers/smarter/go.mod), each deployed alone for /dev/kvm on the cluster of make cluster
+# (brought up when none answers, left running: make cluster-down), PEERS_ROUNDS rounds in a
+# rotated order (PEERS_IDLE, PEERS_BURST: bench/peers/run.sh). About 25 minutes.
+bench-peers: build
+	@scripts/install-deps.sh cluster
+	bench/peers/build.sh $(BUILD)
+	@KUBECONFIG=/var/lib/sdp-cluster/admin.conf /var/lib/sdp-cluster/bin/kubectl get nodes >/dev/null 2>&1 || \
+		{ echo "make bench-peers: no cluster answers: make cluster first"; $(MAKE) cluster BUILD=$(BUILD); }
+	bench/peers/run.sh $(BUILD) docs/benchmarks.md
 
 # Both plugin images, offline, for amd64 and arm64: podman build from images/*.Containerfile
 # into the vfs store $(BUILD)/podman (FROM scratch; OCI labels version/revision/source), each

@@ -655,7 +655,7 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 		kataStaticRSS: rS.med, hlStartReg: regH, hlStartRegRuns: perRun(hl, reg), hlImage: img["hyperlight-device-plugin"], build: *buildDir,
 		kataIdle: ks, kataDynIdle: kata, hlIdle: hl, kataRestarts: kata, hlRestarts: hl, refRestarts: ref, host: host,
 	})
-	if err := os.WriteFile(*outPath, d.b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(*outPath, keepPeersSection(*outPath, d.b.Bytes()), 0o644); err != nil {
 		fatal("%v", err)
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s (%v)\n", *outPath, took.Round(time.Second))
