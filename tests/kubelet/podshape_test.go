@@ -408,7 +408,7 @@ func TestPodShapeManifests(t *testing.T) {
 		args  []string
 		env   []string
 	}{
-		{HyperlightManifest, 64 << 20, nil, []string{"HOST_DEVICE_DIR=/host-dev", "DEVICE_COUNT=2000",
+		{HyperlightManifest, 64 << 20, nil, []string{"NODE_LABELS_HOLD=10", "HOST_DEVICE_DIR=/host-dev", "DEVICE_COUNT=2000",
 			"DEVICE_UID=65534", "DEVICE_GID=65534", "DEVICE_MODE=0660", "LOG_LEVEL=info"}},
 		{DeviceAccessManifest, 48 << 20, []string{"--device-access"}, []string{"HOST_DEVICE_DIR=/host-dev", "LOG_LEVEL=info"}},
 		{KataValues, 64 << 20, nil, []string{"LOG_LEVEL=info"}},
