@@ -196,8 +196,11 @@ undeploy() {
 }
 
 # alloc RESOURCE: allocatable RESOURCE in the API server's Node (2k written as 2000; "" if none).
+# "err" when the API server did not answer (never taken for a value).
 alloc() {
-	kubectl get node "$node" -o json | jq -r --arg r "$1" '.status.allocatable[$r] // ""' | sed 's/^\([0-9]*\)k$/\1000/'
+	local j
+	j=$(kubectl get node "$node" -o json 2>/dev/null) || { echo err; return; }
+	jq -r --arg r "$1" '.status.allocatable[$r] // ""' <<<"$j" | sed 's/^\([0-9]*\)k$/\1000/'
 }
 alloc_is() { [ "$(alloc "$1")" = "$2" ]; }
 # kalloc RESOURCE: the kubelet's own view, without its node-status period: the number of
@@ -205,26 +208,30 @@ alloc_is() { [ "$(alloc "$1")" = "$2" ]; }
 # devices only), through cluster/kube's client; "" when the kubelet does not answer.
 kalloc() {
 	"$bin/sdp-kube" podresources /var/lib/kubelet/pod-resources/kubelet.sock 2>/dev/null |
-		jq -r --arg r "$1" '[.allocatable.devices[]? | select(.resource_name == $r) | .device_ids[]] | length'
+		jq -r --arg r "$1" '[.allocatable.devices[]? | select(.resource_name == $r) | .device_ids[]] | length' ||
+		echo err
 }
 # cmp_ OP VALUE N: VALUE is N (is), or below N or none (below).
-cmp_() { case $1 in is) [ "$2" = "$3" ] ;; below) [ -z "$2" ] || [ "$2" -lt "$3" ] ;; esac; }
+cmp_() { [ "$2" != err ] && case $1 in is) [ "$2" = "$3" ] ;; below) [ -z "$2" ] || [ "$2" -lt "$3" ] ;; esac; }
 # watch2 T0 TIMEOUT RESOURCE OP N [API-CHECK]: polls both views (the API server's Node, the
 # kubelet's pod-resources) until each has allocatable OP N; sets api_s and kub_s to the seconds
 # from T0 when each first did (or "never" after TIMEOUT s). API-CHECK: a command that must pass
-# too for the API server's view (a status of the restarted kubelet).
+# too for the API server's view (a status of the restarted kubelet), which is then taken only
+# once the kubelet's own view has it (the restarted kubelet's first statuses can carry the
+# Node's old figures).
 watch2() {
 	local t0=$1 to=$2 res=$3 op=$4 n=$5 chk=${6:-true}
 	api_s=never kub_s=never
 	while :; do
 		if [ "$kub_s" = never ] && cmp_ "$op" "$(kalloc "$res")" "$n"; then kub_s=$(since "$t0"); fi
-		if [ "$api_s" = never ] && cmp_ "$op" "$(alloc "$res")" "$n" && $chk; then api_s=$(since "$t0"); fi
+		if [ "$api_s" = never ] && { [ "$chk" = true ] || [ "$kub_s" != never ]; } &&
+			cmp_ "$op" "$(alloc "$res")" "$n" && $chk; then api_s=$(since "$t0"); fi
 		[ "$api_s" = never ] || [ "$kub_s" = never ] || return 0
 		awk -v t="$t0" -v n="$(date +%s.%N)" -v to="$to" 'BEGIN { exit !(n - t < to) }' || return 1
 		sleep 0.1
 	done
 }
-alloc_below() { local a; a=$(alloc "$1"); [ -z "$a" ] || [ "$a" -lt "$2" ]; }
+alloc_below() { local a; a=$(alloc "$1"); [ "$a" != err ] && { [ -z "$a" ] || [ "$a" -lt "$2" ]; }; }
 
 # pids PLUGIN: the host pids of the plugin's containers (containerd's tasks), one a line.
 pids() {
@@ -397,6 +404,7 @@ session() {
 	watch2 "$t" 180 "$res" is "$COUNT" fresh_hb || die "$p: allocatable $res $(alloc "$res") (the kubelet's: $(kalloc "$res")) 180 s after the kubelet restart (pid $kpid)"
 	rec "$r" "$p" kubelet_restart_s "$api_s"
 	rec "$r" "$p" kubelet_restart_kubelet_s "$kub_s"
+	sleep 10 # settled after the restart
 	# the host's /dev/kvm removed → allocatable below COUNT; made again → COUNT
 	local st mode uid gid maj min
 	st=$(stat -c '%a %u %g %t %T' /dev/kvm)
@@ -407,8 +415,8 @@ session() {
 	watch2 "$t" "$DROP_WAIT" "$res" below "$COUNT" || true
 	rec "$r" "$p" dev_drop_s "$api_s"
 	rec "$r" "$p" dev_drop_kubelet_s "$kub_s"
-	if [ "$api_s" != never ]; then
-		rec "$r" "$p" dev_drop_to "$(alloc "$res")"
+	if [ "$kub_s" != never ]; then
+		rec "$r" "$p" dev_drop_to "$(kalloc "$res")"
 		t=$(now)
 		mknod -m "$mode" /dev/kvm c "$((16#$maj))" "$((16#$min))" && chown "$uid:$gid" /dev/kvm
 		rm -f "$WORK/kvm-node"

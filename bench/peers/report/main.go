@@ -389,8 +389,8 @@ func write(d *doc, r results, command string) {
 	d.p("What each does (measured above, and read in their sources at the pinned versions):")
 	d.p("")
 	drop := func(p string) string {
-		all, _ := r.nums("dev_drop_s", p)
-		n, counts := r.strs("dev_drop_s", p)
+		all, _ := r.nums("dev_drop_kubelet_s", p)
+		n, counts := r.strs("dev_drop_kubelet_s", p)
 		if counts["never"] == n && n > 0 {
 			_, gone := r.strs("dev_gone_pod", p)
 			var what []string
@@ -400,12 +400,23 @@ func write(d *doc, r results, command string) {
 			sort.Strings(what)
 			return fmt.Sprintf("never dropped it (%d of %d rounds, %s s each); a pod asking for it meanwhile: %s", counts["never"], n, "30", strings.Join(what, ", "))
 		}
-		return fmt.Sprintf("dropped allocatable in %s s (median of %d)", g(median(all)), len(all))
+		if counts["never"] > 0 {
+			return fmt.Sprintf("dropped it at the kubelet in %s s (median of %d rounds) and not within %s s in %d of %d rounds", g(median(all)), len(all), "30", counts["never"], n)
+		}
+		return fmt.Sprintf("dropped it at the kubelet in %s s (median of %d rounds)", g(median(all)), len(all))
 	}
 	d.p("- **Device removed.** hyperlight %s: it watches the host's node (inotify) and marks every device", drop("hyperlight"))
 	d.p("  Unhealthy. generic %s: it globs its paths every 5 s (deviceplugin/generic.go,", drop("generic"))
 	d.p("  `deviceCheckInterval`) and sends the list without them (never Unhealthy: `GetDeviceState` always says")
-	d.p("  Healthy). smarter %s: it lists `/dev` once at start (main.go) and its", drop("smarter"))
+	d.p("  Healthy).")
+	if _, c := r.strs("dev_drop_kubelet_s", "generic"); c["never"] > 0 {
+		d.p("  Why not always, read in its source: each ListAndWatch stream is a loop that refreshes the one device")
+		d.p("  map every 5 s and sends only on a change; a kubelet restart ends the stream, but the loop notices only")
+		d.p("  when it next sends, so after a restart two loops share the map: when the old one takes the change, its")
+		d.p("  send fails and it exits, and the new one finds nothing changed and sends nothing (the removal here came")
+		d.p("  10 s after a kubelet restart).")
+	}
+	d.p("  smarter %s: it lists `/dev` once at start (main.go) and its", drop("smarter"))
 	d.p("  ListAndWatch only ever reports what its health channel is fed, which nothing feeds for a device file;")
 	d.p("  the kubelet keeps scheduling pods onto a device that is gone.")
 	dev := func(p string) string {
@@ -427,9 +438,10 @@ func write(d *doc, r results, command string) {
 	d.p("  `hyperlight.dev/hypervisor`); smarter names every resource `smarter-devices/<device>`: a workload written")
 	d.p("  for one does not schedule with the other.")
 	d.p("- **Kubelet restart.** All three re-register by themselves (hyperlight: inotify on the device-plugins")
-	d.p("  directory and a stat backstop; generic: its socket checked every second, plugin/plugin.go")
-	d.p("  `socketCheckInterval`; smarter: inotify on kubelet.sock's creation); the time above is dominated by the")
-	d.p("  kubelet's own start and node-status update, alike for all.")
+	d.p("  directory and a stat backstop; generic: its socket checked every second, then %s before it serves", "a 5 s wait")
+	d.p("  again, deviceplugin/plugin.go `socketCheckInterval`, `restartInterval`; smarter: inotify on kubelet.sock's")
+	d.p("  creation): the kubelet-side rows above. A restarted kubelet's first node statuses can carry the Node's")
+	d.p("  old figures, so the Node's row is taken once the kubelet's own view has the devices.")
 	d.p("")
 	d.p("Not measured, and why:")
 	d.p("")
