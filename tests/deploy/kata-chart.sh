@@ -245,6 +245,10 @@ def daemon_messages():
     # the daemon shell's start-up and shutdown lines (dp_daemon_main) are kata's too
     for n in ("daemon/daemon.c", "base/signals.c", "cdi/cdi.c", "grpc/grpc_budget.c"):
         files.append(os.path.join(src, "core/src", n))
+    # the Allocate lines, at debug (LOG_LEVEL=debug): the endpoint's own, for every daemon
+    with open(os.path.join(src, "core/src/endpoint/endpoint_alloclog.c")) as f:
+        for m in re.finditer(r'dp_debug\(\s*"((?:[^"\\]|\\.)*)"', f.read()):
+            msgs.setdefault(m.group(1), "debug")
     for path in files:
         with open(path) as f:
             code = f.read()
