@@ -353,16 +353,19 @@ func write(d *doc, r results, command string) {
 		for _, v := range all {
 			t += v
 		}
-		return g(t)
+		return strconv.FormatFloat(t, 'f', 0, 64)
 	}
 	d.p("How: deployed is `helm upgrade --install` (hyperlight) or `kubectl apply` (the peers) to allocatable %s,",
 		count)
 	d.p("polled (about every 0.5 s, each poll a client process) in two places: the kubelet's own view, its")
 	d.p("pod-resources API's GetAllocatableResources (healthy devices; `sdp-kube podresources`, cluster/kube), and")
 	d.p("the API server's Node, which adds the kubelet's node-status update (alike for every plugin; hyperlight's")
-	d.p("chart waits for two: its bootstrap plugin's resource, then the main plugin scheduled on it). After 10 s, the idle window: %s s, CPU from the containers' cgroups",
+	d.p("chart waits for two: its bootstrap plugin's resource, then the main plugin scheduled on it).")
+	d.p("After 10 s, the idle window: %s s. The daemons' own CPU: every thread's schedstat, plus the children",
 		idle)
-	d.p("(cpuacct.usage: every process in them, hyperlight's probe helper children included), scaled to a minute;")
+	d.p("they reaped (hyperlight's probe helper); the containers' CPU: their cgroups' cpuacct.usage, every process")
+	d.p("in them, so the kubelet's exec probes too (hyperlight's chart has a liveness and a readiness exec probe")
+	d.p("every 10 s in each of its two pods; the peers' manifests have none); per minute.")
 	d.p("RSS is VmRSS of the containers' processes at its end. Pods: busybox `sleep`, uid 65534, one device each;")
 	d.p("created → Running by the API server's pod phase (three single pods a round, then the burst), deleted after.")
 	d.p("Peak RSS: sampled every 0.1 s through the burst. Allocate: the kubelet's own histogram")
@@ -409,12 +412,15 @@ func write(d *doc, r results, command string) {
 	d.p("  Unhealthy. generic %s: it globs its paths every 5 s (deviceplugin/generic.go,", drop("generic"))
 	d.p("  `deviceCheckInterval`) and sends the list without them (never Unhealthy: `GetDeviceState` always says")
 	d.p("  Healthy).")
-	if _, c := r.strs("dev_drop_kubelet_s", "generic"); c["never"] > 0 {
+	_, c1 := r.strs("dev_drop_kubelet_s", "generic")
+	nb, c2 := r.strs("dev_back_kubelet_s", "generic")
+	if c1["never"]+c2["never"] > 0 {
+		d.p("  The node made again: generic advertised it again at the kubelet within 120 s in %d of %d rounds.", nb-c2["never"], nb)
 		d.p("  Why not always, read in its source: each ListAndWatch stream is a loop that refreshes the one device")
 		d.p("  map every 5 s and sends only on a change; a kubelet restart ends the stream, but the loop notices only")
 		d.p("  when it next sends, so after a restart two loops share the map: when the old one takes the change, its")
-		d.p("  send fails and it exits, and the new one finds nothing changed and sends nothing (the removal here came")
-		d.p("  10 s after a kubelet restart).")
+		d.p("  send fails and it exits, and the new one finds nothing changed and sends nothing (each removal here came")
+		d.p("  10 s after a kubelet restart); the kubelet then holds the old list until the next change.")
 	}
 	d.p("  smarter %s: it lists `/dev` once at start (main.go) and its", drop("smarter"))
 	d.p("  ListAndWatch only ever reports what its health channel is fed, which nothing feeds for a device file;")
