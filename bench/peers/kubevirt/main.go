@@ -12,7 +12,8 @@
 //
 // The cluster configuration comes from KubeVirt's fake informer (pkg/testutils) holding that CR,
 // not from an API server; the permanent plugins (kvm, tun, vhost-net) are left out so that only
-// the PCI plugin registers. SIGTERM or SIGINT stops the controller, which stops the plugins
+// the PCI plugin registers, and the feature gate DisableMDEVConfiguration is set (no API server
+// to read the Node's mediated device types from). SIGTERM or SIGINT stops the controller, which stops the plugins
 // (each sends an empty device list before it goes), and the command exits 0.
 //
 //	sdp-kubevirt-pci-plugin [-resource nvidia.com/gpu] [-selector 10de:2330,10de:20b0]
@@ -47,6 +48,9 @@ func main() {
 	}
 	cfg, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{
 		PermittedHostDevices: &v1.PermittedHostDevices{PciHostDevices: pci},
+		// no mediated devices here: virt-handler would read the Node through the API server for
+		// their types on every configuration change (this feature gate is how an operator says so)
+		DeveloperConfiguration: &v1.DeveloperConfiguration{FeatureGates: []string{"DisableMDEVConfiguration"}},
 	})
 	host, _ := os.Hostname()
 	// as pkg/virt-handler/vm.go: maxDevices 1000 (cmd/virt-handler's default), "rwm" on cgroup v2;
