@@ -178,13 +178,19 @@ bench-dra: build
 # built from their Go modules at pinned versions through the Go module proxy (bench/peers/go.mod,
 # bench/peers/smarter/go.mod), each deployed alone for /dev/kvm on the cluster of make cluster
 # (brought up when none answers, left running: make cluster-down), PEERS_ROUNDS rounds in a
-# rotated order (PEERS_IDLE, PEERS_BURST: bench/peers/run.sh). About 25 minutes.
+# rotated order (PEERS_IDLE, PEERS_BURST: bench/peers/run.sh). About 25 minutes. Then the section
+# "VFIO: what each plugin advertises": KubeVirt v1.7.0's PCI host device plugin (bench/peers/kubevirt,
+# its Go module; the first build about 12 minutes) beside kata on the tests' VFIO tree, each in a
+# private mount and PID namespace with the mock kubelet (bench/peers/kubevirt/vfio-table.sh, about
+# 5 minutes; no cluster).
 bench-peers: build
 	@scripts/install-deps.sh cluster
 	bench/peers/build.sh $(BUILD)
 	@KUBECONFIG=/var/lib/sdp-cluster/admin.conf /var/lib/sdp-cluster/bin/kubectl get nodes >/dev/null 2>&1 || \
 		{ echo "make bench-peers: no cluster answers: make cluster first"; $(MAKE) cluster BUILD=$(BUILD); }
 	bench/peers/run.sh $(BUILD) docs/benchmarks.md
+	bench/peers/kubevirt/build.sh $(BUILD)/kubevirt
+	SDP_BUILD=$(abspath $(BUILD)) bench/peers/kubevirt/vfio-table.sh $(BUILD)/kubevirt docs/benchmarks.md
 
 # Both plugin images, offline, for amd64 and arm64: podman build from images/*.Containerfile
 # into the vfs store $(BUILD)/podman (FROM scratch; OCI labels version/revision/source), each
