@@ -13,6 +13,7 @@
 #include "dp/log.h"
 #include "dp/loop.h"
 #include "dp_test.h"
+#include "endpoint_alloc_test.h"
 #include "endpoint/endpoint_alloclog.h"
 #include "endpoint/endpoint_internal.h"
 #include "requests/endpoint_decode.h"
@@ -68,27 +69,6 @@ static void test_list_truncated(void **state)
 	assert_string_equal(list(buf, sizeof(buf), 1, (const char *[]){ huge }, (size_t[]){ 0 }, 1), "...+1");
 }
 
-/* An Allocate of two container requests, as endpoint_rpc.c builds it from the wire. */
-static dp_alloc *make_alloc(dp_endpoint *ep, char **c0, size_t n0, char **c1, size_t n1)
-{
-	struct dp_ep_request *req = calloc(1, sizeof(*req) + 2 * sizeof(struct dp_ep_container));
-	dp_alloc *a = calloc(1, sizeof(*a));
-	assert_non_null(req);
-	assert_non_null(a);
-	req->n = 2;
-	req->c = (struct dp_ep_container *)(req + 1);
-	req->c[0].ids = (struct dp_ep_ids){ c0, n0 };
-	req->c[1].ids = (struct dp_ep_ids){ c1, n1 };
-	a->ep = ep;
-	a->req = req;
-	a->n = 2;
-	a->resp = calloc(2, sizeof(*a->resp));
-	assert_non_null(a->resp);
-	for (size_t i = 0; i < 2; i++)
-		v1beta1__container_allocate_response__init(&a->resp[i]);
-	return a;
-}
-
 struct fixture {
 	dp_loop *loop;
 	dp_endpoint *ep;
@@ -121,7 +101,7 @@ static void test_line_fields(void **state)
 {
 	struct fixture *f = *state;
 	char *ids0[] = { "3", "1" }, *ids1[] = { "0" };
-	dp_alloc *a = make_alloc(f->ep, ids0, 2, ids1, 1);
+	dp_alloc *a = dpt_make_alloc(f->ep, ids0, 2, ids1, 1);
 
 	assert_int_equal(dp_alloc_add_cdi_answer(a, "kata.nvidia.com-gpu", "nvidia.com/gpu", NULL), 0);
 	dpt_capture_start(&cap, STDERR_FILENO);
@@ -145,7 +125,7 @@ static void test_line_devices(void **state)
 {
 	struct fixture *f = *state;
 	char *ids0[] = { "device-access" }, *ids1[] = { "device-access-1" };
-	dp_alloc *a = make_alloc(f->ep, ids0, 1, ids1, 1);
+	dp_alloc *a = dpt_make_alloc(f->ep, ids0, 1, ids1, 1);
 
 	assert_int_equal(dp_alloc_add_device(a, 0, "/dev/kvm", "/dev/kvm", "rw"), 0);
 	assert_int_equal(dp_alloc_add_device(a, 1, "/dev/kvm", "/dev/kvm", "rw"), 0);

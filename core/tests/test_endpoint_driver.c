@@ -26,6 +26,7 @@
 #include "dp/grpc.h"
 #include "dp/log.h"
 #include "dp_test.h"
+#include "endpoint_alloc_test.h"
 
 static char dir[64];
 static int failures, accepted, told;
@@ -243,27 +244,6 @@ static void first_check_not_held_without_kubelet(void **state)
 
 /* ---- the CDI Allocate answer ---- */
 
-/* An Allocate of two container requests, as endpoint_rpc.c builds it from the wire. */
-static dp_alloc *make_alloc(dp_endpoint *ep, char **c0, size_t n0, char **c1, size_t n1)
-{
-	struct dp_ep_request *req = calloc(1, sizeof(*req) + 2 * sizeof(struct dp_ep_container));
-	dp_alloc *a = calloc(1, sizeof(*a));
-	assert_non_null(req);
-	assert_non_null(a);
-	req->n = 2;
-	req->c = (struct dp_ep_container *)(req + 1);
-	req->c[0].ids = (struct dp_ep_ids){ c0, n0 };
-	req->c[1].ids = (struct dp_ep_ids){ c1, n1 };
-	a->ep = ep;
-	a->req = req;
-	a->n = 2;
-	a->resp = calloc(2, sizeof(*a->resp));
-	assert_non_null(a->resp);
-	for (size_t i = 0; i < 2; i++)
-		v1beta1__container_allocate_response__init(&a->resp[i]);
-	return a;
-}
-
 static void assert_answer(const V1beta1__ContainerAllocateResponse *r, const char *const *names, size_t n,
 			  const char *key, const char *value)
 {
@@ -287,7 +267,7 @@ static void cdi_answer(void **state)
 	assert_int_equal(dp_endpoint_new(loop, dir, &c, &ep), 0);
 
 	/* kata: one CDI device per requested ID */
-	dp_alloc *a = make_alloc(ep, ids0, 2, ids1, 1);
+	dp_alloc *a = dpt_make_alloc(ep, ids0, 2, ids1, 1);
 	assert_int_equal(dp_alloc_add_cdi_answer(a, "kata.nvidia.com-gpu", "nvidia.com/gpu", NULL), 0);
 	assert_answer(&a->resp[0], (const char *const[]){ "nvidia.com/gpu=3", "nvidia.com/gpu=1" }, 2,
 		      "cdi.k8s.io/kata.nvidia.com-gpu_3", "nvidia.com/gpu=3,nvidia.com/gpu=1");
@@ -306,7 +286,7 @@ static void cdi_answer(void **state)
 	dp_alloc_finish(a, DP_GRPC_OK, NULL); /* nobody to answer: frees it */
 
 	/* hyperlight: every ID is the one device */
-	a = make_alloc(ep, ids0, 2, ids1, 1);
+	a = dpt_make_alloc(ep, ids0, 2, ids1, 1);
 	assert_int_equal(dp_alloc_add_cdi_answer(a, "hyperlight.dev-hypervisor", "hyperlight.dev/hypervisor", "kvm"), 0);
 	assert_answer(&a->resp[0], (const char *const[]){ "hyperlight.dev/hypervisor=kvm" }, 1,
 		      "cdi.k8s.io/hyperlight.dev-hypervisor_3", "hyperlight.dev/hypervisor=kvm");
