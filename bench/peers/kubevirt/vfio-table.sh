@@ -393,7 +393,7 @@ kvv=$(cd "$(dirname "$self")" && GOFLAGS=-mod=readonly go list -m -f '{{.Version
 	echo "(the rest of the change: the uevent file, written by the shell). Negative ms: the list came"
 	echo "before the group node went or came back, from the driver links changed before it in (e2)."
 	echo
-	echo "Re-run (root; needs the proxy for KubeVirt's modules once):"
+	echo "Re-run (root; needs the proxy for KubeVirt's modules once): \`make bench-peers\` ends with it; alone:"
 	echo
 	echo '```sh'
 	echo 'make build   # build/kata-device-plugin, build/mock-kubelet, build/sdp-katatree'
