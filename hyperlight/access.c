@@ -9,6 +9,7 @@
 #include "config.h"
 #include "dp/endpoint.h"
 #include "dp/grpc.h"
+#include "dp/log.h"
 #include "dp/paths.h"
 
 struct hl_access {
@@ -17,6 +18,8 @@ struct hl_access {
 	char health_fields[PATH_MAX + 16]; /* "device=/dev/kvm" on the "device present" line */
 	dp_endpoint *ep;
 	struct hl_node_watch watch;
+	struct hl_device companions[HL_COMPANION_TYPES]; /* found where dev was */
+	size_t n_companions;
 };
 
 /* The verdict, logged once per change by the endpoint ("device present" / "device gone"). */
@@ -32,6 +35,24 @@ static bool node_present(struct hl_access *a)
 static void drv_check(dp_endpoint *ep, void *userdata)
 {
 	(void)node_present(userdata);
+}
+
+/* Each companion whose node is there now, to every container; false on out of memory. */
+static bool add_companions(struct hl_access *a, dp_alloc *al)
+{
+	char reason[512], q[600];
+
+	for (size_t i = 0; i < a->n_companions; i++) {
+		const struct hl_device *d = &a->companions[i];
+		if (hl_device_verify(d, reason, sizeof(reason)) < 0) {
+			dp_warn("companion not granted", "device=%s reason=%s", d->path, dp_logq(q, sizeof(q), reason));
+			continue;
+		}
+		for (size_t c = 0; c < dp_alloc_containers(al); c++)
+			if (dp_alloc_add_device(al, c, d->path, d->path, "rw") < 0)
+				return false;
+	}
+	return true;
 }
 
 /* Only the device grant: the runtime adds the node and its cgroup permission, nothing else. */
@@ -50,6 +71,10 @@ static void drv_allocate(dp_endpoint *ep, dp_alloc *al, void *userdata)
 			dp_alloc_finish(al, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 			return;
 		}
+	}
+	if (!add_companions(a, al)) {
+		dp_alloc_finish(al, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return;
 	}
 	dp_alloc_finish(al, DP_GRPC_OK, NULL);
 }
@@ -90,17 +115,32 @@ static int setup_endpoint(struct hl_access *a)
 	return dp_endpoint_new(a->loop, kdir, &ec, &a->ep);
 }
 
-int hl_access_new(dp_loop *loop, const struct hl_device *dev, hl_access **ret)
+/* The companions' nodes under dir (HOST_DEVICE_DIR or /dev: where the hypervisor's was found). */
+static int find_companions(struct hl_access *a, const char *dir, const struct hl_companion *c, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int r = hl_companion_device(c[i].type, dir, &a->companions[i]);
+		if (r < 0)
+			return r;
+	}
+	a->n_companions = n;
+	return 0;
+}
+
+int hl_access_new(dp_loop *loop, const struct hl_device *dev, const char *dir,
+		  const struct hl_companion *companions, size_t n_companions, hl_access **ret)
 {
 	_cleanup_(hl_access_freep) hl_access *a = calloc(1, sizeof(*a));
 	if (!a)
 		return -ENOMEM;
 	a->loop = loop;
 	a->dev = *dev;
-	int r = setup_endpoint(a);
+	int r = find_companions(a, dir, companions, n_companions);
+	if (r >= 0)
+		r = setup_endpoint(a);
 	if (r >= 0) {
 		a->watch = (struct hl_node_watch){ .loop = loop, .ep = a->ep, .dir = a->dev.host_dir,
-						   .name = a->dev.name };
+						   .name = a->dev.node };
 		hl_node_watch_ensure(&a->watch);
 		r = dp_endpoint_start(a->ep);
 	}

@@ -101,6 +101,13 @@ int hl_config_load(struct hl_config *ret, char *err, size_t errlen)
 	r = load_host_dir(&c, err, errlen);
 	if (r >= 0)
 		r = dp_env_plugin_api(&c.dra, err, errlen);
+	if (r >= 0)
+		r = hl_companions_load(c.companions, &c.n_companions, err, errlen);
+	if (r >= 0 && c.dra && c.n_companions) {
+		snprintf(err, errlen, "COMPANIONS is served through the device-plugin API only, not with "
+			 "PLUGIN_API=dra: unset one of them");
+		r = -EINVAL;
+	}
 	if (r < 0)
 		return r;
 	*ret = c;

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "companion.h"
+
 #define HL_DEFAULT_COUNT 2000u
 #define HL_DEFAULT_ID 65534u
 /* The device node's permission bits in the workload: DEVICE_UID and DEVICE_GID read and write,
@@ -26,6 +28,8 @@ struct hl_config {
 	uint32_t mode; /* DEVICE_MODE: the spec's fileMode, at most HL_MODE_MAX */
 	char host_device_dir[PATH_MAX]; /* HOST_DEVICE_DIR ("" when unset): the host's /dev, read-only */
 	bool dra; /* PLUGIN_API=dra: served through DRA (dra.h), not the device-plugin API */
+	struct hl_companion companions[HL_COMPANION_TYPES]; /* COMPANIONS (companion.h) */
+	size_t n_companions;
 };
 
 /* The largest DEVICE_COUNT whose ListAndWatch response (all devices "Unhealthy", the longer
@@ -35,7 +39,9 @@ uint32_t hl_device_count_ceiling(void);
  * message in err (the daemon exits 1). DEVICE_UID/DEVICE_GID/DEVICE_MODE invalid: default kept,
  * a warning naming the value is logged (once, here). HOST_DEVICE_DIR not absolute or too long:
  * -EINVAL (exit 1). PLUGIN_API: "device-plugin" (the default, also when unset or empty) or
- * "dra"; anything else -EINVAL (exit 1): a daemon never guesses which API serves its devices. */
+ * "dra"; anything else -EINVAL (exit 1): a daemon never guesses which API serves its devices.
+ * COMPANIONS and their variables (companion.h): invalid, or COMPANIONS with PLUGIN_API=dra
+ * (companions are device-plugin resources only): -EINVAL/-ERANGE (exit 1). */
 int hl_config_load(struct hl_config *ret, char *err, size_t errlen);
 /* A mode as DEVICE_MODE takes it: 3 or 4 octal digits ("660", "0660"), at most HL_MODE_MAX.
  * 0 with *ret set; -EINVAL (not 3 or 4 digits 0-7, "" included) or -ERANGE (above HL_MODE_MAX)

@@ -14,7 +14,7 @@ static const dp_seccomp_rule base_rules[] = {
 /* The label child and the DRA side's sdp-kube-api entries call the API server:
  * dp_seccomp_api_client_rules. */
 
-size_t hl_seccomp_rules(bool probe, int label_exe_fd, int kubeapi_exe_fd, dp_seccomp_rule *out, size_t cap)
+size_t hl_seccomp_rules(bool probe, const int *companion_exe_fds, size_t n_companions, int label_exe_fd, int kubeapi_exe_fd, dp_seccomp_rule *out, size_t cap)
 {
 	size_t n = 0;
 
@@ -22,6 +22,11 @@ size_t hl_seccomp_rules(bool probe, int label_exe_fd, int kubeapi_exe_fd, dp_sec
 		out[n++] = base_rules[i];
 	for (size_t i = 0; probe && i < hl_probe_n_ioctl_rules && n < cap; i++)
 		out[n++] = hl_probe_ioctl_rules[i];
+	for (size_t i = 0; probe && n_companions && i < hl_probe_n_companion_ioctl_rules && n < cap; i++)
+		out[n++] = hl_probe_companion_ioctl_rules[i];
+	for (size_t i = 0; probe && i < n_companions && n < cap; i++)
+		if (companion_exe_fds[i] >= 0)
+			out[n++] = dp_seccomp_exec_rule(companion_exe_fds[i]);
 	if (label_exe_fd < 0 && kubeapi_exe_fd < 0)
 		return n;
 	for (size_t i = 0; i < dp_seccomp_n_api_client_rules && n < cap; i++)

@@ -34,6 +34,28 @@ int hl_daemon_health_dir(const dp_daemon_args *a, char *buf, size_t size)
 	return 1;
 }
 
+/* The main plugin's readiness asks every resource it serves: the hypervisor's (names[0]) and each
+ * companion's, from the environment as configure will read it (an invalid one: only names[0];
+ * the daemon refuses to start anyway). */
+static int companion_prefixes(char (*names)[DP_DAEMON_PREFIX_MAX], size_t max, size_t *ret_n)
+{
+	struct hl_companion c[HL_COMPANION_TYPES];
+	size_t n = 0, k = 1;
+	char err[256];
+
+	if (hl_companions_load(c, &n, err, sizeof(err)) < 0)
+		n = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k >= max)
+			return -ENOSPC;
+		int r = dp_socket_prefix(names[k++], DP_DAEMON_PREFIX_MAX, HL_SOCKET_TAG, c[i].resource);
+		if (r < 0)
+			return r;
+	}
+	*ret_n = k;
+	return 0;
+}
+
 int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_PREFIX_MAX], size_t max,
 			      size_t *ret_n)
 {
@@ -47,17 +69,21 @@ int hl_daemon_health_prefixes(const dp_daemon_args *a, char (*names)[DP_DAEMON_P
 	}
 	int r = dp_socket_prefix(names[0], DP_DAEMON_PREFIX_MAX, HL_SOCKET_TAG,
 				 access ? HL_ACCESS_RESOURCE : HL_RESOURCE);
-	if (r < 0)
-		return r;
-	*ret_n = 1;
-	return 0;
+	if (r < 0 || access)
+		return r < 0 ? r : (*ret_n = 1, 0);
+	return companion_prefixes(names, max, ret_n);
+}
+
+/* The bootstrap pod has no device grant: it sees the host's nodes through HOST_DEVICE_DIR. */
+static const char *device_dir(const struct hl_daemon *d)
+{
+	return d->device_access && d->cfg.host_device_dir[0] ? d->cfg.host_device_dir : "/dev";
 }
 
 static int find_device(struct hl_daemon *d)
 {
 	char err[512], q[600];
-	/* The bootstrap pod has no device grant: it sees the host's nodes through HOST_DEVICE_DIR. */
-	const char *dir = d->device_access && d->cfg.host_device_dir[0] ? d->cfg.host_device_dir : "/dev";
+	const char *dir = device_dir(d);
 	int r = hl_detect(dir, &d->dev, err, sizeof(err));
 	if (r < 0) {
 		dp_error("no usable hypervisor device", "error=%s", dp_logq(q, sizeof(q), err));
@@ -116,6 +142,16 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 		dp_info("serving through DRA", "driver=" HL_DRA_DRIVER " device=%s " HL_DRA_CAPACITY "=%u",
 			d->dev.name, d->cfg.device_count);
 	}
+	for (size_t i = 0; i < d->cfg.n_companions; i++) {
+		const struct hl_companion *c = &d->cfg.companions[i];
+		dp_info("advertising", "resource=%s devices=%u device=%s number=%u:%u", c->resource, c->count,
+			c->type->path, c->type->major, c->type->minor);
+		r = hl_plugin_new_companion(loop, &d->cfg, c, &d->companions[i]);
+		if (r < 0) {
+			snprintf(d->start_why, sizeof(d->start_why), "cannot serve %s: %s", c->resource, strerror(-r));
+			return r;
+		}
+	}
 	hl_labels_params lp = { .exe = label_exe(exe, sizeof(exe)) };
 	r = hl_labels_start(loop, d->dev.name, &lp, &d->labels);
 	if (r < 0)
@@ -127,7 +163,7 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 int hl_daemon_start(dp_loop *loop, void *userdata)
 {
 	struct hl_daemon *d = userdata;
-	int r = d->device_access ? hl_access_new(loop, &d->dev, &d->access) : start_plugin(d, loop);
+	int r = d->device_access ? hl_access_new(loop, &d->dev, device_dir(d), d->cfg.companions, d->cfg.n_companions, &d->access) : start_plugin(d, loop);
 	if (r < 0 && d->start_why[0]) {
 		char q[sizeof(d->start_why) + 16];
 		dp_error("cannot start", "error=%s reason=%s", strerror(-r), dp_logq(q, sizeof(q), d->start_why));
@@ -142,8 +178,12 @@ int hl_daemon_start(dp_loop *loop, void *userdata)
 size_t hl_daemon_seccomp(void *userdata, dp_seccomp_rule *rules, size_t max, int *ret_exe_fd)
 {
 	struct hl_daemon *d = userdata;
+	int fds[HL_COMPANION_TYPES];
+	size_t n = d->device_access ? 0 : d->cfg.n_companions;
+	for (size_t i = 0; i < n; i++)
+		fds[i] = hl_plugin_exe_fd(d->companions[i]);
 	*ret_exe_fd = d->device_access ? -1 : hl_plugin_exe_fd(d->plugin);
-	return hl_seccomp_rules(!d->device_access, hl_labels_exe_fd(d->labels), hl_dra_exe_fd(d->dra), rules, max);
+	return hl_seccomp_rules(!d->device_access, fds, n, hl_labels_exe_fd(d->labels), hl_dra_exe_fd(d->dra), rules, max);
 }
 
 void hl_daemon_stop(void *userdata)
@@ -152,5 +192,7 @@ void hl_daemon_stop(void *userdata)
 	d->labels = hl_labels_free(d->labels);
 	d->dra = hl_dra_free(d->dra);
 	d->plugin = hl_plugin_free(d->plugin);
+	for (size_t i = 0; i < HL_COMPANION_TYPES; i++)
+		d->companions[i] = hl_plugin_free(d->companions[i]);
 	d->access = hl_access_free(d->access);
 }

@@ -25,6 +25,7 @@ struct hl_daemon {
 	struct hl_config cfg;
 	struct hl_device dev;
 	hl_plugin *plugin;
+	hl_plugin *companions[HL_COMPANION_TYPES]; /* cfg.companions' endpoints */
 	hl_access *access;
 	hl_labels *labels;
 	hl_dra *dra; /* PLUGIN_API=dra */

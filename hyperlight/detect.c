@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include "companion.h"
 #include "dp/log.h"
 #include "dp/paths.h"
 
@@ -18,6 +19,8 @@ static const struct {
 	{ "mshv", "/dev/mshv" },
 	{ "kvm", "/dev/kvm" },
 };
+
+#define DEV_PREFIX "/dev/"
 
 static int candidate_path(const char *dir, const char *name, char *buf, size_t size)
 {
@@ -31,7 +34,8 @@ int hl_detect(const char *dir, struct hl_device *ret, char *err, size_t errlen)
 {
 	char tried[2][PATH_MAX];
 	for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
-		struct hl_device d = { .name = candidates[i].name, .path = candidates[i].path };
+		struct hl_device d = { .name = candidates[i].name, .path = candidates[i].path,
+				       .node = candidates[i].name };
 		struct stat st;
 		int r = candidate_path(dir, d.name, d.host_path, sizeof(d.host_path));
 		if (r < 0) {
@@ -61,9 +65,60 @@ int hl_detect(const char *dir, struct hl_device *ret, char *err, size_t errlen)
 	return -ENOENT;
 }
 
+int hl_companion_device(const struct hl_companion_type *t, const char *dir, struct hl_device *ret)
+{
+	struct hl_device d = { .name = t->name, .path = t->path, .rdev = makedev(t->major, t->minor),
+			       .fixed = true };
+	const char *rel = t->path + strlen(DEV_PREFIX); /* "net/tun" */
+	char abs[PATH_MAX];
+	int r;
+
+	d.node = strrchr(t->path, '/') + 1;
+	if ((size_t)snprintf(abs, sizeof(abs), "%s/%s", dir, rel) >= sizeof(abs))
+		return -ENAMETOOLONG;
+	r = dp_path(d.host_path, sizeof(d.host_path), abs);
+	if (r < 0)
+		return r;
+	/* host_path's directory: the resolved path up to its last '/' */
+	snprintf(d.host_dir, sizeof(d.host_dir), "%.*s", (int)(strrchr(d.host_path, '/') - d.host_path),
+		 d.host_path);
+	*ret = d;
+	return 0;
+}
+
+/* A companion's node: lstat, and the wording of a node that never was seen. */
+static int verify_fixed(const struct hl_device *d, char *reason, size_t size)
+{
+	struct stat st;
+	if (lstat(d->host_path, &st) < 0) {
+		int r = -errno;
+		if (r == -ENOENT)
+			snprintf(reason, size, "%s missing", d->host_path);
+		else
+			snprintf(reason, size, "%s: %s", d->host_path, strerror(-r));
+		return r;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		snprintf(reason, size, "%s is a symbolic link, not the device node", d->host_path);
+		return -ELOOP;
+	}
+	if (!S_ISCHR(st.st_mode)) {
+		snprintf(reason, size, "%s is not a character device", d->host_path);
+		return -ENOTTY;
+	}
+	if (st.st_rdev != d->rdev) {
+		snprintf(reason, size, "%s has device number %u:%u, expected %u:%u", d->host_path,
+			 major(st.st_rdev), minor(st.st_rdev), major(d->rdev), minor(d->rdev));
+		return -ENODEV;
+	}
+	return 0;
+}
+
 int hl_device_verify(const struct hl_device *d, char *reason, size_t size)
 {
 	struct stat st;
+	if (d->fixed)
+		return verify_fixed(d, reason, size);
 	if (stat(d->host_path, &st) < 0) {
 		int r = -errno;
 		snprintf(reason, size, "%s: %s", d->host_path, strerror(errno));

@@ -27,13 +27,24 @@
  * processes): two periodic checks. After it, a check that cannot run marks the devices
  * Unhealthy with "the check could not run: ...". */
 #define NOT_RUN_GRACE_USEC (60 * DP_USEC_PER_SEC)
-/* "hyperlight.dev/hypervisor" as an annotation name's part: cdi.k8s.io/<this>_<device>. */
-#define PLUGIN_NAME "hyperlight.dev-hypervisor"
+/* The longest ID prefix: "vhost-vsock-" (companion.h), "hyperlight-". */
+#define ID_PREFIX_MAX 16
+
+/* What differs between the hypervisor's endpoint and a companion's. */
+struct hl_resource {
+	char name[HL_COMPANION_RESOURCE_SIZE];	/* "hyperlight.dev/hypervisor", "hyperlight.dev/tun" */
+	char plugin_name[HL_COMPANION_RESOURCE_SIZE]; /* its annotation part: "hyperlight.dev-tun" */
+	char id_prefix[ID_PREFIX_MAX];		/* "hyperlight-", "tun-" */
+	uint32_t count;
+	const struct hl_companion *companion;	/* NULL: the hypervisor */
+};
 
 struct hl_plugin {
 	dp_loop *loop;
 	struct hl_config cfg;
 	struct hl_device dev;
+	struct hl_resource res;
+	struct hl_companion companion; /* a companion's (res.companion points here) */
 	char health_fields[PATH_MAX + 16]; /* "device=/dev/kvm" on the "device usable" line */
 	dp_endpoint *ep;
 	dp_cdi_file *cdi;
@@ -75,7 +86,8 @@ static int precheck(struct hl_plugin *p, char *reason, size_t size)
 	return 0;
 }
 
-/* Every requested ID is the one CDI device "hyperlight.dev/hypervisor=<kvm|mshv>". */
+/* Every requested ID is the one CDI device "hyperlight.dev/hypervisor=<kvm|mshv>" (a
+ * companion's: "hyperlight.dev/tun=tun"). */
 static void answer_allocate(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
 {
 	char msg[600];
@@ -83,7 +95,7 @@ static void answer_allocate(struct hl_plugin *p, dp_alloc *a, bool healthy, cons
 	if (!healthy) {
 		snprintf(msg, sizeof(msg), "%s is not usable: %s", p->dev.path, reason);
 		dp_alloc_finish(a, DP_GRPC_UNAVAILABLE, msg);
-	} else if (dp_alloc_add_cdi_answer(a, PLUGIN_NAME, HL_RESOURCE, p->dev.name) < 0) {
+	} else if (dp_alloc_add_cdi_answer(a, p->res.plugin_name, p->res.name, p->dev.name) < 0) {
 		dp_alloc_finish(a, DP_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	} else {
 		dp_alloc_finish(a, DP_GRPC_OK, NULL);
@@ -106,7 +118,7 @@ static void check_done(struct hl_plugin *p, dp_alloc *a, bool healthy, const cha
 static void verdict(struct hl_plugin *p, dp_alloc *a, bool healthy, const char *reason)
 {
 	if (p->not_run_since)
-		dp_info("device check runs again", "resource=%s not_run=%u after_ms=%llu", HL_RESOURCE,
+		dp_info("device check runs again", "resource=%s not_run=%u after_ms=%llu", p->res.name,
 			p->not_run_count, (unsigned long long)((dp_now_usec() - p->not_run_since) / DP_USEC_PER_MSEC));
 	p->not_run_since = 0;
 	p->not_run_count = 0;
@@ -132,7 +144,7 @@ static void not_run(struct hl_plugin *p, dp_alloc *a, const char *why)
 
 	if (!p->not_run_since) {
 		p->not_run_since = now;
-		dp_error("device check could not run", "resource=%s error=%s verdict=%s", HL_RESOURCE,
+		dp_error("device check could not run", "resource=%s error=%s verdict=%s", p->res.name,
 			 dp_logq(q, sizeof(q), why),
 			 !p->has_verdict ? "none" : p->verdict_ok ? "healthy" : "unhealthy");
 	}
@@ -168,7 +180,9 @@ static void on_probe_done(const dp_helper_result *res, void *userdata)
 	struct hl_plugin *p = w->p;
 	const char *cdi = dp_cdi_file_error(p->cdi);
 	waiter_unlink(p, w);
-	if (res->run && res->run != p->probe_counted) { /* each requester of a run gets its result */
+	/* each requester of a run gets its result; the probe metrics are the hypervisor's (a
+	 * companion's runs show in its resource's health series) */
+	if (res->run && res->run != p->probe_counted && !p->res.companion) {
 		p->probe_counted = res->run;
 		dp_metrics_probe(res->ok, res->reason, res->run_usec);
 	}
@@ -292,19 +306,21 @@ static void on_cdi_changed(dp_cdi_file *f, void *userdata)
 	dp_endpoint_request_check(p->ep);
 }
 
-static int make_devices(const struct hl_config *cfg, dp_device **ret, char **ret_ids)
+#define ID_SIZE (ID_PREFIX_MAX + 12)
+
+static int make_devices(const struct hl_resource *res, dp_device **ret, char **ret_ids)
 {
-	size_t n = cfg->device_count;
+	size_t n = res->count;
 	dp_device *devs = calloc(n, sizeof(*devs));
-	char *ids = calloc(n, 24);
+	char *ids = calloc(n, ID_SIZE);
 	if (!devs || !ids) {
 		free(devs);
 		free(ids);
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
-		hl_device_id((uint32_t)i, ids + i * 24, 24);
-		devs[i].id = ids + i * 24;
+		snprintf(ids + i * ID_SIZE, ID_SIZE, "%s%zu", res->id_prefix, i);
+		devs[i].id = ids + i * ID_SIZE;
 		devs[i].numa_node = -1;
 	}
 	*ret = devs;
@@ -314,31 +330,38 @@ static int make_devices(const struct hl_config *cfg, dp_device **ret, char **ret
 
 static int setup_cdi(struct hl_plugin *p)
 {
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], file[NAME_MAX + 1];
 	_cleanup_(dp_buf_done) dp_buf spec = { 0 };
 	int r = dp_path(dir, sizeof(dir), DP_CDI_DIR);
 	if (r < 0)
 		return r;
-	hl_spec_render(&p->dev, p->cfg.uid, p->cfg.gid, p->cfg.mode, &spec);
-	return dp_cdi_file_new_owned(p->loop, dir, HL_CDI_FILE, &spec, on_cdi_changed, p, &p->cdi);
+	if (p->res.companion) {
+		hl_spec_render_companion(p->res.companion, p->cfg.uid, p->cfg.gid, p->cfg.mode, &spec);
+		hl_companion_cdi_file(p->res.companion, file, sizeof(file));
+	} else {
+		hl_spec_render(&p->dev, p->cfg.uid, p->cfg.gid, p->cfg.mode, &spec);
+		snprintf(file, sizeof(file), "%s", HL_CDI_FILE);
+	}
+	return dp_cdi_file_new_owned(p->loop, dir, file, &spec, on_cdi_changed, p, &p->cdi);
 }
 
-/* The helper child runs: probe <kind> <device> [<host node> <major> <minor>]. */
+/* The helper child runs: probe <kind> <device> [<host node> <major> <minor>]. The host node is
+ * the device's path under HOST_DEVICE_DIR ("/dev/net/tun": <dir>/net/tun). */
 static int setup_probe(struct hl_plugin *p)
 {
 	char host[PATH_MAX], abs[PATH_MAX], maj[16], min[16];
 	char *argv[8] = { (char *)HL_PROBE_HELPER, (char *)p->dev.name, p->dev.host_path, NULL };
+	const char *rel = p->dev.path + strlen("/dev/");
 	int r;
 
 	if (p->cfg.host_device_dir[0]) {
-		if ((size_t)snprintf(abs, sizeof(abs), "%s/%s", p->cfg.host_device_dir, p->dev.name) >= sizeof(abs))
+		if ((size_t)snprintf(abs, sizeof(abs), "%s/%s", p->cfg.host_device_dir, rel) >= sizeof(abs))
 			return -ENAMETOOLONG;
 		r = dp_path(host, sizeof(host), abs);
 		if (r < 0)
 			return r;
-		r = dp_path(p->host_dir, sizeof(p->host_dir), p->cfg.host_device_dir);
-		if (r < 0)
-			return r;
+		/* the host node's directory: the resolved path up to its last '/' */
+		snprintf(p->host_dir, sizeof(p->host_dir), "%.*s", (int)(strrchr(host, '/') - host), host);
 		snprintf(maj, sizeof(maj), "%u", major(p->dev.rdev));
 		snprintf(min, sizeof(min), "%u", minor(p->dev.rdev));
 		argv[3] = host;
@@ -354,23 +377,23 @@ static int setup_endpoint(struct hl_plugin *p)
 	char kdir[PATH_MAX], prefix[DP_SOCKET_PREFIX_MAX + 1];
 	_cleanup_free_ dp_device *devs = NULL;
 	_cleanup_free_ char *ids = NULL;
-	int r = make_devices(&p->cfg, &devs, &ids);
+	int r = make_devices(&p->res, &devs, &ids);
 	if (r < 0)
 		return r;
 	r = dp_path(kdir, sizeof(kdir), DP_KUBELET_DIR);
 	if (r >= 0)
-		r = dp_socket_prefix(prefix, sizeof(prefix), HL_SOCKET_TAG, HL_RESOURCE);
+		r = dp_socket_prefix(prefix, sizeof(prefix), HL_SOCKET_TAG, p->res.name);
 	if (r < 0)
 		/* devs is freed by its _cleanup_ attribute, which the analyzer does not model */
 		return r; // NOLINT(clang-analyzer-unix.Malloc)
 	snprintf(p->health_fields, sizeof(p->health_fields), "device=%s", p->dev.path);
 	dp_endpoint_config ec = {
-		.resource_name = HL_RESOURCE,
+		.resource_name = p->res.name,
 		.socket_prefix = prefix,
 		.devices = devs,
-		.n_devices = p->cfg.device_count,
+		.n_devices = p->res.count,
 		.first_check_hold_usec = FIRST_CHECK_HOLD_USEC,
-		.no_kubelet = p->cfg.dra,
+		.no_kubelet = p->cfg.dra && !p->res.companion,
 		.healthy_message = "device usable",
 		.unhealthy_message = "device unusable, advertising every device Unhealthy",
 		.healthy_fields = p->health_fields,
@@ -387,7 +410,7 @@ static int setup_endpoint(struct hl_plugin *p)
 static void setup_watches(struct hl_plugin *p)
 {
 	struct hl_node_watch w = { .loop = p->loop, .ep = p->ep, .dir = p->dev.host_dir,
-				   .name = p->dev.name, .changed = on_node_changed, .userdata = p };
+				   .name = p->dev.node, .changed = on_node_changed, .userdata = p };
 	p->watch = w;
 	hl_node_watch_ensure(&p->watch);
 	if (!p->host_dir[0])
@@ -403,8 +426,8 @@ static void stop_watches(struct hl_plugin *p)
 	hl_node_watch_stop(&p->host_watch);
 }
 
-int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev,
-		  hl_plugin **ret)
+static int plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev,
+		      const struct hl_companion *c, hl_plugin **ret)
 {
 	_cleanup_(hl_plugin_freep) hl_plugin *p = calloc(1, sizeof(*p));
 	if (!p)
@@ -412,6 +435,20 @@ int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_de
 	p->loop = loop;
 	p->cfg = *cfg;
 	p->dev = *dev;
+	if (c) {
+		p->companion = *c;
+		p->res.companion = &p->companion;
+		snprintf(p->res.name, sizeof(p->res.name), "%s", c->resource);
+		snprintf(p->res.id_prefix, sizeof(p->res.id_prefix), "%s", c->type->id_prefix);
+		p->res.count = c->count;
+	} else {
+		snprintf(p->res.name, sizeof(p->res.name), "%s", HL_RESOURCE);
+		snprintf(p->res.id_prefix, sizeof(p->res.id_prefix), "%s", HL_ID_PREFIX);
+		p->res.count = cfg->device_count;
+	}
+	/* "hyperlight.dev/hypervisor" as an annotation name's part: cdi.k8s.io/<this>_<device> */
+	snprintf(p->res.plugin_name, sizeof(p->res.plugin_name), "%s", p->res.name);
+	*strchr(p->res.plugin_name, '/') = '-';
 	int r = setup_cdi(p);
 	if (r >= 0)
 		r = setup_probe(p);
@@ -426,6 +463,21 @@ int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_de
 		return r;
 	*ret = TAKE_PTR(p);
 	return 0;
+}
+
+int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev, hl_plugin **ret)
+{
+	return plugin_new(loop, cfg, dev, NULL, ret);
+}
+
+int hl_plugin_new_companion(dp_loop *loop, const struct hl_config *cfg, const struct hl_companion *c,
+			    hl_plugin **ret)
+{
+	struct hl_device dev;
+	int r = hl_companion_device(c->type, "/dev", &dev);
+	if (r < 0)
+		return r;
+	return plugin_new(loop, cfg, &dev, c, ret);
 }
 
 hl_plugin *hl_plugin_free(hl_plugin *p)

@@ -19,6 +19,7 @@
  */
 #pragma once
 
+#include "companion.h"
 #include "config.h"
 #include "detect.h"
 #include "dp/loop.h"
@@ -30,6 +31,12 @@ typedef struct hl_plugin hl_plugin;
  * check follows). cfg and dev are copied. Negative errno; *ret written only on success. */
 int hl_plugin_new(dp_loop *loop, const struct hl_config *cfg, const struct hl_device *dev,
 		  hl_plugin **ret);
+/* A companion's endpoint (companion.h): the same checks, watches and Allocate for its own
+ * resource, CDI spec (hl_companion_cdi_file) and probe kind, its node at its path under /dev
+ * (with HOST_DEVICE_DIR, the host's there too). Its node may be missing: the devices are then
+ * Unhealthy with the reason until it comes. cfg and c are copied. */
+int hl_plugin_new_companion(dp_loop *loop, const struct hl_config *cfg, const struct hl_companion *c,
+			    hl_plugin **ret);
 /* Answers the Allocates still waiting (UNAVAILABLE), stops the probe helper, removes our socket;
  * the CDI spec is kept. Accepts NULL, returns NULL. */
 hl_plugin *hl_plugin_free(hl_plugin *p);

@@ -5,8 +5,10 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/if_tun.h>
 #include <linux/kvm.h>
 #include <linux/types.h>
+#include <linux/vhost.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +25,8 @@ static_assert(KVM_GET_API_VERSION == 0xAE00, "KVM_GET_API_VERSION is _IO(0xAE, 0
 static_assert(KVM_CREATE_VM == 0xAE01, "KVM_CREATE_VM is _IO(0xAE, 0x01)");
 static_assert(KVM_CHECK_EXTENSION == 0xAE03, "KVM_CHECK_EXTENSION is _IO(0xAE, 0x03)");
 static_assert(KVM_CAP_ARM_VM_IPA_SIZE == 165, "KVM_CAP_ARM_VM_IPA_SIZE is 165");
+static_assert(TUNGETFEATURES == 0x800454cf, "TUNGETFEATURES is _IOR('T', 207, unsigned int)");
+static_assert(VHOST_GET_FEATURES == 0x8008af00, "VHOST_GET_FEATURES is _IOR(0xAF, 0x00, __u64)");
 
 /*
  * Upstream <linux/mshv.h> (6.15+), not shipped by Debian 12's linux-libc-dev. The ioctl number
@@ -76,6 +80,25 @@ static int open_device(const char *path, char *reason, size_t size)
 	if (fd < 0) {
 		int e = errno;
 		snprintf(reason, size, "%s opening %s", errname(e), path);
+		return -e;
+	}
+	return fd;
+}
+
+/* A companion's node: never through a symlink; a node without its driver says which module. */
+static int open_companion(const char *path, const char *module, char *reason, size_t size)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENODEV || e == ENXIO)
+			snprintf(reason, size, "%s opening %s (no driver: module %s not loaded?)", errname(e),
+				 path, module);
+		else if (e == ELOOP)
+			snprintf(reason, size, "ELOOP opening %s (a symbolic link, not the device node)", path);
+		else
+			snprintf(reason, size, "%s opening %s", errname(e), path);
 		return -e;
 	}
 	return fd;
@@ -184,19 +207,90 @@ int hl_probe_mshv(const char *path, char *reason, size_t size)
 	return 0;
 }
 
-int hl_probe_host_node(const char *path, unsigned maj, unsigned min, char *reason, size_t size)
+static const struct {
+	unsigned flag;
+	const char *name;
+} tun_flags[] = {
+	{ IFF_TAP, "tap" },		{ IFF_TUN, "tun" },		  { IFF_NO_PI, "no_pi" },
+	{ IFF_VNET_HDR, "vnet_hdr" }, { IFF_MULTI_QUEUE, "multi_queue" },
+};
+
+int hl_probe_tun(const char *path, char *reason, size_t size)
+{
+	_cleanup_close_ int fd = -1;
+	unsigned features = 0;
+	size_t n;
+
+	if (!args_ok(path, reason, size))
+		return -EINVAL;
+	fd = open_companion(path, "tun", reason, size);
+	if (fd < 0)
+		return fd;
+	if (ioctl(fd, TUNGETFEATURES, &features) < 0) {
+		int e = errno;
+		snprintf(reason, size, "TUNGETFEATURES: %s", errname(e));
+		return -e;
+	}
+	if (!(features & IFF_TAP)) {
+		snprintf(reason, size, "tun features 0x%x: no tap devices (IFF_TAP)", features);
+		return -EPROTO;
+	}
+	n = (size_t)snprintf(reason, size, "tun features 0x%x (", features);
+	for (size_t i = 0, k = 0; i < DP_ELEMENTSOF(tun_flags) && n < size; i++)
+		if (features & tun_flags[i].flag)
+			n += (size_t)snprintf(reason + n, size - n, "%s%s", k++ ? ", " : "", tun_flags[i].name);
+	if (n < size)
+		snprintf(reason + n, size - n, ")");
+	return 0;
+}
+
+/* vhost-net and vhost-vsock: open, VHOST_GET_FEATURES (no owner needed), close. */
+static int probe_vhost(const char *path, const char *what, const char *module, char *reason, size_t size)
+{
+	_cleanup_close_ int fd = -1;
+	__u64 features = 0;
+
+	if (!args_ok(path, reason, size))
+		return -EINVAL;
+	fd = open_companion(path, module, reason, size);
+	if (fd < 0)
+		return fd;
+	if (ioctl(fd, VHOST_GET_FEATURES, &features) < 0) {
+		int e = errno;
+		snprintf(reason, size, "VHOST_GET_FEATURES: %s", errname(e));
+		return -e;
+	}
+	snprintf(reason, size, "%s features 0x%llx", what, (unsigned long long)features);
+	return 0;
+}
+
+int hl_probe_vhost_net(const char *path, char *reason, size_t size)
+{
+	return probe_vhost(path, "vhost-net", "vhost_net", reason, size);
+}
+
+int hl_probe_vhost_vsock(const char *path, char *reason, size_t size)
+{
+	return probe_vhost(path, "vhost-vsock", "vhost_vsock", reason, size);
+}
+
+int hl_probe_host_node(const char *path, unsigned maj, unsigned min, bool nofollow, char *reason, size_t size)
 {
 	struct stat st;
 
 	if (!args_ok(path, reason, size))
 		return -EINVAL;
-	if (stat(path, &st) < 0) {
+	if ((nofollow ? lstat(path, &st) : stat(path, &st)) < 0) {
 		int e = errno;
 		if (e == ENOENT)
 			snprintf(reason, size, "host device %s missing", path);
 		else
 			snprintf(reason, size, "host device %s: %s", path, errname(e));
 		return -e;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		snprintf(reason, size, "host device %s is a symbolic link, not the device node", path);
+		return -ELOOP;
 	}
 	if (!S_ISCHR(st.st_mode)) {
 		snprintf(reason, size, "host device %s is not a character device", path);
@@ -223,12 +317,14 @@ int hl_probe_host_node(const char *path, unsigned maj, unsigned min, char *reaso
 #define IOCTL_CMDS                                                                                 \
 	IOCTL_CMD(KVM_GET_API_VERSION), IOCTL_CMD(KVM_CREATE_VM), IOCTL_CMDS_ARCH                  \
 	IOCTL_CMD(HL_MSHV_CREATE_PARTITION)
+/* The companions' (companion.h): in the daemon's list only when COMPANIONS names one. */
+#define COMPANION_IOCTL_CMDS IOCTL_CMD(TUNGETFEATURES), IOCTL_CMD(VHOST_GET_FEATURES)
 
 /* The probe helper's own filter, on top of the daemon's: open the device, stat the host node,
  * the hypervisor ioctls (three; four on arm64), close, write the result line, exit. */
 static const dp_seccomp_rule probe_rules[] = {
 	DP_SC("openat"), DP_SC("newfstatat"), DP_SC("fstat"), DP_SC("close"), DP_SC_MUSL_LEGACY
-	IOCTL_CMDS,
+	IOCTL_CMDS, COMPANION_IOCTL_CMDS,
 	DP_SC("write"), DP_SC("exit_group"), DP_SC("exit"),
 	/* the C library's memory and a failing assertion's abort(), so a bug still ends as a
 	 * crash the daemon reports ("helper killed by signal 6") */
@@ -254,6 +350,10 @@ const dp_seccomp_rule hl_probe_ioctl_rules[] = {
 	IOCTL_CMDS,
 };
 const size_t hl_probe_n_ioctl_rules = DP_ELEMENTSOF(hl_probe_ioctl_rules);
+const dp_seccomp_rule hl_probe_companion_ioctl_rules[] = {
+	COMPANION_IOCTL_CMDS,
+};
+const size_t hl_probe_n_companion_ioctl_rules = DP_ELEMENTSOF(hl_probe_companion_ioctl_rules);
 
 /* Confine the helper before it touches the device; false (a reply written) on failure. The
  * mode follows SDP_SECCOMP like the daemon's (off: no filter). */
@@ -322,15 +422,16 @@ static void entry_probe_mshv(int argc, char **argv)
 	run_probe(hl_probe_mshv, argc, argv);
 }
 
-/* The host check of argv[0..2]; true when it passed (nothing written), else replies. */
-static bool host_check(char **argv)
+/* The host check of argv[0..2]; true when it passed (nothing written), else replies. A
+ * companion's host node must be the node itself (nofollow). */
+static bool host_check(char **argv, bool nofollow)
 {
 	char reason[DP_HELPER_REASON_MAX];
 	unsigned maj, min;
 
 	if (!parse_devnum(argv[1], argv[2], &maj, &min))
 		return false;
-	if (hl_probe_host_node(argv[0], maj, min, reason, sizeof(reason)) < 0) {
+	if (hl_probe_host_node(argv[0], maj, min, nofollow, reason, sizeof(reason)) < 0) {
 		dp_helper_reply_fail("%s", reason);
 		return false;
 	}
@@ -345,31 +446,40 @@ static void entry_check_host(int argc, char **argv)
 		dp_helper_reply_fail("invalid probe arguments: check-host takes <path> <major> <minor>");
 		return;
 	}
-	if (host_check(argv + 1))
+	if (host_check(argv + 1, false))
 		dp_helper_reply_ok("host device matches");
 }
+
+static const struct {
+	const char *kind;
+	probe_fn fn;
+	bool companion; /* the host node must not be a symlink */
+} kinds[] = {
+	{ "kvm", hl_probe_kvm, false },
+	{ "mshv", hl_probe_mshv, false },
+	{ "tun", hl_probe_tun, true },
+	{ "vhost-net", hl_probe_vhost_net, true },
+	{ "vhost-vsock", hl_probe_vhost_vsock, true },
+};
 
 static void entry_probe(int argc, char **argv)
 {
 	char reason[DP_HELPER_REASON_MAX];
-	probe_fn fn = NULL;
+	size_t k = DP_ELEMENTSOF(kinds);
 
 	if (!confine())
 		return;
-	if (argc == 3 || argc == 6) {
-		if (strcmp(argv[1], "kvm") == 0)
-			fn = hl_probe_kvm;
-		else if (strcmp(argv[1], "mshv") == 0)
-			fn = hl_probe_mshv;
-	}
-	if (!fn) {
-		dp_helper_reply_fail("invalid probe arguments: probe takes kvm|mshv <device path> "
-				     "[<host path> <major> <minor>]");
+	if (argc == 3 || argc == 6)
+		for (k = 0; k < DP_ELEMENTSOF(kinds) && strcmp(argv[1], kinds[k].kind) != 0; k++)
+			;
+	if (k == DP_ELEMENTSOF(kinds)) {
+		dp_helper_reply_fail("invalid probe arguments: probe takes kvm|mshv|tun|vhost-net|vhost-vsock "
+				     "<device path> [<host path> <major> <minor>]");
 		return;
 	}
-	if (argc == 6 && !host_check(argv + 3))
+	if (argc == 6 && !host_check(argv + 3, kinds[k].companion))
 		return;
-	reply(fn(argv[2], reason, sizeof(reason)), reason);
+	reply(kinds[k].fn(argv[2], reason, sizeof(reason)), reason);
 }
 
 const dp_helper_entry hl_probe_helpers[] = {

@@ -8,7 +8,7 @@
  *   probe-kvm   <device path>
  *   probe-mshv  <device path>
  *   check-host  <host node path> <major> <minor>
- *   probe       kvm|mshv <device path> [<host node path> <major> <minor>]
+ *   probe       kvm|mshv|tun|vhost-net|vhost-vsock <device path> [<host node path> <major> <minor>]
  *
  * "probe" is one health check: the host-node check first (when its three arguments are given),
  * then the device probe. Each entry answers "ok <detail>" or "fail <reason>"; the reasons are
@@ -25,6 +25,11 @@
  *   host device /host-dev/kvm has device number 10:233, expected 10:232
  *   host device /host-dev/kvm: EACCES        stat(2) failed otherwise
  *   invalid probe arguments: ...             the argv given does not match the list above
+ *   ENODEV opening /dev/vhost-net (no driver: module vhost_net not loaded?)   a companion
+ *   ELOOP opening /dev/net/tun (a symbolic link, not the device node)
+ *   host device /host-dev/vhost-net is a symbolic link, not the device node  a companion's
+ *   TUNGETFEATURES: EBADFD, VHOST_GET_FEATURES: ENOTTY
+ *   tun features 0x1: no tap devices (IFF_TAP)
  *
  * KVM: open O_RDWR|O_CLOEXEC, KVM_GET_API_VERSION == 12, KVM_CREATE_VM(type), close both. The
  * type is 0 (the kernel's default) except on arm64, where it is the VM's IPA size: there the
@@ -35,9 +40,16 @@
  * MSHV: open O_RDWR|O_CLOEXEC, MSHV_CREATE_PARTITION with the 16-byte non-isolated arguments
  * (flags 0: bit 3 clear, so the kernel's default CPU/XSAVE features; isolation 0), close the
  * partition without initialising it. No guest memory, no vCPU.
+ * The companions (companion.h) are opened O_RDWR|O_CLOEXEC|O_NOFOLLOW (the node itself, never a
+ * symlink; their host node is checked with lstat for the same reason):
+ * tun: TUNGETFEATURES, which must include IFF_TAP ("tun features 0x7173 (tap, tun, no_pi,
+ * vnet_hdr, multi_queue)"); no TUNSETIFF, so no interface is made and no capability needed.
+ * vhost-net, vhost-vsock: VHOST_GET_FEATURES ("vhost-net features 0x..."), which needs no
+ * VHOST_SET_OWNER: nothing is attached to the opened instance, it is released at close.
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "dp/helper.h"
@@ -51,6 +63,10 @@
  * probe helper, which inherits the daemon's filter (hyperlight/confine.c). */
 extern const dp_seccomp_rule hl_probe_ioctl_rules[];
 extern const size_t hl_probe_n_ioctl_rules;
+/* The companions' ioctls (TUNGETFEATURES, VHOST_GET_FEATURES): the daemon's list adds them
+ * only when COMPANIONS names one (the helper's own filter always has them). */
+extern const dp_seccomp_rule hl_probe_companion_ioctl_rules[];
+extern const size_t hl_probe_n_companion_ioctl_rules;
 
 #define HL_PROBE_MAX_HELPERS 8 /* hl_probe_n_helpers is at most this */
 extern const dp_helper_entry hl_probe_helpers[];
@@ -60,12 +76,17 @@ extern const size_t hl_probe_n_helpers;
  * negative errno with the reason (as listed above) in reason[size]:
  *   open/ioctl/stat failures: that call's -errno;
  *   "API version N": -EPROTO;
- *   "is not a character device": -ENOTTY; "has device number": -ENODEV;
+ *   "is not a character device": -ENOTTY; "has device number": -ENODEV; "no tap devices": -EPROTO;
+ *   "is a symbolic link": -ELOOP;
  *   NULL path or reason, size 0: -EINVAL (reason untouched).
  * On success reason holds a short detail ("KVM API version 12, VM created"). */
 int hl_probe_kvm(const char *path, char *reason, size_t size);
 int hl_probe_mshv(const char *path, char *reason, size_t size);
-int hl_probe_host_node(const char *path, unsigned major, unsigned minor, char *reason, size_t size);
+int hl_probe_tun(const char *path, char *reason, size_t size);
+int hl_probe_vhost_net(const char *path, char *reason, size_t size);
+int hl_probe_vhost_vsock(const char *path, char *reason, size_t size);
+/* nofollow: lstat (a companion's node), else stat. */
+int hl_probe_host_node(const char *path, unsigned major, unsigned minor, bool nofollow, char *reason, size_t size);
 
 /* KVM_CREATE_VM's argument on arm64 for a host whose KVM_CHECK_EXTENSION(KVM_CAP_ARM_VM_IPA_SIZE)
  * answered ipa_limit: 0 (the default, 40 bits) when the capability is absent (<= 0) or the limit

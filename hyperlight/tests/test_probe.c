@@ -484,13 +484,13 @@ static void test_inprocess_returns(void **state)
 
 	assert_int_equal(hl_probe_kvm(NULL, reason, sizeof(reason)), -EINVAL);
 	assert_int_equal(hl_probe_mshv(f->kvm, NULL, 10), -EINVAL);
-	assert_int_equal(hl_probe_host_node(f->kvm, 10, 232, reason, 0), -EINVAL);
+	assert_int_equal(hl_probe_host_node(f->kvm, 10, 232, false, reason, 0), -EINVAL);
 	assert_string_equal(reason, "untouched");
 	assert_int_equal(hl_probe_kvm(f->regular, reason, sizeof(reason)), -ENOTTY);
 	assert_string_equal(reason, "KVM_GET_API_VERSION: ENOTTY");
-	assert_int_equal(hl_probe_host_node(f->regular, 10, 232, reason, sizeof(reason)), -ENOTTY);
-	assert_int_equal(hl_probe_host_node(f->host_other, 10, 232, reason, sizeof(reason)), -ENODEV);
-	assert_int_equal(hl_probe_host_node(f->host_ok, 10, 232, reason, sizeof(reason)), 0);
+	assert_int_equal(hl_probe_host_node(f->regular, 10, 232, false, reason, sizeof(reason)), -ENOTTY);
+	assert_int_equal(hl_probe_host_node(f->host_other, 10, 232, false, reason, sizeof(reason)), -ENODEV);
+	assert_int_equal(hl_probe_host_node(f->host_ok, 10, 232, false, reason, sizeof(reason)), 0);
 }
 
 /* ---------------------------------------------------------------- host device check */
@@ -537,10 +537,10 @@ static void test_bad_arguments(void **state)
 		    "invalid probe arguments: check-host takes <path> <major> <minor>");
 	expect_fail(RUN(f, "probe-kvm"), "invalid probe arguments: probe-kvm takes <device path>");
 	expect_fail(RUN(f, "probe", "xen", f->kvm),
-		    "invalid probe arguments: probe takes kvm|mshv <device path> "
+		    "invalid probe arguments: probe takes kvm|mshv|tun|vhost-net|vhost-vsock <device path> "
 		    "[<host path> <major> <minor>]");
 	expect_fail(RUN(f, "probe", "kvm", f->kvm, f->host_ok, "10"),
-		    "invalid probe arguments: probe takes kvm|mshv <device path> "
+		    "invalid probe arguments: probe takes kvm|mshv|tun|vhost-net|vhost-vsock <device path> "
 		    "[<host path> <major> <minor>]");
 }
 

@@ -48,7 +48,7 @@ static int load(const char *daemon, size_t *n)
 	ssize_t k;
 
 	if (strcmp(daemon, "hyperlight") == 0) {
-		counts[1] = hl_seccomp_rules(true, LABEL_FD, -1, own, DP_ELEMENTSOF(own));
+		counts[1] = hl_seccomp_rules(true, NULL, 0, LABEL_FD, -1, own, DP_ELEMENTSOF(own));
 		counts[2] = 1;
 	} else if (strcmp(daemon, "kata") == 0) {
 		counts[1] = dp_draside_seccomp_rules(EXE_FD, own, DP_ELEMENTSOF(own));
