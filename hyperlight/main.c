@@ -31,7 +31,15 @@ static void usage_env(FILE *f)
 		"                        hyperlight.dev/enabled follows it (default 10; 0..3600)\n"
 		"  PLUGIN_API            device-plugin (default) or dra: serve the hypervisor through\n"
 		"                        DRA as driver hyperlight.dev (needs NODE_NAME, the service\n"
-		"                        account and the kubelet's plugins and plugins_registry dirs)\n",
+		"                        account and the kubelet's plugins and plugins_registry dirs)\n"
+		"  COMPANIONS            devices a micro-VM sandbox needs beside the hypervisor, each\n"
+		"                        its own resource and CDI spec: comma-separated tun,\n"
+		"                        vhost-net, vhost-vsock (default none; not with PLUGIN_API=dra)\n"
+		"  TUN_RESOURCE, VHOST_NET_RESOURCE, VHOST_VSOCK_RESOURCE\n"
+		"                        a listed companion's resource name under hyperlight.dev/\n"
+		"                        (default tun, vhost-net, vhost-vsock)\n"
+		"  TUN_COUNT, VHOST_NET_COUNT, VHOST_VSOCK_COUNT\n"
+		"                        a listed companion's devices advertised (default 2000)\n",
 		hl_device_count_ceiling());
 }
 

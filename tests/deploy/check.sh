@@ -7,6 +7,13 @@
 #    docs/operations.md (check_manifests.py: python3-yaml).
 # 2. (The admission policies' CEL is checked for structure only: no CEL evaluator is packaged
 #    in Debian 12, and tests download nothing beyond Debian packages.)
+#    The chart's companions (companions.*) with real Helm (scripts/helm-tools.sh, the install
+#    tests/manifests uses; HELM=/path/to/helm takes that binary): off by default and with only
+#    their resource and count changed, nothing of them is rendered; enabled, both DaemonSets
+#    set COMPANIONS (in the daemon's order), the main one each enabled companion's resource and
+#    count, the bootstrap nothing else (check_manifests.py --companions); the values the schema
+#    or the templates refuse make helm template fail saying why; every variable rendered is
+#    one the daemon documents (BUILD/hyperlight-device-plugin --help).
 # 3. The image context (scripts/build-static.sh: the musl daemon, its label helper program and
 #    musl's loader, nothing else): the binary runs in a chroot of it (root needed), every exec probe command of the
 #    DaemonSets parses there, and the daemon documents every variable the manifests set. In
@@ -50,6 +57,113 @@ if [ $rc -ne 0 ] && grep -q '^FAIL device-plugin read-only root' <<<"$out" &&
 else
 	result "manifest checks catch a writable root, a wrong probe flag, SDP_TEST_ROOT and a DEVICE_MODE with a setuid bit" 0 \
 		"exit $rc: $(grep '^FAIL' <<<"$out" | tr '\n' ' ')"
+fi
+
+# ---- 2. the chart with companions ----
+chart="$src/deploy/helm/hyperlight-device-plugin"
+helm=${HELM:-}
+if [ -z "$helm" ] && bin_dir=$("$src/scripts/helm-tools.sh" "$build" 2>"$tmp/helm-tools.err"); then
+	helm=$bin_dir/helm
+fi
+# hrender NAME [helm args]: helm template into $tmp/chart/NAME.yaml (errors in NAME.err)
+hrender() {
+	local name=$1
+	shift
+	"$helm" template hyperlight-device-plugin "$chart" -n kube-system "$@" >"$tmp/chart/$name.yaml" 2>"$tmp/chart/$name.err"
+}
+if [ -z "$helm" ]; then
+	result "chart with companions (helm template)" 0 "no helm: $(tail -3 "$tmp/helm-tools.err" | tr '\n' ' ')"
+else
+	mkdir -p "$tmp/chart"
+	# rendered OK: NAME WHAT COMPANIONS [VAR=VALUE...] -- helm args
+	rendered() {
+		local name=$1 what=$2 want=$3
+		shift 3
+		local vars=()
+		while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+		shift
+		if hrender "$name" "$@"; then
+			result "chart renders $what" 1
+			tally < <(python3 "$src/tests/deploy/check_manifests.py" --companions "$tmp/chart/$name.yaml" "$want" "${vars[@]}" 2>&1 |
+				awk -v w="$what" '{ sub(/^(PASS|FAIL) /, "&[" w "] "); print }')
+		else
+			result "chart renders $what" 0 "$(head -c 400 "$tmp/chart/$name.err")"
+		fi
+	}
+	rendered default "default values (companions off)" "" --
+	rendered off-changed "companions off, their resources and counts changed" "" -- \
+		--set companions.tun.resource=tap --set companions.vhostNet.count=5 --set companions.vhostVsock.resource=vsock
+	result "companions off renders byte-identical output, whatever their resources and counts" \
+		"$(cmp -s "$tmp/chart/default.yaml" "$tmp/chart/off-changed.yaml" && echo 1)" \
+		"$(diff "$tmp/chart/default.yaml" "$tmp/chart/off-changed.yaml" | head -c 400)"
+	rendered all "all three companions" tun,vhost-net,vhost-vsock \
+		TUN_RESOURCE=tun TUN_COUNT=10 VHOST_NET_RESOURCE=vhost-net VHOST_NET_COUNT=2000 \
+		VHOST_VSOCK_RESOURCE=vsock VHOST_VSOCK_COUNT=2000 -- \
+		--set 'companions.enabled={vhost-vsock,tun,vhost-net}' --set companions.tun.count=10 \
+		--set companions.vhostVsock.resource=vsock
+	rendered two "tun and vhost-vsock only" tun,vhost-vsock \
+		TUN_RESOURCE=tun TUN_COUNT=2000 VHOST_VSOCK_RESOURCE=vhost-vsock VHOST_VSOCK_COUNT=2000 -- \
+		--set 'companions.enabled={vhost-vsock,tun}' --set companions.vhostNet.resource=ignored
+	rendered nondefault "vhost-net with tests/manifests' non-default values (api=devicePlugin)" vhost-net \
+		VHOST_NET_RESOURCE=vhost-net VHOST_NET_COUNT=64 -- \
+		-f "$src/tests/manifests/values/hyperlight-nondefault.yaml" --set api=devicePlugin \
+		--set 'companions.enabled={vhost-net}' --set companions.vhostNet.count=64
+	# The checker itself catches a bootstrap without COMPANIONS and one with a resource variable.
+	if [ -s "$tmp/chart/all.yaml" ]; then
+		python3 - "$tmp/chart/all.yaml" "$tmp/chart/broken.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "hyperlight-device-access":
+        env = d["spec"]["template"]["spec"]["containers"][0]["env"]
+        env[:] = [e for e in env if e["name"] != "COMPANIONS"] + [{"name": "TUN_RESOURCE", "value": "tun"}]
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+PY
+		out=$(python3 "$src/tests/deploy/check_manifests.py" --companions "$tmp/chart/broken.yaml" tun,vhost-net,vhost-vsock \
+			TUN_RESOURCE=tun TUN_COUNT=10 VHOST_NET_RESOURCE=vhost-net VHOST_NET_COUNT=2000 \
+			VHOST_VSOCK_RESOURCE=vsock VHOST_VSOCK_COUNT=2000 2>&1)
+		rc=$?
+		result "companion checks catch a bootstrap without COMPANIONS and with TUN_RESOURCE" \
+			"$([ $rc -ne 0 ] && grep -q '^FAIL device-access COMPANIONS' <<<"$out" &&
+				grep -q '^FAIL device-access sets COMPANIONS only' <<<"$out" && echo 1)" \
+			"exit $rc: $(grep '^FAIL' <<<"$out" | tr '\n' ' ')"
+	fi
+	# Refused: helm template fails and its error says WANT (WHAT|HELM ARGS|WANT a line).
+	while IFS='|' read -r what args want; do
+		# shellcheck disable=SC2086
+		hrender refused $args
+		rc=$?
+		result "chart refuses $what" "$([ $rc -ne 0 ] && grep -qF -- "$want" "$tmp/chart/refused.err" && echo 1)" \
+			"exit $rc: $(head -c 400 "$tmp/chart/refused.err")"
+	done <<EOT
+an unknown companion (macvtap)|--set companions.enabled={tun,macvtap}|companions.enabled.1 must be one of the following
+a companion listed twice|--set companions.enabled={tun,tun}|companions.enabled: array items[0,1] must be unique
+companions.enabled as a string|--set companions.enabled=tun|companions.enabled: Invalid type
+an unknown key under companions|--set companions.macvtap.count=1|Additional property macvtap is not allowed
+a resource name with a capital (Tun)|--set companions.tun.resource=Tun|companions.tun.resource: Does not match pattern
+a resource name ending in '-'|--set companions.vhostNet.resource=vhost-|companions.vhostNet.resource: Does not match pattern
+an empty resource name|--set companions.vhostVsock.resource=|companions.vhostVsock.resource: Does not match pattern
+a resource name of 64 bytes|--set companions.tun.resource=$(printf 'a%.0s' $(seq 64))|companions.tun.resource: String length must be less than or equal to 63
+the resource name hypervisor|--set companions.tun.resource=hypervisor|companions.tun.resource: Must not validate the schema (not)
+the resource name device-access|--set companions.vhostNet.resource=device-access|companions.vhostNet.resource: Must not validate the schema (not)
+count 0|--set companions.tun.count=0|companions.tun.count: Must be greater than or equal to 1
+count as a string|--set-string companions.vhostVsock.count=5|companions.vhostVsock.count: Invalid type
+companions with api=dra (schema)|--set companions.enabled={tun} --set api=dra|api: api must be one of the following: "devicePlugin"
+companions with api=dra (template, schema skipped)|--set companions.enabled={vhost-vsock} --set api=dra --skip-schema-validation|companions are served through the device-plugin API only
+two enabled companions under one resource name|--set companions.enabled={tun,vhost-net} --set companions.vhostNet.resource=tun|tun and vhost-net are both hyperlight.dev/tun
+EOT
+	# Every variable the renders set is one the daemon documents.
+	if [ -x "$build/hyperlight-device-plugin" ]; then
+		helptext=$("$build/hyperlight-device-plugin" --help 2>&1)
+		for var in $(cat "$tmp/chart/all.yaml" "$tmp/chart/nondefault.yaml" 2>/dev/null |
+			sed -n 's/^ *- name: \([A-Z][A-Z0-9_]*\)$/\1/p' | sort -u); do
+			result "the chart's $var is documented by the daemon (--help)" \
+				"$(grep -qw -- "$var" <<<"$helptext" && echo 1)" "not in $build/hyperlight-device-plugin --help"
+		done
+	else
+		result "the chart's companion variables are documented by the daemon (--help)" 0 \
+			"no $build/hyperlight-device-plugin: build first"
+	fi
 fi
 
 # ---- 3. image context ----

@@ -5,6 +5,12 @@ Prints one line per check, "PASS <name>" or "FAIL <name>: <why>"; tests/deploy/c
 them. With --json OUT it also writes every parsed document (for the CEL policy test).
 
     check_manifests.py SRC_DIR [--json OUT]
+    check_manifests.py --companions RENDERED COMPANIONS [VAR=VALUE ...]
+
+The second form checks one `helm template` output of the chart (tests/deploy/check.sh renders
+it): both DaemonSets set COMPANIONS to exactly COMPANIONS ("" : neither sets it), the bootstrap
+nothing else of the companions', and the main one exactly the VAR=VALUE resource and count
+variables given, each a value the daemon takes (hyperlight/companion.h).
 """
 import json
 import os
@@ -24,6 +30,11 @@ SEED_POD_SC = {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
                "seccompProfile": {"type": "RuntimeDefault"}}
 SEED_CONTAINER_SC = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                      "capabilities": {"drop": ["ALL"]}}
+
+# The companions (hyperlight/companion.h), in the daemon's table order: name, variable prefix.
+COMPANIONS = (("tun", "TUN"), ("vhost-net", "VHOST_NET"), ("vhost-vsock", "VHOST_VSOCK"))
+COMPANION_VAR = re.compile(r"^(COMPANIONS|(%s)_(RESOURCE|COUNT))$" % "|".join(e for _, e in COMPANIONS))
+RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 results = []
 
@@ -248,7 +259,61 @@ def check_daemonsets(docs, version):
     v = dig(env, "DEVICE_MODE", "value")
     check("device-plugin DEVICE_MODE is 3 or 4 octal digits up to 0777",
           v is None or (isinstance(v, str) and re.fullmatch(r"0?[0-7]{3}", v) is not None), "DEVICE_MODE=%r" % v)
+    # As shipped the companions are off (the chart's companions.enabled: []).
+    for name, c in (("device-access", ac), ("device-plugin", mc)):
+        extra = sorted(n for n in env_map(c) if COMPANION_VAR.match(n))
+        check("%s sets no companion variable (companions off as shipped)" % name, not extra, "it sets %s" % extra)
     return mc
+
+
+def check_companion_env(acc, main, want, want_vars):
+    """Both DaemonSets of one chart render: COMPANIONS is want ("" : unset) on both; the
+    bootstrap sets no other companion variable; the main one exactly want_vars ({VAR: VALUE})."""
+    ac, mc = (dig(d, "spec", "template", "spec", "containers", 0, default={}) for d in (acc, main))
+    aenv, menv = env_map(ac), env_map(mc)
+    for name, env in (("device-access", aenv), ("device-plugin", menv)):
+        got = dig(env, "COMPANIONS", "value")
+        check("%s COMPANIONS=%r" % (name, want or None), got == (want or None) and
+              (want or "COMPANIONS" not in env), "COMPANIONS %r" % env.get("COMPANIONS"))
+    extra = sorted(n for n in aenv if COMPANION_VAR.match(n) and n != "COMPANIONS")
+    check("device-access sets COMPANIONS only (no resource or count)", not extra, "it sets %s" % extra)
+    got = {n: dig(e, "value") for n, e in menv.items() if COMPANION_VAR.match(n) and n != "COMPANIONS"}
+    check("device-plugin companion variables %s" % (" ".join("%s=%s" % kv for kv in sorted(want_vars.items())) or "none"),
+          got == want_vars, "got %r" % got)
+    listed = want.split(",") if want else []
+    order = [n for n, _ in COMPANIONS if n in listed]
+    check("COMPANIONS names known companions once each, in the daemon's order",
+          listed == order, "%r (order %r)" % (listed, order))
+    seen = {}
+    for n, e in COMPANIONS:
+        if n not in listed:
+            continue
+        r = dig(menv, e + "_RESOURCE", "value", default=n)
+        c = dig(menv, e + "_COUNT", "value", default="2000")
+        check("%s_RESOURCE=%r is a resource name the daemon takes" % (e, r),
+              isinstance(r, str) and len(r) <= 63 and RESOURCE_NAME.match(r) and r not in ("hypervisor", "device-access")
+              and r not in seen, "invalid or also %s's" % seen.get(r))
+        seen[r] = n
+        check("%s_COUNT=%r is a count >= 1" % (e, c), isinstance(c, str) and c.isdigit() and int(c) >= 1, "invalid")
+    check("no COMPANIONS with PLUGIN_API=dra", not (want and dig(menv, "PLUGIN_API", "value") == "dra"),
+          "both set")
+    check("device-plugin readinessProbe still asks every resource (--health-check=readiness)",
+          dig(mc, "readinessProbe", "exec", "command") == [BINARY, "--health-check=readiness"],
+          "command %r" % dig(mc, "readinessProbe", "exec", "command"))
+
+
+def companions_main(path, want, pairs):
+    try:
+        with open(path) as fh:
+            docs = {"render": [x for x in yaml.safe_load_all(fh) if x is not None]}
+    except (OSError, yaml.YAMLError) as e:
+        check("parse %s" % path, False, str(e).replace("\n", " "))
+        return 1
+    _, acc = find(docs, "DaemonSet", "hyperlight-device-access")
+    _, main = find(docs, "DaemonSet", "hyperlight-device-plugin")
+    if check("both DaemonSets rendered", acc and main, "device-access %r, device-plugin %r" % (bool(acc), bool(main))):
+        check_companion_env(acc, main, want, dict(p.split("=", 1) for p in pairs))
+    return 0 if all(ok for _, ok, _ in results) else 1
 
 
 def check_workload(docs, main_container):
@@ -394,6 +459,8 @@ def project_version(src):
 
 
 def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "--companions" and all("=" in a for a in sys.argv[4:]):
+        return companions_main(sys.argv[2], sys.argv[3], sys.argv[4:])
     if len(sys.argv) not in (2, 4) or (len(sys.argv) == 4 and sys.argv[2] != "--json"):
         print(__doc__, file=sys.stderr)
         return 2

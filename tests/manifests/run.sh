@@ -84,8 +84,9 @@ def walk(d, o, path):
             missing.append(p)
         elif isinstance(v, dict) and v and isinstance(o[k], dict) and p != "affinity" and not p.endswith("resources"):
             walk(v, o[k], p + ".")
-        elif o[k] == v and p != "updateStrategy.rollingUpdate.maxSurge" and not (
-                # RollingUpdate kept to change maxUnavailable (the other chart's file sets OnDelete)
+        elif o[k] == v and p not in ("updateStrategy.rollingUpdate.maxSurge", "companions.enabled") and not (
+                # RollingUpdate kept to change maxUnavailable (the other chart's file sets OnDelete);
+                # companions.enabled stays [] beside api: dra (tests/deploy/check.sh enables them)
                 p == "updateStrategy.type" and o.get("rollingUpdate") != d.get("rollingUpdate")):
             same.append(p)
 walk(default, other, "")

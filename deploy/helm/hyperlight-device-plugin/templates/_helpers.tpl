@@ -74,3 +74,59 @@ type: OnDelete
 {{- fail "metrics.serviceMonitor.enabled / metrics.podMonitor.enabled need metrics.enabled=true" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The companions (companion.h): name, its values key and its variables' prefix, in the daemon's
+table order. COMPANIONS lists the enabled ones in this order, whatever companions.enabled's.
+*/}}
+{{- define "hyperlight.companionTable" -}}
+- {name: tun, key: tun, env: TUN}
+- {name: vhost-net, key: vhostNet, env: VHOST_NET}
+- {name: vhost-vsock, key: vhostVsock, env: VHOST_VSOCK}
+{{- end -}}
+
+{{/* COMPANIONS' value: the enabled companions, comma-separated; empty when none. */}}
+{{- define "hyperlight.companions" -}}
+{{- $names := list -}}
+{{- range (include "hyperlight.companionTable" . | fromYamlArray) -}}
+{{- if has .name $.Values.companions.enabled -}}{{- $names = append $names .name -}}{{- end -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}
+
+{{/* The main container's env items of the enabled companions (none: nothing). */}}
+{{- define "hyperlight.companionEnv" -}}
+{{- with include "hyperlight.companions" . }}
+- name: COMPANIONS
+  value: {{ . | quote }}
+{{- end }}
+{{- range (include "hyperlight.companionTable" . | fromYamlArray) }}
+{{- if has .name $.Values.companions.enabled }}
+{{- $c := index $.Values.companions .key }}
+- name: {{ .env }}_RESOURCE
+  value: {{ $c.resource | quote }}
+- name: {{ .env }}_COUNT
+  value: {{ $c.count | int64 | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+What the schema cannot say, and api=dra again for a render without schema validation
+(--skip-schema-validation): the daemon would exit 1 on either.
+*/}}
+{{- define "hyperlight.checkCompanions" -}}
+{{- if and .Values.companions.enabled (eq .Values.api "dra") -}}
+{{- fail (printf "companions.enabled=%s with api=dra: companions are served through the device-plugin API only (COMPANIONS is refused with PLUGIN_API=dra); set api=devicePlugin or companions.enabled=[]" (join "," .Values.companions.enabled)) -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range (include "hyperlight.companionTable" . | fromYamlArray) -}}
+{{- if has .name $.Values.companions.enabled -}}
+{{- $r := (index $.Values.companions .key).resource -}}
+{{- if hasKey $seen $r -}}
+{{- fail (printf "companions: %s and %s are both hyperlight.dev/%s: give them different companions.*.resource" (index $seen $r) .name $r) -}}
+{{- end -}}
+{{- $_ := set $seen $r .name -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
