@@ -16,7 +16,7 @@ info="$src/scripts/build-info.py"
 # After meson's own flags: the later -O1 wins over its -O2.
 fuzzflags=(-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 # The libraries the fuzz targets link (fuzz/meson.build), users before what they use.
-libs=(kata hyperlight-label-node dphttps dpdraclaim dp dpproto)
+libs=(kata hyperlight hyperlight-label-node dphttps dpdraclaim dp dpproto)
 syslibs=(-lnghttp2 -lprotobuf-c -lseccomp -lmbedtls -lmbedx509 -lmbedcrypto -ljansson)
 jobs=$(nproc)
 

@@ -20,7 +20,9 @@
 #include "dp/log.h"
 #include "dp_test.h"
 
-static const char *const vars[] = { "DEVICE_COUNT", "DEVICE_UID", "DEVICE_GID", "DEVICE_MODE", "HOST_DEVICE_DIR" };
+static const char *const vars[] = { "DEVICE_COUNT", "DEVICE_UID", "DEVICE_GID", "DEVICE_MODE", "HOST_DEVICE_DIR",
+				    "PLUGIN_API", "COMPANIONS", "TUN_RESOURCE", "TUN_COUNT", "VHOST_NET_RESOURCE",
+				    "VHOST_NET_COUNT", "VHOST_VSOCK_RESOURCE", "VHOST_VSOCK_COUNT" };
 
 static int clean_env(void **state)
 {
@@ -178,6 +180,97 @@ static void mode_with_owner(void **state)
 	assert_int_equal(dpt_count(log, "error=\"DEVICE_MODE=4660 is out of range"), 1);
 }
 
+/* hl_config_load with its error message: the return value; err holds the message. */
+static int load_err(struct hl_config *c, char *err, size_t size)
+{
+	struct dpt_capture cap;
+	err[0] = '\0';
+	dpt_capture_start(&cap, STDERR_FILENO);
+	int r = hl_config_load(c, err, size);
+	const char *log = dpt_capture_end(&cap);
+	if (*log)
+		fail_msg("unexpected log: %s", log);
+	return r;
+}
+
+/* No COMPANIONS: none, the hypervisor alone (what every existing deployment gets). */
+static void companions_default(void **state)
+{
+	(void)state;
+	struct hl_config c;
+	char err[512];
+	assert_int_equal(load_err(&c, err, sizeof(err)), 0);
+	assert_int_equal(c.n_companions, 0);
+	setenv("COMPANIONS", "", 1);
+	assert_int_equal(load_err(&c, err, sizeof(err)), 0);
+	assert_int_equal(c.n_companions, 0);
+}
+
+static void companions_valid(void **state)
+{
+	(void)state;
+	struct hl_config c;
+	char err[512];
+	setenv("COMPANIONS", "vhost-vsock,tun", 1);
+	setenv("TUN_RESOURCE", "tap", 1);
+	setenv("VHOST_VSOCK_COUNT", "16", 1);
+	setenv("DEVICE_COUNT", "7", 1);
+	assert_int_equal(load_err(&c, err, sizeof(err)), 0);
+	assert_int_equal(c.device_count, 7);
+	assert_false(c.dra);
+	assert_int_equal(c.n_companions, 2);
+	assert_string_equal(c.companions[0].type->name, "tun");
+	assert_string_equal(c.companions[0].resource, "hyperlight.dev/tap");
+	assert_int_equal(c.companions[0].count, 2000);
+	assert_string_equal(c.companions[1].type->name, "vhost-vsock");
+	assert_string_equal(c.companions[1].resource, "hyperlight.dev/vhost-vsock");
+	assert_int_equal(c.companions[1].count, 16);
+	/* explicitly the device-plugin API: the same */
+	setenv("PLUGIN_API", "device-plugin", 1);
+	assert_int_equal(load_err(&c, err, sizeof(err)), 0);
+	assert_int_equal(c.n_companions, 2);
+}
+
+/* An invalid COMPANIONS (or a companion's variable) stops the daemon: an error, not a warning. */
+static void companions_invalid(void **state)
+{
+	(void)state;
+	struct hl_config c;
+	char err[512];
+	c.n_companions = 99;
+	setenv("COMPANIONS", "tun,tap", 1);
+	assert_int_equal(load_err(&c, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "COMPANIONS: \"tap\" is not a companion device (valid: tun, vhost-net, vhost-vsock)");
+	assert_int_equal(c.n_companions, 99); /* untouched */
+	setenv("COMPANIONS", "tun", 1);
+	setenv("TUN_COUNT", "0", 1);
+	assert_true(load_err(&c, err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "TUN_COUNT=0 is out of range 1.."));
+	assert_int_equal(c.n_companions, 99);
+}
+
+/* Companions are device-plugin resources only: with PLUGIN_API=dra the daemon refuses to start
+ * rather than serve half of what was asked. */
+static void companions_with_dra(void **state)
+{
+	(void)state;
+	struct hl_config c;
+	char err[512];
+	setenv("PLUGIN_API", "dra", 1);
+	assert_int_equal(load_err(&c, err, sizeof(err)), 0); /* DRA alone is fine */
+	assert_true(c.dra);
+	assert_int_equal(c.n_companions, 0);
+	c.n_companions = 99;
+	setenv("COMPANIONS", "tun", 1);
+	assert_int_equal(load_err(&c, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "COMPANIONS is served through the device-plugin API only, not with PLUGIN_API=dra: "
+				 "unset one of them");
+	assert_int_equal(c.n_companions, 99);
+	setenv("COMPANIONS", " ", 1); /* blank: none, so DRA is fine */
+	assert_int_equal(load_err(&c, err, sizeof(err)), 0);
+	assert_int_equal(c.n_companions, 0);
+}
+
 int main(void)
 {
 	dp_log_set_level(DP_LOG_INFO);
@@ -187,6 +280,10 @@ int main(void)
 		cmocka_unit_test_setup(mode_invalid, clean_env),
 		cmocka_unit_test_setup(mode_long_value, clean_env),
 		cmocka_unit_test_setup(mode_with_owner, clean_env),
+		cmocka_unit_test_setup(companions_default, clean_env),
+		cmocka_unit_test_setup(companions_valid, clean_env),
+		cmocka_unit_test_setup(companions_invalid, clean_env),
+		cmocka_unit_test_setup(companions_with_dra, clean_env),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

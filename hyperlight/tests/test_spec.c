@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "companion.h"
 #include "config.h"
 #include "detect.h"
 #include "dp_test.h"
@@ -73,6 +74,74 @@ static const char mshv_other[] = "{\n"
 				 "  ]\n"
 				 "}\n";
 
+/* A companion's spec (hl_spec_render_companion): no "env", kind its resource. */
+static const char tun_default[] = "{\n"
+				  "  \"cdiVersion\": \"0.3.0\",\n"
+				  "  \"kind\": \"hyperlight.dev/tun\",\n"
+				  "  \"devices\": [\n"
+				  "    {\n"
+				  "      \"name\": \"tun\",\n"
+				  "      \"containerEdits\": {\n"
+				  "        \"deviceNodes\": [\n"
+				  "          {\n"
+				  "            \"path\": \"/dev/net/tun\",\n"
+				  "            \"type\": \"c\",\n"
+				  "            \"permissions\": \"rw\",\n"
+				  "            \"fileMode\": 432,\n"
+				  "            \"uid\": 65534,\n"
+				  "            \"gid\": 65534\n"
+				  "          }\n"
+				  "        ]\n"
+				  "      }\n"
+				  "    }\n"
+				  "  ]\n"
+				  "}\n";
+
+/* VHOST_VSOCK_RESOURCE=vsock-2, another owner and mode: the kind follows the resource, the
+ * device keeps the companion's name and node (the workload asks for
+ * hyperlight.dev/vsock-2=vhost-vsock). */
+static const char vsock_renamed[] = "{\n"
+				    "  \"cdiVersion\": \"0.3.0\",\n"
+				    "  \"kind\": \"hyperlight.dev/vsock-2\",\n"
+				    "  \"devices\": [\n"
+				    "    {\n"
+				    "      \"name\": \"vhost-vsock\",\n"
+				    "      \"containerEdits\": {\n"
+				    "        \"deviceNodes\": [\n"
+				    "          {\n"
+				    "            \"path\": \"/dev/vhost-vsock\",\n"
+				    "            \"type\": \"c\",\n"
+				    "            \"permissions\": \"rw\",\n"
+				    "            \"fileMode\": 384,\n"
+				    "            \"uid\": 1000,\n"
+				    "            \"gid\": 1001\n"
+				    "          }\n"
+				    "        ]\n"
+				    "      }\n"
+				    "    }\n"
+				    "  ]\n"
+				    "}\n";
+
+static struct hl_companion companion(const char *name, const char *resource)
+{
+	struct hl_companion c = { .type = hl_companion_type(name), .count = HL_COMPANION_DEFAULT_COUNT };
+	assert_non_null(c.type);
+	snprintf(c.resource, sizeof(c.resource), "%s", resource);
+	return c;
+}
+
+static void render_companion(const struct hl_companion *c, uint32_t uid, uint32_t gid, uint32_t mode, char *out,
+			     size_t size)
+{
+	dp_buf b = { 0 };
+	hl_spec_render_companion(c, uid, gid, mode, &b);
+	assert_false(b.oom);
+	assert_true(b.len < size);
+	memcpy(out, b.data, b.len);
+	out[b.len] = '\0';
+	dp_buf_done(&b);
+}
+
 static struct hl_device dev(const char *name, const char *path)
 {
 	struct hl_device d = { .name = name, .path = path };
@@ -99,6 +168,31 @@ static void exact_bytes(void **state)
 	assert_string_equal(out, kvm_default);
 	render(&mshv, 1000, UINT32_MAX, 0600, out, sizeof(out));
 	assert_string_equal(out, mshv_other);
+}
+
+static void companion_exact_bytes(void **state)
+{
+	(void)state;
+	char out[4096];
+	struct hl_companion tun = companion("tun", "hyperlight.dev/tun");
+	struct hl_companion vsock = companion("vhost-vsock", "hyperlight.dev/vsock-2");
+	render_companion(&tun, HL_DEFAULT_ID, HL_DEFAULT_ID, HL_DEFAULT_MODE, out, sizeof(out));
+	assert_string_equal(out, tun_default);
+	render_companion(&vsock, 1000, 1001, 0600, out, sizeof(out));
+	assert_string_equal(out, vsock_renamed);
+	/* renamed tun: only the kind moves */
+	char want[4096];
+	struct hl_companion tap = companion("tun", "hyperlight.dev/tap");
+	render_companion(&tap, HL_DEFAULT_ID, HL_DEFAULT_ID, HL_DEFAULT_MODE, out, sizeof(out));
+	const char *at = strstr(tun_default, "hyperlight.dev/tun");
+	assert_non_null(at);
+	snprintf(want, sizeof(want), "%.*shyperlight.dev/tap%s", (int)(at - tun_default), tun_default,
+		 at + strlen("hyperlight.dev/tun"));
+	assert_string_equal(out, want);
+	/* the hypervisor's spec beside it is what it was (exact_bytes has its full bytes) */
+	struct hl_device kvm = dev("kvm", "/dev/kvm");
+	render(&kvm, HL_DEFAULT_ID, HL_DEFAULT_ID, HL_DEFAULT_MODE, out, sizeof(out));
+	assert_string_equal(out, kvm_default);
 }
 
 /* Every valid mode is its decimal number, and nothing else in the spec moves. */
@@ -155,12 +249,50 @@ static void parses_as_json(void **state)
 	assert_int_equal(dpt_rmtree(dir), 0);
 }
 
+/* A companion's spec as a JSON parser reads it: kind, the one device's name, its node with the
+ * owner and fileMode, and no env at all. */
+static void companion_parses_as_json(void **state)
+{
+	(void)state;
+	char dir[128], path[256], cmd[1536], out[512] = "";
+	struct hl_companion tap = companion("tun", "hyperlight.dev/tap");
+	dp_buf b = { 0 };
+	assert_int_equal(dpt_tmpdir(dir, sizeof(dir), "hl-spec"), 0);
+	snprintf(path, sizeof(path), "%s/hyperlight-tap.json", dir);
+	hl_spec_render_companion(&tap, 1000, 1001, 0660, &b);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
+	assert_int_equal(fclose(f), 0);
+	dp_buf_done(&b);
+	snprintf(cmd, sizeof(cmd),
+		 "python3 -c 'import json, sys\n"
+		 "s = json.load(open(sys.argv[1]))\n"
+		 "assert len(s[\"devices\"]) == 1\n"
+		 "d = s[\"devices\"][0]\n"
+		 "e = d[\"containerEdits\"]\n"
+		 "n = e[\"deviceNodes\"][0]\n"
+		 "assert type(n[\"fileMode\"]) is int\n"
+		 "print(s[\"cdiVersion\"], s[\"kind\"], d[\"name\"], sorted(e), n[\"path\"], n[\"type\"], "
+		 "n[\"permissions\"], oct(n[\"fileMode\"]), n[\"uid\"], n[\"gid\"])' %s",
+		 path);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t got = fread(out, 1, sizeof(out) - 1, p);
+	out[got] = '\0';
+	assert_int_equal(pclose(p), 0);
+	assert_string_equal(out, "0.3.0 hyperlight.dev/tap tun ['deviceNodes'] /dev/net/tun c rw 0o660 1000 1001\n");
+	assert_int_equal(dpt_rmtree(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(exact_bytes),
 		cmocka_unit_test(file_mode_values),
 		cmocka_unit_test(parses_as_json),
+		cmocka_unit_test(companion_exact_bytes),
+		cmocka_unit_test(companion_parses_as_json),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,32 @@
  *   HVSHIM_SPAWN_ERRNO=EAGAIN     in the daemon: clone() with CLONE_VFORK (the helper runner's
  *                                 start of a child) fails with this errno, as fork does when the
  *                                 process limit or memory runs out: the probe cannot start
+ *   HVSHIM_TUN=<path>             the path (as passed to open) that is a fake tun device
+ *                                 (/dev/net/tun, misc 10:200); unset or empty: that path goes to
+ *                                 the real kernel (the real /dev/net/tun, a mknod'ed node)
+ *   HVSHIM_VHOST_NET=<path>       the same for a fake vhost-net device (/dev/vhost-net, 10:238)
+ *   HVSHIM_VHOST_VSOCK=<path>     the same for a fake vhost-vsock device (/dev/vhost-vsock, 10:241)
+ *   HVSHIM_TUN_OPEN_ERRNO=ENODEV  open of the fake tun fails with this errno (name or number;
+ *                                 ENODEV is what a node without its driver gives: the module
+ *                                 not loaded); likewise HVSHIM_VHOST_NET_OPEN_ERRNO and
+ *                                 HVSHIM_VHOST_VSOCK_OPEN_ERRNO
+ *   HVSHIM_TUN_FEATURES=0x7173    what TUNGETFEATURES writes (an unsigned int, 0x-prefixed hex
+ *                                 or decimal; default 0x7173, what Linux 6.0 and later answer:
+ *                                 IFF_TUN|IFF_TAP|IFF_NAPI|IFF_NAPI_FRAGS|IFF_NO_CARRIER|
+ *                                 IFF_MULTI_QUEUE|IFF_NO_PI|IFF_ONE_QUEUE|IFF_VNET_HDR)
+ *   HVSHIM_VHOST_NET_FEATURES=0x1033d008000
+ *                                 what VHOST_GET_FEATURES writes on the fake vhost-net (a u64,
+ *                                 hex or decimal as above); default Linux 6.1's
+ *                                 VHOST_NET_FEATURES (drivers/vhost/net.c): VHOST_FEATURES
+ *                                 (vhost.h: NOTIFY_ON_EMPTY 24, LOG_ALL 26, ANY_LAYOUT 27,
+ *                                 RING_INDIRECT_DESC 28, RING_EVENT_IDX 29, VERSION_1 32) |
+ *                                 VHOST_NET_F_VIRTIO_NET_HDR 27 | VIRTIO_NET_F_MRG_RXBUF 15 |
+ *                                 VIRTIO_F_ACCESS_PLATFORM 33 | VIRTIO_F_RING_RESET 40
+ *   HVSHIM_VHOST_VSOCK_FEATURES=0x33d000002
+ *                                 the same on the fake vhost-vsock; default Linux 6.1's
+ *                                 VHOST_VSOCK_FEATURES (drivers/vhost/vsock.c): VHOST_FEATURES |
+ *                                 VIRTIO_F_ACCESS_PLATFORM 33 | VIRTIO_VSOCK_F_SEQPACKET 1
+ *                                 An invalid *_FEATURES value: the default, with a warning.
  *   HVSHIM_STATE_FILE=<path>      when set and readable, every open and every ioctl on a fake fd
  *                                 re-reads the knobs from this file (lines KEY=VALUE with the
  *                                 names above, '#' comments) instead of the environment; when it
@@ -51,6 +77,22 @@
  * MSHV_CREATE_PARTITION (16-byte arguments: flags only in bits 0..2, so bit 3 clear; isolation
  * 0; else EINVAL) answer like the kernel, and the VM/partition fd returned is another fake fd;
  * any other ioctl on a fake fd fails with ENOTTY.
+ *
+ * The companion devices (HVSHIM_TUN, HVSHIM_VHOST_NET, HVSHIM_VHOST_VSOCK) keep more of the
+ * node's semantics, checked in this order: the *_OPEN_ERRNO knob; the path looked up with
+ * fstatat (AT_SYMLINK_NOFOLLOW when open has O_NOFOLLOW: a symlink there gives ELOOP, as the
+ * kernel's open does; a missing path ENOENT); a path that is not a character device (a regular
+ * file, a directory, a FIFO...) goes to the real open, so the kernel answers (a regular file
+ * opens and every ioctl on it fails with ENOTTY, a directory gives EISDIR; the fault knobs do
+ * not apply to such an fd: it is not a fake); then permission with faccessat as above, and the
+ * fd is a fake one. On it TUNGETFEATURES (tun) and VHOST_GET_FEATURES (vhost-net, vhost-vsock)
+ * answer as the kernel: the features copied to the pointer argument, EFAULT for NULL. Any other
+ * ioctl fails with ENOTTY (the kernel answers most others on a fresh fd with EBADFD, tun with no
+ * interface attached, or EPERM, vhost before VHOST_SET_OWNER; the probe makes none of them).
+ * The fault knobs HVSHIM_HANG, HVSHIM_PID_FILE, HVSHIM_CRASH, HVSHIM_EXIT, HVSHIM_TRY_SOCKET
+ * and HVSHIM_GARBAGE apply to every fake fd, the companions' included. The request number is
+ * compared as the kernel takes it, 32 bits (musl's ioctl() takes an int: TUNGETFEATURES and
+ * VHOST_GET_FEATURES are negative there).
  * Every other path and fd goes to the real functions (dlsym RTLD_NEXT). Single-threaded use.
  */
 #undef _FILE_OFFSET_BITS /* define open and open64 as themselves, not one redirected to the other */
@@ -63,7 +105,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/if_tun.h>
 #include <linux/kvm.h>
+#include <linux/vhost.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -88,6 +132,11 @@
 #define DELAY_MAX_MS 60000
 #define IPA_DEFAULT_BITS 40 /* arm64's KVM_PHYS_SHIFT: what KVM_CREATE_VM(0) asks for */
 #define IPA_MIN_BITS 32	    /* arm64's ARM64_MIN_PARANGE_BITS */
+/* What Linux answers (HVSHIM_*_FEATURES above): TUNGETFEATURES since 6.0 (IFF_NO_CARRIER),
+ * VHOST_GET_FEATURES as of 6.1. */
+#define TUN_FEATURES_DEFAULT 0x7173ULL
+#define VHOST_NET_FEATURES_DEFAULT 0x1033d008000ULL
+#define VHOST_VSOCK_FEATURES_DEFAULT 0x33d000002ULL
 
 #ifdef __GLIBC__
 /* glibc's fortified entry points (declared by bits/fcntl2.h only under _FORTIFY_SOURCE). */
@@ -103,7 +152,7 @@ int __openat64_2(int dirfd, const char *path, int flags);
 #define IOCTL_REQ int
 #endif
 
-enum fake_kind { FAKE_NONE, FAKE_DEVICE, FAKE_VM };
+enum fake_kind { FAKE_NONE, FAKE_DEVICE, FAKE_VM, FAKE_TUN, FAKE_VHOST_NET, FAKE_VHOST_VSOCK };
 
 static struct {
 	unsigned char kind;
@@ -125,6 +174,15 @@ static struct knobs {
 	char try_socket[VALUE_MAX];
 	char spawn_errno[VALUE_MAX];
 	char pid_file[PATH_MAX];
+	char tun[PATH_MAX];
+	char tun_open_errno[VALUE_MAX];
+	char tun_features[VALUE_MAX];
+	char vhost_net[PATH_MAX];
+	char vhost_net_open_errno[VALUE_MAX];
+	char vhost_net_features[VALUE_MAX];
+	char vhost_vsock[PATH_MAX];
+	char vhost_vsock_open_errno[VALUE_MAX];
+	char vhost_vsock_features[VALUE_MAX];
 } knobs;
 
 static const struct {
@@ -146,9 +204,45 @@ static const struct {
 	KNOB("HVSHIM_TRY_SOCKET", try_socket),
 	KNOB("HVSHIM_SPAWN_ERRNO", spawn_errno),
 	KNOB("HVSHIM_PID_FILE", pid_file),
+	KNOB("HVSHIM_TUN", tun),
+	KNOB("HVSHIM_TUN_OPEN_ERRNO", tun_open_errno),
+	KNOB("HVSHIM_TUN_FEATURES", tun_features),
+	KNOB("HVSHIM_VHOST_NET", vhost_net),
+	KNOB("HVSHIM_VHOST_NET_OPEN_ERRNO", vhost_net_open_errno),
+	KNOB("HVSHIM_VHOST_NET_FEATURES", vhost_net_features),
+	KNOB("HVSHIM_VHOST_VSOCK", vhost_vsock),
+	KNOB("HVSHIM_VHOST_VSOCK_OPEN_ERRNO", vhost_vsock_open_errno),
+	KNOB("HVSHIM_VHOST_VSOCK_FEATURES", vhost_vsock_features),
 #undef KNOB
 };
 #define N_KNOBS (sizeof(knob_table) / sizeof(knob_table[0]))
+
+/* The companion devices: their knobs (offsets into knobs), the fake kind, the one ioctl each
+ * answers, what it writes by default and how wide that is (bytes). */
+static const struct companion {
+	const char *name;
+	size_t path, open_errno, features;
+	enum fake_kind kind;
+	unsigned long req;
+	unsigned long long features_default;
+	size_t width;
+} companions[] = {
+	{ "HVSHIM_TUN_FEATURES", offsetof(struct knobs, tun), offsetof(struct knobs, tun_open_errno),
+	  offsetof(struct knobs, tun_features), FAKE_TUN, TUNGETFEATURES, TUN_FEATURES_DEFAULT,
+	  sizeof(unsigned int) },
+	{ "HVSHIM_VHOST_NET_FEATURES", offsetof(struct knobs, vhost_net),
+	  offsetof(struct knobs, vhost_net_open_errno), offsetof(struct knobs, vhost_net_features),
+	  FAKE_VHOST_NET, VHOST_GET_FEATURES, VHOST_NET_FEATURES_DEFAULT, sizeof(uint64_t) },
+	{ "HVSHIM_VHOST_VSOCK_FEATURES", offsetof(struct knobs, vhost_vsock),
+	  offsetof(struct knobs, vhost_vsock_open_errno), offsetof(struct knobs, vhost_vsock_features),
+	  FAKE_VHOST_VSOCK, VHOST_GET_FEATURES, VHOST_VSOCK_FEATURES_DEFAULT, sizeof(uint64_t) },
+};
+#define N_COMPANIONS (sizeof(companions) / sizeof(companions[0]))
+
+static const char *knob_at(size_t off)
+{
+	return (const char *)&knobs + off;
+}
 
 /* ---------------------------------------------------------------- real functions */
 
@@ -184,7 +278,7 @@ static void parse_line(const char *line, size_t len)
 /* The state file into the knobs; false when it cannot be read. */
 static bool load_file(const char *path)
 {
-	static char buf[PATH_MAX + 1024];
+	static char buf[5 * PATH_MAX + 4096]; /* every knob at its longest */
 	int (*real_open)(const char *, int, ...) = REAL(open);
 	size_t used = 0;
 	int fd;
@@ -286,6 +380,40 @@ static enum fake_kind fake_kind(int fd)
 	return (enum fake_kind)fakes[fd].kind;
 }
 
+/* A companion's path (HVSHIM_TUN...): 1 with *ret_fd set (errno set on failure), 0 to pass
+ * through (not a companion, or not a character device: the kernel answers). */
+static int companion_open(const char *path, int flags, int *ret_fd)
+{
+	const struct companion *c = NULL;
+	struct stat st;
+	int e, mode;
+
+	for (size_t i = 0; !c && i < N_COMPANIONS; i++)
+		if (knob_at(companions[i].path)[0] && strcmp(path, knob_at(companions[i].path)) == 0)
+			c = &companions[i];
+	if (!c)
+		return 0;
+	*ret_fd = -1;
+	if ((e = knob_errno(knob_at(c->open_errno))) != 0) {
+		errno = e;
+		return 1;
+	}
+	/* newfstatat (glibc; musl: stat or lstat), all allowed in the probe helper */
+	if (fstatat(AT_FDCWD, path, &st, (flags & O_NOFOLLOW) ? AT_SYMLINK_NOFOLLOW : 0) < 0)
+		return 1;
+	if (S_ISLNK(st.st_mode)) {
+		errno = ELOOP;
+		return 1;
+	}
+	if (!S_ISCHR(st.st_mode))
+		return 0;
+	mode = (flags & O_ACCMODE) == O_RDONLY ? R_OK : (flags & O_ACCMODE) == O_WRONLY ? W_OK : R_OK | W_OK;
+	if (faccessat(AT_FDCWD, path, mode, AT_EACCESS) < 0)
+		return 1;
+	*ret_fd = fake_new(c->kind, flags & O_CLOEXEC);
+	return 1;
+}
+
 /* 1 when path is the fake device (*ret_fd set, errno set on failure), 0 to pass through. */
 __attribute__((noinline)) static int device_open(int dirfd, const char *path, int flags,
 						 int *ret_fd)
@@ -296,7 +424,7 @@ __attribute__((noinline)) static int device_open(int dirfd, const char *path, in
 		return 0;
 	load_knobs();
 	if (!knobs.device[0] || strcmp(path, knobs.device) != 0)
-		return 0;
+		return companion_open(path, flags, ret_fd);
 	*ret_fd = -1;
 	if ((e = knob_errno(knobs.open_errno)) != 0) {
 		errno = e;
@@ -602,6 +730,57 @@ static int device_ioctl(unsigned long req, unsigned long arg)
 	}
 }
 
+/* HVSHIM_*_FEATURES: 0x-prefixed hex or decimal, at most max; else the default (warned). */
+static unsigned long long knob_features(const struct companion *c)
+{
+	const char *v = knob_at(c->features);
+	unsigned long long max = c->width < sizeof(unsigned long long) ? (1ULL << (8 * c->width)) - 1 : ~0ULL;
+	bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+	const char *digits = hex ? v + 2 : v;
+	unsigned long long n = 0;
+	char *end = NULL;
+	int e = EINVAL;
+
+	if (!*v)
+		return c->features_default;
+	/* strtoull alone would take blanks, a sign and an empty string */
+	if ((*digits >= '0' && *digits <= '9') ||
+	    (hex && ((*digits >= 'a' && *digits <= 'f') || (*digits >= 'A' && *digits <= 'F')))) {
+		errno = 0;
+		n = strtoull(digits, &end, hex ? 16 : 10);
+		e = *end ? EINVAL : errno;
+	}
+	if (e || n > max) {
+		fprintf(stderr, "hvshim: invalid %s \"%s\", using 0x%llx\n", c->name, v, c->features_default);
+		return c->features_default;
+	}
+	return n;
+}
+
+/* TUNGETFEATURES on the tun, VHOST_GET_FEATURES on a vhost: the features written to arg. */
+static int companion_ioctl(enum fake_kind kind, unsigned long req, unsigned long arg)
+{
+	const struct companion *c = NULL;
+	unsigned long long v;
+
+	for (size_t i = 0; i < N_COMPANIONS; i++)
+		if (companions[i].kind == kind)
+			c = &companions[i];
+	if (!c || req != c->req)
+		return fail(ENOTTY);
+	if (!arg)
+		return fail(EFAULT);
+	v = knob_features(c);
+	if (c->width == sizeof(unsigned int)) {
+		unsigned int u = (unsigned int)v;
+		memcpy((void *)arg, &u, sizeof(u));
+	} else {
+		uint64_t u = v;
+		memcpy((void *)arg, &u, sizeof(u));
+	}
+	return 0;
+}
+
 int ioctl(int fd, IOCTL_REQ req, ...)
 {
 	enum fake_kind kind = fake_kind(fd);
@@ -621,7 +800,17 @@ int ioctl(int fd, IOCTL_REQ req, ...)
 	end_faults();
 	if (knobs.try_socket[0] && strcmp(knobs.try_socket, "0") != 0 && !socket_refused())
 		return fail(EXDEV);
-	return kind == FAKE_DEVICE ? device_ioctl(req, arg) : fail(ENOTTY);
+	/* the kernel's request is an unsigned int (musl passes an int: no sign extension) */
+	switch (kind) {
+	case FAKE_DEVICE:
+		return device_ioctl((unsigned int)req, arg);
+	case FAKE_TUN:
+	case FAKE_VHOST_NET:
+	case FAKE_VHOST_VSOCK:
+		return companion_ioctl(kind, (unsigned int)req, arg);
+	default:
+		return fail(ENOTTY);
+	}
 }
 
 /* ---------------------------------------------------------------- the daemon's spawn */

@@ -66,7 +66,9 @@ func ShimPath(buildDir string) (string, error) {
 
 // daemonEnvKeys are removed from the inherited environment so only the test decides them.
 var daemonEnvKeys = []string{"SDP_TEST_ROOT", "DEVICE_COUNT", "DEVICE_UID", "DEVICE_GID", "DEVICE_MODE", "LOG_LEVEL",
-	"HOST_DEVICE_DIR", "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "LD_PRELOAD"}
+	"HOST_DEVICE_DIR", "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "LD_PRELOAD",
+	"COMPANIONS", "TUN_RESOURCE", "TUN_COUNT", "VHOST_NET_RESOURCE", "VHOST_NET_COUNT", "VHOST_VSOCK_RESOURCE",
+	"VHOST_VSOCK_COUNT"}
 
 // PlainDaemonEnv is the inherited environment without the daemon's own variables (nor
 // LD_PRELOAD and HVSHIM_*), plus SDP_TEST_ROOT=root, LOG_LEVEL=debug and then extra
@@ -93,7 +95,7 @@ func PlainDaemonEnv(root string, extra ...string) []string {
 // host's own /dev/kvm (a mknod'ed <root>/dev/kvm 10:232 reaches the real KVM when the host has
 // one): LD_PRELOAD=$SDP_BUILD_DIR/tests/fakes/libhvshim.so, HVSHIM_DEVICE=<root>/dev/kvm and
 // HVSHIM_STATE_FILE=<root>/hvshim.state (Node.SetShim changes the knobs while the daemon
-// runs). The probe helper child inherits it. extra comes last and may override any of these.
+// runs), and the companions' fakes at their nodes under <root>/dev (ShimCompanionKnobs). The probe helper child inherits it. extra comes last and may override any of these.
 // It panics with a clear message when SDP_BUILD_DIR is unset or the shim is not built: no
 // daemon may run against the host's hypervisor by accident.
 func DaemonEnv(root string, extra ...string) []string {
@@ -103,6 +105,7 @@ func DaemonEnv(root string, extra ...string) []string {
 		if so, err = ShimPath(build); err == nil {
 			env := PlainDaemonEnv(root, "LD_PRELOAD="+so, "HVSHIM_DEVICE="+filepath.Join(root, "dev/kvm"),
 				"HVSHIM_STATE_FILE="+filepath.Join(root, ShimStateFile))
+			env = append(env, ShimCompanionKnobs(root)...)
 			return append(env, extra...)
 		}
 	}

@@ -24,6 +24,41 @@ const (
 	ShimStateFile = "hvshim.state"
 )
 
+// The companion devices (hyperlight/companion.h): name, node under /dev, the kernel's number,
+// the shim's knob naming its fake.
+type Companion struct {
+	Name, Path   string
+	Major, Minor uint32
+	ShimKnob     string
+}
+
+var Companions = []Companion{
+	{"tun", "/dev/net/tun", 10, 200, "HVSHIM_TUN"},
+	{"vhost-net", "/dev/vhost-net", 10, 238, "HVSHIM_VHOST_NET"},
+	{"vhost-vsock", "/dev/vhost-vsock", 10, 241, "HVSHIM_VHOST_VSOCK"},
+}
+
+// ShimCompanionKnobs names each companion's node under root as the shim's fake of it.
+func ShimCompanionKnobs(root string) []string {
+	var kv []string
+	for _, c := range Companions {
+		kv = append(kv, c.ShimKnob+"="+filepath.Join(root, c.Path))
+	}
+	return kv
+}
+
+// CompanionPath is <root><c.Path>.
+func (n *Node) CompanionPath(c Companion) string { return filepath.Join(n.Root, c.Path) }
+
+// MknodCompanion creates c's node (its directory too) with the kernel's number, mode 0666.
+func (n *Node) MknodCompanion(c Companion) error {
+	p := n.CompanionPath(c)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return Mknod(p, c.Major, c.Minor)
+}
+
 // Node is a simulated node under a temporary root (the daemon's SDP_TEST_ROOT).
 type Node struct {
 	Root       string
@@ -104,10 +139,22 @@ func (n *Node) ShimStatePath() string { return filepath.Join(n.Root, ShimStateFi
 // SetShim replaces the shim's state file with knobs ("HVSHIM_API_VERSION=11",
 // "HVSHIM_HANG=1"...). The file replaces the environment as a whole, so it always names the
 // fake device too: HVSHIM_DEVICE=<root>/dev/kvm unless knobs set HVSHIM_DEVICE themselves. The
-// file is written aside and renamed into place: a probe never reads half of it.
+// file is written aside and renamed into place: a probe never reads half of it. The companions'
+// fakes (ShimCompanionKnobs) are named too, unless knobs name them.
 func (n *Node) SetShim(knobs ...string) error {
 	var b bytes.Buffer
 	device := true
+	named := map[string]bool{}
+	for _, kv := range knobs {
+		if i := strings.IndexByte(kv, '='); i > 0 {
+			named[kv[:i]] = true
+		}
+	}
+	for _, kv := range ShimCompanionKnobs(n.Root) {
+		if !named[kv[:strings.IndexByte(kv, '=')]] {
+			b.WriteString(kv + "\n")
+		}
+	}
 	for _, kv := range knobs {
 		i := strings.IndexByte(kv, '=')
 		if i <= 0 || !strings.HasPrefix(kv, "HVSHIM_") || strings.ContainsAny(kv, "\n\r") {

@@ -4,7 +4,8 @@
 // tests/fakes/libhvshim.so (so the transcript never depends on the host's own /dev/kvm), and
 // prints a readable transcript: start, registration, the advertised resource, an Allocate
 // answer, the CDI spec, a kubelet restart, a deleted CDI spec being repaired, and SIGTERM;
-// then the same plugin as a DRA driver (dra.go).
+// then with the micro-VM sandbox's companions (companions.go), then the same plugin as a DRA
+// driver (dra.go).
 // Then kata-device-plugin on another simulated node (kata.go), and as a DRA driver
 // (kata_dra.go). Every wait is bounded; any failed step exits non-zero.
 package main
@@ -113,6 +114,11 @@ func (d *demo) run() (code int) {
 	d.restart(p)
 	d.repair()
 	d.sigterm()
+	if d.showLog {
+		d.printLog(0)
+	}
+	d.cleanup()
+	d.companions()
 	if d.showLog {
 		d.printLog(0)
 	}
