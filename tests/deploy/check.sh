@@ -105,7 +105,7 @@ else
 		TUN_RESOURCE=tun TUN_COUNT=2000 VHOST_VSOCK_RESOURCE=vhost-vsock VHOST_VSOCK_COUNT=2000 -- \
 		--set 'companions.enabled={vhost-vsock,tun}' --set companions.vhostNet.resource=ignored
 	rendered nondefault "vhost-net with tests/manifests' non-default values (api=devicePlugin)" vhost-net \
-		VHOST_NET_RESOURCE=vhost-net VHOST_NET_COUNT=64 -- \
+		VHOST_NET_RESOURCE=vnet VHOST_NET_COUNT=64 -- \
 		-f "$src/tests/manifests/values/hyperlight-nondefault.yaml" --set api=devicePlugin \
 		--set 'companions.enabled={vhost-net}' --set companions.vhostNet.count=64
 	# The checker itself catches a bootstrap without COMPANIONS and one with a resource variable.

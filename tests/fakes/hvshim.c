@@ -46,16 +46,18 @@
  *                                 or decimal; default 0x7173, what Linux 6.0 and later answer:
  *                                 IFF_TUN|IFF_TAP|IFF_NAPI|IFF_NAPI_FRAGS|IFF_NO_CARRIER|
  *                                 IFF_MULTI_QUEUE|IFF_NO_PI|IFF_ONE_QUEUE|IFF_VNET_HDR)
- *   HVSHIM_VHOST_NET_FEATURES=0x1033d008000
+ *   HVSHIM_VHOST_NET_FEATURES=0x33d008000
  *                                 what VHOST_GET_FEATURES writes on the fake vhost-net (a u64,
- *                                 hex or decimal as above); default Linux 6.1's
- *                                 VHOST_NET_FEATURES (drivers/vhost/net.c): VHOST_FEATURES
+ *                                 hex or decimal as above); default what Debian 12's Linux 6.1
+ *                                 answers (read in make test-live-kvm's guest): VHOST_FEATURES
  *                                 (vhost.h: NOTIFY_ON_EMPTY 24, LOG_ALL 26, ANY_LAYOUT 27,
  *                                 RING_INDIRECT_DESC 28, RING_EVENT_IDX 29, VERSION_1 32) |
  *                                 VHOST_NET_F_VIRTIO_NET_HDR 27 | VIRTIO_NET_F_MRG_RXBUF 15 |
- *                                 VIRTIO_F_ACCESS_PLATFORM 33 | VIRTIO_F_RING_RESET 40
+ *                                 VIRTIO_F_ACCESS_PLATFORM 33 (later kernels add
+ *                                 VIRTIO_F_RING_RESET 40)
  *   HVSHIM_VHOST_VSOCK_FEATURES=0x33d000002
- *                                 the same on the fake vhost-vsock; default Linux 6.1's
+ *                                 the same on the fake vhost-vsock; default Linux 6.1's (the
+ *                                 guest's answer too)
  *                                 VHOST_VSOCK_FEATURES (drivers/vhost/vsock.c): VHOST_FEATURES |
  *                                 VIRTIO_F_ACCESS_PLATFORM 33 | VIRTIO_VSOCK_F_SEQPACKET 1
  *                                 An invalid *_FEATURES value: the default, with a warning.
@@ -135,7 +137,7 @@
 /* What Linux answers (HVSHIM_*_FEATURES above): TUNGETFEATURES since 6.0 (IFF_NO_CARRIER),
  * VHOST_GET_FEATURES as of 6.1. */
 #define TUN_FEATURES_DEFAULT 0x7173ULL
-#define VHOST_NET_FEATURES_DEFAULT 0x1033d008000ULL
+#define VHOST_NET_FEATURES_DEFAULT 0x33d008000ULL
 #define VHOST_VSOCK_FEATURES_DEFAULT 0x33d000002ULL
 
 #ifdef __GLIBC__

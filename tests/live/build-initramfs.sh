@@ -1,6 +1,8 @@
 #!/bin/sh
 # Build the initramfs of the live KVM test: busybox-static, the kernel's KVM modules (amd64:
-# Debian's kvm/kvm-amd and their dependencies; arm64: none, KVM is built in), the daemon and its
+# Debian's kvm/kvm-amd and their dependencies; arm64: none, KVM is built in), the companions'
+# modules (amd64: tun, vhost_net, vhost_vsock and their dependencies, loaded by the driver, not
+# by init), the daemon and its
 # node-label program with exactly the shared libraries the dynamic loader resolves plus the
 # loader, the seccomp check library (tests/fakes/scprobe.c) likewise, the live-kvm driver (static Go),
 # the workload's KVM check sdp-kvm-run (tests/cluster/kvm-run, built static here) and tests/live/init.
@@ -68,16 +70,28 @@ case "$arch" in
 amd64)
 	# Load order: every module after its dependencies (checked against modinfo below).
 	MODULES="irqbypass kvm ccp kvm-amd"
+	# The companions' drivers (Debian's 6.1: CONFIG_TUN, CONFIG_VHOST_NET, CONFIG_VHOST_VSOCK
+	# =m), in load order; init does not load them: the driver's companion steps insmod and
+	# rmmod them (lib/modules/companions).
+	COMPANION_MODULES="tun tap vhost-iotlb vhost vhost-net vsock vmw-vsock-virtio-transport-common vhost-vsock"
 	ver=${LIVE_KVM_KERNEL:-$(installed_kernel)}
 	[ -n "$ver" ] || die "cannot tell the kernel version of linux-image-amd64"
 	kernel="/boot/vmlinuz-$ver"
 	[ -d "/lib/modules/$ver" ] || die "/lib/modules/$ver missing"
+	# The companion steps unload and reload the companions' drivers: they must be modules.
+	config="/boot/config-$ver"
+	[ -r "$config" ] || die "$config missing or unreadable"
+	for o in CONFIG_TUN CONFIG_VHOST_NET CONFIG_VHOST_VSOCK; do
+		grep -qx "$o=m" "$config" ||
+			die "$config: $o is not a module ($(grep "^$o=\|$o is not set" "$config" || echo "no $o")); the companion steps rmmod and insmod it"
+	done
 	busybox=/bin/busybox
 	run=""
 	libs() { ldd "$1"; }
 	;;
 arm64)
 	MODULES=""
+	COMPANION_MODULES=""
 	[ -n "${3:-}" ] || die "usage: build-initramfs.sh BUILD_DIR arm64 STATIC_BUILD_DIR"
 	static=$(cd "$3" && pwd)
 	debs="$out/debs"
@@ -149,8 +163,10 @@ for applet in $($run "$busybox" --list); do
 	[ -e "bin/$applet" ] || ln -s busybox "bin/$applet"
 done
 
-# The modules, uncompressed (busybox insmod reads plain ELF), flat in /lib/modules.
-for m in $MODULES; do
+# The modules, uncompressed (busybox insmod reads plain ELF), flat in /lib/modules: first the KVM
+# modules (init loads them, lib/modules/order), then the companions' (the driver loads them,
+# lib/modules/companions). Each must come after every module it depends on.
+for m in $MODULES $COMPANION_MODULES; do
 	f=$(modinfo -k "$ver" -n "$m") || die "module $m not found for $ver"
 	case "$f" in
 	*.ko) cp "$f" "lib/modules/$m.ko" ;;
@@ -159,13 +175,15 @@ for m in $MODULES; do
 	*.ko.gz) gzip -dc "$f" >"lib/modules/$m.ko" ;;
 	*) die "module $m: unknown file type $f" ;;
 	esac
-	# Every dependency must be loaded before it: earlier in $MODULES.
+	# Every dependency must be loaded before it: earlier in $MODULES (or, for a companion's
+	# module, earlier in $COMPANION_MODULES or in $MODULES, which init loads).
 	for d in $(modinfo -k "$ver" -F depends "$m" | tr ',' ' '); do
 		d=$(echo "$d" | tr _ -)
 		[ -f "lib/modules/$d.ko" ] || die "module $m depends on $d, which is not loaded before it"
 	done
 done
 echo "$MODULES" >lib/modules/order
+echo "$COMPANION_MODULES" >lib/modules/companions
 echo "$ver" >lib/modules/version
 
 # The daemon, its node-label program beside it (where the daemon looks for it) and the seccomp
@@ -219,4 +237,4 @@ fi
 
 find . -print | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 >"$out/initramfs.cpio"
 ln -sfn "$kernel" "$out/vmlinuz"
-echo "initramfs: $out/initramfs.cpio ($(du -k "$out/initramfs.cpio" | cut -f1) KiB), kernel $ver ($arch), modules: ${MODULES:-none (built in)}"
+echo "initramfs: $out/initramfs.cpio ($(du -k "$out/initramfs.cpio" | cut -f1) KiB), kernel $ver ($arch), modules: ${MODULES:-none (built in)}${COMPANION_MODULES:+, companions' modules (loaded by the driver): $COMPANION_MODULES}"

@@ -44,6 +44,9 @@ type nodeKVM struct {
 	preflight func(r *liveRun) string
 	// noKVMLog: the kernel's log lines of a boot without KVM (live-kvm -no-kvm).
 	noKVMLog []string
+	// companions: the initramfs holds the companions' modules (/lib/modules/companions): the
+	// companion steps run (companion.go).
+	companions bool
 }
 
 func nodeKVMOf(arch string) *nodeKVM {
@@ -60,7 +63,8 @@ func nodeKVMOf(arch string) *nodeKVM {
 		remove: "rmmod-kvm_amd", restore: "insmod-kvm-amd",
 		podRemove: "pod-rmmod", podRestore: "pod-insmod", gone: "unloaded", removes: "rmmod kvm_amd",
 		take: unloadModules, give: loadModules,
-		preflight: func(*liveRun) string { return "" },
+		preflight:  func(*liveRun) string { return "" },
+		companions: true,
 	}
 }
 

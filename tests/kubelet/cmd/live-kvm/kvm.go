@@ -153,7 +153,17 @@ func runKVM(podDaemon string) int {
 		r.step(n.podRestore, r.podReload)
 		r.step("pod-allocate", r.allocateOK)
 		r.step("pod-log", r.podLogChecked)
-		r.step("sigterm", r.sigterm)
+		if !n.companions {
+			r.step("sigterm", r.sigterm)
+		} else {
+			r.step("sigterm", r.stopDaemon)
+			// The companions on the kernel's own drivers, bare-node layout (companion.go).
+			r.companionSteps()
+			r.k.Stop()
+			if r.api != nil {
+				r.api.Close()
+			}
+		}
 		fmt.Printf("%s live-kvm: every step passed\n", r.stamp())
 	})
 }
