@@ -16,7 +16,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CLANG_BUILD ?= build-clang
 
-.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts bench-dra bench-peers cluster cluster-down test-cluster
+.PHONY: all deps build build-arm64 test-arm64 test demo asan clean clang test-live-kvm test-live-kvm-arm64 test-live-vfio test-live-vfio-iommufd test-live-mshv deploy fuzz lint valgrind images test-runtime test-manifests manifests bench bench-kubelet-restarts bench-dra bench-companions bench-peers cluster cluster-down test-cluster
 
 all: build
 
@@ -172,6 +172,11 @@ bench-kubelet-restarts: build
 # latency and the time from a device change to the updated ResourceSlice (bench/dra.go).
 bench-dra: build
 	$(BUILD)/sdp-bench -build $(BUILD) -dra-only -out docs/benchmarks.md
+
+# Only the "Companions: the cost" section of docs/benchmarks.md: hyperlight with COMPANIONS=tun,
+# vhost-net,vhost-vsock against the hypervisor alone, 5 rounds (about 9 minutes).
+bench-companions: build
+	$(BUILD)/sdp-bench -build $(BUILD) -companions-only -out docs/benchmarks.md
 
 # Only the "Against the plugins people run" section of docs/benchmarks.md (between its markers):
 # hyperlight's chart against squat's generic-device-plugin and ARM's smarter-device-manager,

@@ -52,8 +52,8 @@ func (d adDaemon) isKata() bool { return d.name == "kata" }
 // binaries, and a note saying so.
 func asDeployedDaemons(src, build string) ([]adDaemon, string) {
 	musl := []adDaemon{
-		{name: "hyperlight", bin: filepath.Join(src, muslHyperlightPath), shim: filepath.Join(src, muslShimPath), resource: k.HyperlightResource},
-		{name: "kata", bin: filepath.Join(src, staticKataPath), resource: k.KataGPU},
+		{name: "hyperlight", bin: staticPath(src, muslHyperlightPath), shim: staticPath(src, muslShimPath), resource: k.HyperlightResource},
+		{name: "kata", bin: staticPath(src, staticKataPath), resource: k.KataGPU},
 	}
 	have := func() bool {
 		for _, p := range []string{musl[0].bin, musl[0].shim, musl[1].bin} {

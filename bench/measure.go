@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -341,12 +342,12 @@ func fileSize(p string) int64 {
 func staticKata(src string) (int64, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(src, "scripts/build-static.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(src, "scripts/build-static.sh"), staticPath(src, "."))
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return -1, fmt.Sprintf("did not build: %v %s", err, tail(string(out), 200))
 	}
-	return fileSize(filepath.Join(src, staticKataPath)), ""
+	return fileSize(staticPath(src, staticKataPath)), ""
 }
 
 // podmanArgs address the image store images/build.sh writes (BUILD/podman).
@@ -429,15 +430,28 @@ func encodeBench(build string, counts []int) []encodePoint {
 	return pts
 }
 
+// staticDir is where scripts/build-static.sh builds the images' binaries (-static; relative: to
+// the source tree): build-static, as make bench has it; another one keeps a concurrent make test's
+// build-static out of a run (tests/run.sh rebuilds it).
+var staticDir = flag.String("static", "build-static", "scripts/build-static.sh's output directory the shipped binaries are built into and taken from (relative: to the source tree)")
+
+// staticPath is rel (one of the paths below) under the -static directory.
+func staticPath(src, rel string) string {
+	if filepath.IsAbs(*staticDir) {
+		return filepath.Join(*staticDir, rel)
+	}
+	return filepath.Join(src, *staticDir, rel)
+}
+
 // staticKataPath is the static kata binary as the image ships it (stripped), relative to the
-// source tree (scripts/build-static.sh).
-const staticKataPath = "build-static/image-context-kata/kata-device-plugin"
+// -static directory (scripts/build-static.sh).
+const staticKataPath = "image-context-kata/kata-device-plugin"
 
 // muslHyperlightPath is the hyperlight binary as its image ships it (musl, stripped), and
 // muslShimPath the hypervisor shim built against musl (scripts/build-static.sh).
 const (
-	muslHyperlightPath = "build-static/image-context-hyperlight/rootfs/hyperlight-device-plugin"
-	muslShimPath       = "build-static/musl-dynamic/libhvshim.so"
+	muslHyperlightPath = "image-context-hyperlight/rootfs/hyperlight-device-plugin"
+	muslShimPath       = "musl-dynamic/libhvshim.so"
 )
 
 // scanPoint is one line of sdp-scan-bench.

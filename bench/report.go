@@ -111,12 +111,12 @@ func main() {
 		return p
 	}
 	kinds := []daemonKind{
-		{name: "kata-static", bin: filepath.Join(src, staticKataPath), resource: k.KataGPU},
+		{name: "kata-static", bin: staticPath(src, staticKataPath), resource: k.KataGPU},
 		{name: "kata", bin: bin(k.KataBinary), resource: k.KataGPU},
 		// hyperlight as the image ships it: the musl build, with the shim built for musl
 		// (scripts/build-static.sh); the later LD_PRELOAD overrides DaemonEnv's glibc shim.
-		{name: "hyperlight", bin: filepath.Join(src, muslHyperlightPath), resource: k.HyperlightResource,
-			env: []string{"DEVICE_COUNT=2000", "LD_PRELOAD=" + filepath.Join(src, muslShimPath)}},
+		{name: "hyperlight", bin: staticPath(src, muslHyperlightPath), resource: k.HyperlightResource,
+			env: []string{"DEVICE_COUNT=2000", "LD_PRELOAD=" + staticPath(src, muslShimPath)}},
 		{name: "reference", bin: bin("reference-go-plugin"), resource: refResource, env: []string{"DEVICE_COUNT=2000"}},
 	}
 	privateMountNS()
@@ -138,6 +138,10 @@ func main() {
 	}
 	if *draOnly {
 		draOnlyMode(src, kinds[2], kinds[0])
+		return
+	}
+	if *companionsOnly {
+		companionsOnlyMode(src, kinds[2])
 		return
 	}
 	if *idleOnly != "" {
@@ -256,6 +260,9 @@ func main() {
 	fmt.Fprintf(os.Stderr, "idle %d s...\n", *idleSec)
 	measureIdle(kinds, res, *idleSec)
 	host.part("idle", "the idle figures (the four daemons side by side, so their ratios share it)")
+	fmt.Fprintf(os.Stderr, "companions: %d rounds of about %v...\n", *companionsRounds, idleWarmUp+time.Duration(*companionsIdle+5)*time.Second)
+	comp := measureCompanions(hlKind, *companionsRounds, *companionsIdle)
+	host.part("companions", "the Companions: the cost section (its rounds' own host figures are in it)")
 	scan := []scanPoint{scanBench(build, 2001, 0), scanBench(build, 21, 1000)}
 	large := measureLargeScan(build)
 	prefer := preferBench(build)
@@ -268,7 +275,7 @@ func main() {
 			img[n] = imageSize(src, build, n)
 		}
 	}
-	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, kr, draf, time.Since(began))
+	write(res, host, probe, ceil, scale, enc, scan, large, prefer, staticSize, img, imgNote, kr, draf, comp, time.Since(began))
 	if *reliabilityPath != "" {
 		writeAsDeployed(measureAsDeployed(src, build))
 		floodBegan, floodHost := time.Now(), newHostLog()
@@ -415,7 +422,7 @@ func writeRoundRatios(d *doc, res map[string]*results, host *hostLog) {
 }
 
 func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale map[string][]scalePoint, enc []encodePoint, scan []scanPoint, large largeScan, prefer []preferPoint,
-	staticSize int64, img map[string]int64, imgNote string, kr kubeletRestarts, draf draFigures, took time.Duration) {
+	staticSize int64, img map[string]int64, imgNote string, kr kubeletRestarts, draf draFigures, comp compFigures, took time.Duration) {
 	ks, kata, hl, ref := res["kata-static"], res["kata"], res["hyperlight"], res["reference"]
 	var d doc
 	d.p("# Benchmarks")
@@ -504,6 +511,7 @@ func write(res map[string]*results, host *hostLog, probe stats, ceil int, scale 
 	d.p("to its whole text once started: the static kata's RSS follows its size (Sizes below), and the dynamic build's is")
 	d.p("mostly glibc's shared text.")
 	d.p("")
+	writeCompanions(&d, comp, companionsRerun())
 
 	// RPCs.
 	d.p("## Allocate and GetPreferredAllocation")
