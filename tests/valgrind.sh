@@ -37,7 +37,7 @@ unit_skip=" test_cdi test_seccomp "
 # TestHyperlightFdLimitHeldConnections neither: it lowers the daemon's RLIMIT_NOFILE to 48 after
 # start, and valgrind keeps its own fds near the top of the limit it started with, so the
 # daemon cannot open any (it runs natively, under ASan and in the musl suite).
-: "${VALGRIND_SCENARIOS:=^(TestFault|TestHyperlight([^F]|F[^d])|TestKata|TestLabels|TestMock|TestDRA)}"
+: "${VALGRIND_SCENARIOS:=^(TestFault|TestHyperlight([^F]|F[^d])|TestKata|TestLabels|TestMock|TestDRA|TestCompanion)}"
 passed=0
 failed=0
 failures=()
