@@ -4,7 +4,11 @@
 No registry, no podman: the images of make cluster are files we have on the host.
 
   oci-image.py OUT.tar NAME:TAG --file SRC:DEST[:MODE] ... [--link DEST:TARGET ...]
-               [--dir DEST:MODE ...] [--entrypoint JSON] [--cmd JSON] [--env K=V ...]
+               [--dir DEST:MODE ...] [--tree SRC_DIR:DEST ...] [--entrypoint JSON] [--cmd JSON]
+               [--env K=V ...]
+
+--tree adds a whole directory: its directories, regular files and symlinks, with their modes
+(anything else in it is an error).
 
 NAME is the full reference (localhost/pause:3.10.2); containerd takes it from the
 io.containerd.image.name annotation. Every entry is owned by 0:0 with mtime SOURCE_DATE_EPOCH
@@ -26,6 +30,7 @@ def main():
     p.add_argument("--file", action="append", default=[], help="SRC:DEST[:MODE octal]")
     p.add_argument("--link", action="append", default=[], help="DEST:TARGET (symlink)")
     p.add_argument("--dir", action="append", default=[], help="DEST:MODE octal")
+    p.add_argument("--tree", action="append", default=[], help="SRC_DIR:DEST")
     p.add_argument("--entrypoint", default=None)
     p.add_argument("--cmd", default=None)
     p.add_argument("--env", action="append", default=[])
@@ -64,6 +69,31 @@ def main():
         ti.size = len(data)
         ti.mode = mode
         entries[dest] = (ti, data)
+    for spec in a.tree:
+        src, dest = spec.split(":", 1)
+        dest = dest.strip("/")
+        for dirpath, dirnames, filenames in os.walk(src):
+            rel = os.path.relpath(dirpath, src)
+            base = dest if rel == "." else (dest + "/" + rel if dest else rel)
+            for name in sorted(dirnames + filenames):
+                path = os.path.join(dirpath, name)
+                target = (base + "/" + name).strip("/")
+                st = os.lstat(path)
+                add_parents(target)
+                ti = tarfile.TarInfo(target)
+                ti.mode = st.st_mode & 0o7777
+                data = None
+                if os.path.islink(path):
+                    ti.type, ti.linkname, ti.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+                elif os.path.isdir(path):
+                    ti.type = tarfile.DIRTYPE
+                elif os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        data = f.read()
+                    ti.size = len(data)
+                else:
+                    sys.exit(f"oci-image.py: {path} is neither a directory, a regular file nor a symlink")
+                entries[target] = (ti, data)
     for spec in a.link:
         dest, target = spec.split(":", 1)
         dest = dest.strip("/")

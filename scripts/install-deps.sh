@@ -50,7 +50,8 @@ case "${1:-}" in
 live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio binutils" ;;
 live-kvm-arm64) PKGS="qemu-system-arm qemu-user-static cpio binutils" ;;
 live-iommufd) PKGS="qemu-system-x86 busybox-static cpio bc bison flex libelf-dev libssl-dev xz-utils binutils" ;;
-cluster) PKGS="iptables nftables conntrack containernetworking-plugins busybox-static curl openssl libseccomp-dev python3 python3-yaml jq" ;;
+cluster) PKGS="iptables nftables conntrack containernetworking-plugins busybox-static curl openssl libseccomp-dev python3 python3-yaml jq \
+qemu-system-x86 linux-image-amd64 iputils-ping xz-utils cpio binutils" ;;
 lint) PKGS="clang-tidy cppcheck" ;;
 runtime) PKGS="podman runc conmon uidmap busybox-static" ;;
 static) PKGS="musl-tools" ;;

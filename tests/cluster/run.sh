@@ -85,6 +85,7 @@ cleanup() {
 		umount /dev/vfio && [ -f "$TEST/vfio-made" ] && rmdir /dev/vfio
 	fi
 	kvm_node_restore "$TEST/kvm-node"
+	companion_node_restore
 	kvm_standin_remove >/dev/null
 	rm -rf "$TEST"
 	set -e
@@ -276,6 +277,12 @@ ready() { [ "$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.conditions[?(@
 # registered_since NS POD SINCE: the plugin's "registered with kubelet" lines logged since SINCE
 # (RFC 3339): its own word that it registered with the kubelet after a fault.
 registered_since() { kubectl -n "$1" logs "$2" --since-time="$3" 2>/dev/null | grep -c 'msg="registered with kubelet"'; }
+# registered_n NS POD SINCE N: at least N such lines within 30 s (the log is read through the
+# kubelet, which may have just restarted; a line may come after the status the test waited for).
+registered_n() {
+	n_ok() { [ "$(registered_since "$1" "$2" "$3")" -ge "$4" ]; }
+	until_ok 30 n_ok "$@"
+}
 
 # status_since SINCE: the Node's Ready heartbeat is from SINCE (epoch seconds) or later: its
 # status comes from the kubelet as it is now, not from before a fault.
@@ -355,7 +362,7 @@ fault_kill_kata() {
 	kill_container kube-system "$p" kata || return 1
 	t=$killed_at
 	note "kill -9 of kata (pid $killed_pid): restarted and Ready $(secs "$t") s later"
-	[ "$(registered_since kube-system "$p" "$since")" -ge 2 ] || fail "the restarted kata did not log 'registered with kubelet' for both resources" || return 1
+	registered_n kube-system "$p" "$since" 2 || fail "the restarted kata did not log 'registered with kubelet' for both resources" || return 1
 	# (the kubelet posts the Node's status only when it changed or every 5 min: a drop to 0 and
 	# back within one 10 s sync never shows; the plugin's own lines above are the proof)
 	until_ok 60 gpus_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) after the restart" || return 1
@@ -381,7 +388,7 @@ fault_kubelet_restart() {
 	until_ok 120 node_ready || fail "node not Ready (in a status the restarted kubelet posted) 120 s after the kubelet restart" || return 1
 	fresh_all() { status_since "$now" && gpus_all; }
 	until_ok 120 fresh_all || fail "allocatable nvidia.com/gpu $(node_res allocatable nvidia.com/gpu) in the restarted kubelet's status 120 s later" || return 1
-	[ "$(registered_since kube-system "$p" "$since")" -ge 2 ] || fail "kata did not log 'registered with kubelet' for both resources after the kubelet restart" || return 1
+	registered_n kube-system "$p" "$since" 2 || fail "kata did not log 'registered with kubelet' for both resources after the kubelet restart" || return 1
 	note "kubelet restarted (pid $kpid): allocatable nvidia.com/gpu back to $(node_res allocatable nvidia.com/gpu) $(secs "$t") s later"
 	[ "$(restarts kube-system "$p")" = "$rc" ] || fail "the kata container was restarted ($rc -> $(restarts kube-system "$p")): it should re-register by itself" || return 1
 	[ "$(fingerprint "$NS" gpu-pair)" = "$before" ] || fail "the running GPU pod changed: before: $before; after: $(fingerprint "$NS" gpu-pair)" || return 1
@@ -547,15 +554,16 @@ kvm_image() {
 	ctr_ images import --platform linux/amd64 "$TEST/kvm-run.tar" >/dev/null || fail "ctr images import $TEST/kvm-run.tar failed" || return 1
 }
 
-hl_workload() {
-	local t c code log
-	kvm_image || return 1
-	t=$(date +%s.%N)
+# uid_pair_pod NAME RESOURCE COMMAND: a pod of two containers from KVM_IMAGE, "owner" of uid
+# 65534 (the chart's deviceUID) and "other" of uid 1000, no capability, no escalation, each with
+# one RESOURCE and running sh -c COMMAND; waits (120 s) until both have finished.
+uid_pair_pod() {
+	local c
 	kubectl apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
 metadata:
-  name: kvm-workload
+  name: $1
   namespace: $NS
 spec:
   restartPolicy: Never
@@ -569,7 +577,7 @@ $(for c in owner:65534 other:1000; do cat <<EOC
   - name: ${c%%:*}
     image: $KVM_IMAGE
     imagePullPolicy: Never
-    command: ["sh", "-c", "echo node: \$(stat -c '%F %a %u:%g' /dev/kvm); exec sdp-kvm-run"]
+    command: ["sh", "-c", "$3"]
     securityContext:
       runAsUser: ${c#*:}
       runAsGroup: ${c#*:}
@@ -578,12 +586,20 @@ $(for c in owner:65534 other:1000; do cat <<EOC
         drop: ["ALL"]
     resources:
       limits:
-        hyperlight.dev/hypervisor: 1
+        $2: 1
 EOC
 done)
 EOF
-	done_() { [ "$(kubectl -n "$NS" get pod kvm-workload -o jsonpath='{.status.containerStatuses[*].state.terminated.reason}' | wc -w)" = 2 ]; }
-	until_ok 120 done_ || { diag "$NS" kvm-workload; fail "the KVM workload's containers did not both finish in 120 s"; return 1; }
+	both_done() { [ "$(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.containerStatuses[*].state.terminated.reason}' | wc -w)" = 2 ]; }
+	until_ok 120 both_done "$1" || { diag "$NS" "$1"; fail "the containers of $1 did not both finish in 120 s"; return 1; }
+}
+
+hl_workload() {
+	local t c code log
+	kvm_image || return 1
+	t=$(date +%s.%N)
+	# shellcheck disable=SC2016 # expanded in the container
+	uid_pair_pod kvm-workload hyperlight.dev/hypervisor 'echo node: $(stat -c '"'"'%F %a %u:%g'"'"' /dev/kvm); exec sdp-kvm-run' || return 1
 	note "KVM workload pod: both containers finished $(secs "$t") s after kubectl apply"
 	for c in owner other; do
 		code=$(kubectl -n "$NS" get pod kvm-workload -o jsonpath="{.status.containerStatuses[?(@.name==\"$c\")].state.terminated.exitCode}")
@@ -657,7 +673,7 @@ hl_fault_kill() {
 	since=$(date -u +%FT%TZ)
 	kill_container "$HL_NS" "$p" hyperlight || return 1
 	t=$killed_at
-	[ "$(registered_since "$HL_NS" "$p" "$since")" -ge 1 ] || fail "the restarted hyperlight did not log 'registered with kubelet'" || return 1
+	registered_n "$HL_NS" "$p" "$since" 1 || fail "the restarted hyperlight did not log 'registered with kubelet'" || return 1
 	until_ok 60 hl_all || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) after the restart" || return 1
 	[ "$(hl_held)" = "$before" ] || fail "the pod holding the device changed: before: $before; after: $(hl_held)" || return 1
 	note "kill -9 of hyperlight (pid $killed_pid): Ready and 2000 allocatable again $(secs "$t") s later; the pod holding /dev/kvm untouched"
@@ -679,8 +695,8 @@ hl_fault_kubelet() {
 	kpid=$(restart_component kubelet) || return 1
 	fresh() { status_since "$now" && [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ] && hl_all; }
 	until_ok 120 fresh || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc) (want 2000) in the restarted kubelet's status 120 s later" || return 1
-	[ "$(registered_since "$HL_NS" "$p" "$since")" -ge 1 ] || fail "hyperlight-device-plugin did not log 'registered with kubelet' after the kubelet restart" || return 1
-	[ "$(registered_since "$HL_NS" "$a" "$since")" -ge 1 ] || fail "hyperlight-device-access did not log 'registered with kubelet' after the kubelet restart" || return 1
+	registered_n "$HL_NS" "$p" "$since" 1 || fail "hyperlight-device-plugin did not log 'registered with kubelet' after the kubelet restart" || return 1
+	registered_n "$HL_NS" "$a" "$since" 1 || fail "hyperlight-device-access did not log 'registered with kubelet' after the kubelet restart" || return 1
 	note "kubelet restarted (pid $kpid): both hyperlight plugins registered again, 2000 allocatable $(secs "$t") s later"
 	{ [ "$(restarts "$HL_NS" "$p")" = "$rp" ] && [ "$(restarts "$HL_NS" "$a")" = "$ra" ]; } ||
 		fail "a hyperlight container was restarted: it should re-register by itself" || return 1
@@ -863,6 +879,10 @@ EOF
 	kubectl -n "$HL_NS" delete pod sdp-test-binder --wait=false >/dev/null
 }
 
+# --- the companions (tests/cluster/companions.sh) -------------------------------------------------
+# shellcheck source=tests/cluster/companions.sh
+. "$src/tests/cluster/companions.sh"
+
 # --- DRA (tests/cluster/dra.sh) -----------------------------------------------------------------
 # shellcheck source=tests/cluster/dra.sh
 . "$src/tests/cluster/dra.sh"
@@ -873,6 +893,7 @@ EOF
 # The hypervisor: the host's own /dev/kvm (HV=kvm), or none (HV=none: the stand-in steps). What a
 # killed run left is put right first: a /dev/kvm it removed, its stand-in.
 kvm_node_restore "$TEST/kvm-node" || exit 1
+TUN_NODE_SAVED=$TEST/tun-node companion_node_restore || exit 1
 kvm_standin_remove
 if kvm_opens; then
 	HV=kvm
@@ -903,6 +924,11 @@ else
 	step "hyperlight on the stand-in /dev/kvm: rolled out, 2000 allocatable, node labelled" hl_kvm
 	step "stand-in workload (uid 65534): its open reaches the kernel (ENODEV); another uid is refused the node" hl_workload
 fi
+step "companions on (tun, vhost-net): advertised from the host's nodes, a missing one Unhealthy with its reason" hl_companions_on
+step "tun in workloads: node 660 65534:65534, opened by uid 65534, refused to uid 1000" hl_companion_modes
+step "micro-VM pod with only NET_ADMIN: a tap through /dev/net/tun, a guest on it pings the pod and back; without tun: a clear error" hl_microvm
+step "fault: the host's /dev/net/tun removed, then back" hl_companion_fault
+step "companions off: both DaemonSets rolled, the hypervisor alone again" hl_companions_off
 step "node-label admission policy enforced by the API server, both ways" hl_policy
 step "a pod holding hyperlight.dev/hypervisor through the faults" hl_hold
 step "fault: kill -9 of the hyperlight container" hl_fault_kill

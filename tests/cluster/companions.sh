@@ -1,0 +1,215 @@
+# tests/cluster/companions.sh: the micro-VM sandbox's companions on the real cluster (sourced by
+# run.sh; docs/operations.md, "Micro-VM sandboxes"). The chart's companions.enabled={tun,
+# vhost-net}: both resources advertised from the host's real nodes (a missing one Unhealthy
+# with its reason, the plugin pod not Ready, as documented); the companion's node in workloads
+# with the chart's owner and mode, opened by its uid and refused to another; a pod with only
+# NET_ADMIN makes a tap through /dev/net/tun and boots a guest on it that exchanges packets
+# with the pod (tests/cluster/microvm); the same pod without the tun resource fails naming
+# /dev/net/tun; the host's /dev/net/tun removed and back; the companions turned off again.
+
+# host_opens PATH: the host's node opens read-write (its driver is loaded).
+host_opens() { python3 -c 'import os,sys; os.close(os.open(sys.argv[1], os.O_RDWR))' "$1" 2>/dev/null; }
+# res_alloc NAME: allocatable hyperlight.dev/NAME as a number ("" when the Node has none).
+res_alloc() { node_res allocatable "hyperlight.dev/$1" | sed 's/^\([0-9]*\)k$/\1000/'; }
+
+# VHOST: whether this host's kernel serves /dev/vhost-net (CONFIG_VHOST_NET and its module).
+VHOST=no
+host_opens /dev/vhost-net && VHOST=yes
+
+hl_companions_on() {
+	local t mp ap
+	t=$(date +%s.%N)
+	helm upgrade hyperlight-device-plugin "$src/deploy/helm/hyperlight-device-plugin" -n kube-system --reuse-values \
+		"${HL_RENDER[@]}" --set 'companions.enabled={tun,vhost-net}' >"$TEST/helm-hl.log" 2>&1 ||
+		{ cat "$TEST/helm-hl.log" >&2; return 1; }
+	kubectl -n "$HL_NS" rollout status ds/hyperlight-device-access --timeout=180s >"$TEST/rollout.log" 2>&1 ||
+		{ cat "$TEST/rollout.log" >&2; fail "the bootstrap DaemonSet did not roll out with COMPANIONS"; return 1; }
+	has_env() { kubectl -n "$HL_NS" get pod "$(hl_pod hyperlight-device-plugin)" -o json 2>/dev/null |
+		jq -e '.status.phase == "Running" and any(.spec.containers[0].env[]; .name == "COMPANIONS" and .value == "tun,vhost-net")' >/dev/null; }
+	until_ok 180 has_env || fail "no Running hyperlight-device-plugin pod with COMPANIONS=tun,vhost-net" || return 1
+	mp=$(hl_pod hyperlight-device-plugin)
+	ap=$(hl_pod hyperlight-device-access)
+	tun_all() { [ "$(res_alloc tun)" = 2000 ] && hl_all; }
+	until_ok 60 tun_all || { diag "$HL_NS" "$mp"; fail "allocatable hyperlight.dev/tun $(res_alloc tun), hypervisor $(hl_alloc); want 2000 each"; return 1; }
+	kubectl -n "$HL_NS" logs "$mp" | grep 'msg="device usable" resource=hyperlight.dev/tun ' | grep -q 'probe="tun features 0x[0-9a-f]* (tap' ||
+		fail "no 'device usable' line with the kernel's tun features in $mp's log" || return 1
+	note "companions on: both DaemonSets rolled ($(secs "$t") s), allocatable hyperlight.dev/tun 2000, hypervisor 2000; $(kubectl -n "$HL_NS" logs "$mp" | grep -o 'resource=hyperlight.dev/tun .*probe="[^"]*"' | head -n 1)"
+	if [ "$VHOST" = yes ]; then
+		vn_all() { [ "$(res_alloc vhost-net)" = 2000 ] && ready "$HL_NS" "$mp"; }
+		until_ok 60 vn_all || { diag "$HL_NS" "$mp"; fail "allocatable hyperlight.dev/vhost-net $(res_alloc vhost-net), want 2000; the pod Ready"; return 1; }
+		note "this host has vhost_net: allocatable hyperlight.dev/vhost-net 2000, the plugin pod Ready"
+		return 0
+	fi
+	# No vhost_net on this host: the bootstrap grant leaves it out and says so, the plugin
+	# advertises it Unhealthy with the reason, its pod is not Ready (readiness asks every resource).
+	granted() { kubectl -n "$HL_NS" logs "$ap" | grep -q 'msg="companion not granted" device=/dev/vhost-net reason="/host-dev/vhost-net missing"'; }
+	until_ok 30 granted || { diag "$HL_NS" "$ap"; fail "the bootstrap pod did not log that /dev/vhost-net is not granted"; return 1; }
+	said() { kubectl -n "$HL_NS" logs "$mp" | grep -q 'msg="device unusable, advertising every device Unhealthy" resource=hyperlight.dev/vhost-net reason="/dev/vhost-net missing"'; }
+	until_ok 30 said || { diag "$HL_NS" "$mp"; fail "the plugin did not say why hyperlight.dev/vhost-net is unusable"; return 1; }
+	notready() { ! ready "$HL_NS" "$mp" && kubectl -n "$HL_NS" get events --field-selector "involvedObject.name=$mp,reason=Unhealthy" -o jsonpath='{.items[*].message}' | grep -q 'Readiness probe failed'; }
+	until_ok 60 notready || { diag "$HL_NS" "$mp"; fail "the plugin pod is Ready (or its readiness probe never failed) with hyperlight.dev/vhost-net Unhealthy"; return 1; }
+	[ "$(res_alloc vhost-net)" = 0 ] || fail "allocatable hyperlight.dev/vhost-net $(res_alloc vhost-net), want 0" || return 1
+	note "no vhost_net on this host ($(uname -r)): not granted (bootstrap), Unhealthy \"/dev/vhost-net missing\", allocatable 0, the plugin pod not Ready (its readiness probe failed), tun and the hypervisor served"
+}
+
+# The companion's node in a workload: the chart's owner and mode; the owner's uid opens it,
+# another uid is refused by the mode.
+hl_companion_modes() {
+	local t c log
+	t=$(date +%s.%N)
+	# shellcheck disable=SC2016 # expanded in the container
+	uid_pair_pod tun-modes hyperlight.dev/tun 'echo node: $(stat -c '"'"'%F %a %u:%g %t:%T'"'"' /dev/net/tun); exec 3<>/dev/net/tun && echo open: ok' || return 1
+	for c in owner other; do
+		log=$(kubectl -n "$NS" logs tun-modes -c "$c" 2>&1 | tr '\n' ' ')
+		note "$c: $log"
+		echo "$log" | grep -q 'node: character special file 660 65534:65534 a:c8' ||
+			fail "$c: /dev/net/tun is not 'character special file 660 65534:65534 a:c8' (the chart's deviceMode, deviceUID, deviceGID)" || return 1
+	done
+	kubectl -n "$NS" logs tun-modes -c owner | grep -qx 'open: ok' || fail "uid 65534 could not open its /dev/net/tun" || return 1
+	kubectl -n "$NS" logs tun-modes -c other | grep -q "sh: can't create /dev/net/tun: Permission denied" ||
+		fail "uid 1000 was not refused /dev/net/tun by its mode" || return 1
+	kubectl -n "$NS" delete pod tun-modes --wait=false >/dev/null
+	note "tun-modes: both containers saw the node 660 65534:65534; uid 65534 opened it, uid 1000 got Permission denied ($(secs "$t") s)"
+}
+
+# The micro-VM pod: only NET_ADMIN (uid 0, every other capability dropped, no escalation,
+# RuntimeDefault seccomp; the nodes through the group 65534), hyperlight.dev/hypervisor and
+# hyperlight.dev/tun (and vhost-net on a host that serves it). QEMU makes tap0 through
+# /dev/net/tun in the pod's own network namespace and boots the guest on it; guest and pod ping
+# each other. The guest runs on KVM where a stock kernel boots on it, else on QEMU's TCG (a PVM
+# host: kvm_pvm runs only guests built for it), and then sdp-kvm-run proves the pod's /dev/kvm
+# runs guest code.
+MICROVM_IMAGE=localhost/sdp-microvm:test
+microvm_pod() { # NAME WITH_TUN
+	local limits="hyperlight.dev/hypervisor: 1"
+	[ "$2" = yes ] && limits="$limits
+        hyperlight.dev/tun: 1"
+	[ "$2" = yes ] && [ "$VHOST" = yes ] && limits="$limits
+        hyperlight.dev/vhost-net: 1"
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: $NS
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    supplementalGroups: [65534]
+    seccompProfile:
+      type: RuntimeDefault
+    sysctls:
+      - name: net.ipv4.ping_group_range
+        value: "0 0"
+  containers:
+  - name: vmm
+    image: $MICROVM_IMAGE
+    imagePullPolicy: Never
+    command: ["sh", "-c", "$MICROVM_CMD"]
+    env:
+      - name: MICROVM_ACCEL
+        value: $MICROVM_ACCEL
+    securityContext:
+      runAsUser: 0
+      runAsGroup: 0
+      allowPrivilegeEscalation: false
+      capabilities:
+        drop: ["ALL"]
+        add: ["NET_ADMIN"]
+    resources:
+      limits:
+        memory: 384Mi
+        $limits
+EOF
+}
+
+hl_microvm() {
+	local t code log
+	t=$(date +%s.%N)
+	command -v qemu-system-x86_64 >/dev/null || fail "qemu-system-x86_64 missing (scripts/install-deps.sh cluster)" || return 1
+	"$src/tests/cluster/microvm/build.sh" "$TEST/microvm" >"$TEST/microvm-build.log" 2>&1 ||
+		{ tail -n 20 "$TEST/microvm-build.log" >&2; fail "tests/cluster/microvm/build.sh failed"; return 1; }
+	cp "$TEST/sdp-kvm-run" "$TEST/microvm/rootfs/bin/sdp-kvm-run" || return 1
+	python3 "$src/cluster/oci-image.py" "$TEST/microvm.tar" "$MICROVM_IMAGE" --tree "$TEST/microvm/rootfs:/" \
+		--dir /tmp:1777 --cmd '["sh"]' >/dev/null || return 1
+	ctr_ images import --platform linux/amd64 "$TEST/microvm.tar" >/dev/null || fail "ctr images import $TEST/microvm.tar failed" || return 1
+	note "microVM image: QEMU $(qemu-system-x86_64 --version | head -n 1 | awk '{print $4}'), the guest kernel $(ls /boot/vmlinuz-* | sort -V | tail -n 1 | sed 's|.*vmlinuz-||'), $(du -sm "$TEST/microvm.tar" | cut -f1) MiB ($(secs "$t") s)"
+	MICROVM_ACCEL=kvm
+	MICROVM_CMD="exec /microvm/run-in-pod.sh"
+	if [ "$HV" != kvm ]; then
+		MICROVM_ACCEL=tcg
+		note "no /dev/kvm on this host: the guest runs on QEMU's TCG"
+	elif [ -d /sys/module/kvm_pvm ]; then
+		MICROVM_ACCEL=tcg
+		MICROVM_CMD="sdp-kvm-run && exec /microvm/run-in-pod.sh"
+		note "this host's KVM is PVM (kvm_pvm): it runs only guests built for PVM, not Debian's kernel; the guest runs on QEMU's TCG, and sdp-kvm-run runs guest code on the pod's /dev/kvm first"
+	fi
+	t=$(date +%s.%N)
+	microvm_pod microvm yes
+	done_() { [ -n "$(kubectl -n "$NS" get pod microvm -o jsonpath='{.status.containerStatuses[0].state.terminated.reason}')" ]; }
+	until_ok 300 done_ || { diag "$NS" microvm; fail "the microVM pod did not finish in 300 s"; return 1; }
+	code=$(kubectl -n "$NS" get pod microvm -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
+	log=$(kubectl -n "$NS" logs microvm 2>&1)
+	echo "$log" | sed 's/^/test-cluster:     /'
+	{ [ "$code" = 0 ] && echo "$log" | grep -q "^microvm: ok accel=$MICROVM_ACCEL vhost=$([ "$VHOST" = yes ] && echo on || echo off) guest-ping=ok pod-ping=ok"; } ||
+		fail "the microVM pod: exit $code, no ok line for accel=$MICROVM_ACCEL" || return 1
+	if [ "$MICROVM_ACCEL" = tcg ] && [ "$HV" = kvm ]; then
+		echo "$log" | grep -q '^sdp-kvm-run: ok api=12 exits=io(port=0x10,value=0x2a),hlt uid=0 gid=0$' ||
+			fail "sdp-kvm-run in the microVM pod did not run its guest on /dev/kvm" || return 1
+	fi
+	note "microVM pod (uid 0, only NET_ADMIN): tap0 made through /dev/net/tun, guest and pod pinged each other ($(secs "$t") s)"
+	kubectl -n "$NS" delete pod microvm --wait=false >/dev/null
+	# The same pod without hyperlight.dev/tun: no /dev/net/tun, a clear error.
+	t=$(date +%s.%N)
+	microvm_pod microvm-notun no
+	done2() { [ -n "$(kubectl -n "$NS" get pod microvm-notun -o jsonpath='{.status.containerStatuses[0].state.terminated.reason}')" ]; }
+	until_ok 120 done2 || { diag "$NS" microvm-notun; fail "the pod without tun did not finish in 120 s"; return 1; }
+	code=$(kubectl -n "$NS" get pod microvm-notun -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
+	log=$(kubectl -n "$NS" logs microvm-notun 2>&1 | tail -n 1)
+	{ [ "$code" = 1 ] && [ "$log" = "microvm: FAIL /dev/net/tun: no such character device (the container needs the node's /dev/net/tun, c 10:200)" ]; } ||
+		fail "the pod without hyperlight.dev/tun: exit $code, $log" || return 1
+	note "without hyperlight.dev/tun: exit 1, $log ($(secs "$t") s)"
+	kubectl -n "$NS" delete pod microvm-notun --wait=false >/dev/null
+}
+
+# The host's /dev/net/tun removed (tun is built in or stays loaded: its node goes as an rmmod
+# would take it): allocatable hyperlight.dev/tun 0, the reason in the log; made again as it was:
+# 2000. A run that ends in between has its cleanup make it again (companion_node_restore).
+TUN_NODE_SAVED=
+hl_companion_fault() {
+	local mp t
+	mp=$(hl_pod hyperlight-device-plugin)
+	TUN_NODE_SAVED=$TEST/tun-node
+	stat -c '%a %u %g %t %T' /dev/net/tun >"$TUN_NODE_SAVED" || return 1
+	t=$(date +%s.%N)
+	rm /dev/net/tun
+	gone() { [ "$(res_alloc tun)" = 0 ]; }
+	until_ok 60 gone || { companion_node_restore; fail "allocatable hyperlight.dev/tun $(res_alloc tun) after /dev/net/tun was removed, want 0"; return 1; }
+	note "host's /dev/net/tun removed: allocatable hyperlight.dev/tun 0 after $(secs "$t") s (the Node's status, as the kubelet posts it); $(kubectl -n "$HL_NS" logs "$mp" | grep 'resource=hyperlight.dev/tun reason=' | tail -n 1 | grep -o 'reason="[^"]*"')"
+	t=$(date +%s.%N)
+	companion_node_restore
+	back() { [ "$(res_alloc tun)" = 2000 ]; }
+	until_ok 60 back || { fail "allocatable hyperlight.dev/tun $(res_alloc tun) after /dev/net/tun came back, want 2000"; return 1; }
+	note "made again ($(stat -c '%a %u:%g' /dev/net/tun)): 2000 after $(secs "$t") s"
+}
+companion_node_restore() {
+	local mode uid gid maj min
+	[ -n "$TUN_NODE_SAVED" ] && [ -f "$TUN_NODE_SAVED" ] && [ ! -e /dev/net/tun ] || return 0
+	read -r mode uid gid maj min <"$TUN_NODE_SAVED" || return 1
+	mkdir -p /dev/net && mknod -m "$mode" /dev/net/tun c "$((16#$maj))" "$((16#$min))" && chown "$uid:$gid" /dev/net/tun
+}
+
+# Off again: no companion resource advertised, the plugin pod Ready (the steps after this one
+# and the DRA switch run without companions).
+hl_companions_off() {
+	local t
+	t=$(date +%s.%N)
+	helm upgrade hyperlight-device-plugin "$src/deploy/helm/hyperlight-device-plugin" -n kube-system --reuse-values \
+		"${HL_RENDER[@]}" --set-json 'companions.enabled=[]' >"$TEST/helm-hl.log" 2>&1 || { cat "$TEST/helm-hl.log" >&2; return 1; }
+	hl_rolled "with companions off" || return 1
+	off() { [ "$(res_alloc tun)" = 0 ] || [ -z "$(res_alloc tun)" ]; }
+	until_ok 60 off || fail "allocatable hyperlight.dev/tun $(res_alloc tun) with companions off" || return 1
+	until_ok 60 hl_all || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc), want 2000" || return 1
+	note "companions off: both DaemonSets rolled, pods Ready, hyperlight.dev/tun 0, the hypervisor 2000 ($(secs "$t") s)"
+}
