@@ -6,13 +6,16 @@
 static void usage(FILE *f)
 {
 	(void)fputs("Advertises the host hypervisor device as the kubelet resource " HL_RESOURCE ",\n"
-	            "owns the CDI spec /var/run/cdi/hyperlight.json and answers Allocate with its CDI name.\n"
+	            "owns the CDI spec /var/run/cdi/hyperlight.json and answers Allocate with its CDI name;\n"
+	            "with COMPANIONS the same for each companion (hyperlight.dev/<name>,\n"
+	            "/var/run/cdi/hyperlight-<name>.json).\n"
 	            "\n"
 	            "  --device-access           bootstrap mode: advertise one " HL_ACCESS_RESOURCE "\n"
 	            "                            whose Allocate grants only the device node (stat only,\n"
 	            "                            no CDI, no probe)\n"
 	            "  --health-check            exit 0 if the plugin answers gRPC health (liveness)\n"
 	            "  --health-check=readiness  exit 0 if registered, streaming to kubelet and healthy\n"
+	            "                            (with COMPANIONS: every resource)\n"
 	            "                            (with --device-access: asks the bootstrap plugin)\n",
 	            f);
 }
@@ -39,7 +42,8 @@ static void usage_env(FILE *f)
 		"                        a listed companion's resource name under hyperlight.dev/\n"
 		"                        (default tun, vhost-net, vhost-vsock)\n"
 		"  TUN_COUNT, VHOST_NET_COUNT, VHOST_VSOCK_COUNT\n"
-		"                        a listed companion's devices advertised (default 2000)\n",
+		"                        a listed companion's devices advertised (default 2000;\n"
+		"                        1..the ceiling of DEVICE_COUNT for its IDs)\n",
 		hl_device_count_ceiling());
 }
 
@@ -61,8 +65,8 @@ int main(int argc, char **argv)
 		.mode = "hypervisor",
 		.usage = usage,
 		.usage_env = usage_env,
-		.exit_startup = "invalid DEVICE_COUNT or HOST_DEVICE_DIR, no usable hypervisor device, the "
-				"seccomp filter refused by the kernel",
+		.exit_startup = "invalid DEVICE_COUNT, HOST_DEVICE_DIR, COMPANIONS or a companion's "
+				"variable, no usable hypervisor device, the seccomp filter refused by the kernel",
 		.health_prefixes = hl_daemon_health_prefixes,
 		.health_dir = hl_daemon_health_dir,
 		.configure = hl_daemon_configure,

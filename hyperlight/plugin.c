@@ -50,6 +50,7 @@ struct hl_plugin {
 	dp_cdi_file *cdi;
 	struct hl_node_watch watch;      /* the node in the daemon's own /dev */
 	char host_dir[PATH_MAX];         /* HOST_DEVICE_DIR resolved, "" without it */
+	char host_node[PATH_MAX];        /* the host's node there, "" without it */
 	struct hl_node_watch host_watch; /* the host's node there (with HOST_DEVICE_DIR) */
 	dp_helper *probe;
 	struct hl_waiter *waiters; /* requesters of the probe in flight */
@@ -65,6 +66,24 @@ struct hl_plugin {
 	void *verdict_userdata;
 };
 
+/* A companion's node missing in this container while the host has it (its number, not a
+ * symlink): the pod's device grant lacks it, which only a new pod mends. reason says so. */
+static void grant_hint(const struct hl_plugin *p, int r, char *reason, size_t size)
+{
+	struct hl_device host = p->dev;
+	char ignored[PATH_MAX + 64];
+
+	if (!p->dev.fixed || r != -ENOENT || !p->host_node[0])
+		return;
+	snprintf(host.host_path, sizeof(host.host_path), "%s", p->host_node);
+	if (hl_device_verify(&host, ignored, sizeof(ignored)) == 0)
+		snprintf(reason, size,
+			 "%s is not in this container but the host has it: the pod's device grant lacks it "
+			 "(the pod was made before the node was there, or granted by a bootstrap plugin without "
+			 "COMPANIONS): recreate the pod",
+			 p->dev.path);
+}
+
 /* The checks done in the daemon itself: the injected node, then the CDI spec. */
 static int precheck(struct hl_plugin *p, char *reason, size_t size)
 {
@@ -74,8 +93,10 @@ static int precheck(struct hl_plugin *p, char *reason, size_t size)
 	hl_node_watch_ensure(&p->watch);
 	hl_node_watch_ensure(&p->host_watch);
 	r = hl_device_verify(&p->dev, reason, size);
-	if (r < 0)
+	if (r < 0) {
+		grant_hint(p, r, reason, size);
 		return r;
+	}
 	r = dp_cdi_file_sync(p->cdi, &repaired);
 	if (r < 0) {
 		snprintf(reason, size, "%s", dp_cdi_file_error(p->cdi));
@@ -360,6 +381,7 @@ static int setup_probe(struct hl_plugin *p)
 		r = dp_path(host, sizeof(host), abs);
 		if (r < 0)
 			return r;
+		snprintf(p->host_node, sizeof(p->host_node), "%s", host);
 		/* the host node's directory: the resolved path up to its last '/' */
 		snprintf(p->host_dir, sizeof(p->host_dir), "%.*s", (int)(strrchr(host, '/') - host), host);
 		snprintf(maj, sizeof(maj), "%u", major(p->dev.rdev));

@@ -84,7 +84,9 @@
  * node's semantics, checked in this order: the *_OPEN_ERRNO knob; the path looked up with
  * fstatat (AT_SYMLINK_NOFOLLOW when open has O_NOFOLLOW: a symlink there gives ELOOP, as the
  * kernel's open does; a missing path ENOENT); a path that is not a character device (a regular
- * file, a directory, a FIFO...) goes to the real open, so the kernel answers (a regular file
+ * file, a directory, a FIFO...) or a character device of another number than the companion's
+ * (major 10, minor 200, 238 or 241: another driver's node) goes to the real open, so the kernel
+ * answers (a regular file
  * opens and every ioctl on it fails with ENOTTY, a directory gives EISDIR; the fault knobs do
  * not apply to such an fd: it is not a fake); then permission with faccessat as above, and the
  * fd is a fake one. On it TUNGETFEATURES (tun) and VHOST_GET_FEATURES (vhost-net, vhost-vsock)
@@ -124,6 +126,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,16 +231,17 @@ static const struct companion {
 	unsigned long req;
 	unsigned long long features_default;
 	size_t width;
+	unsigned minor; /* the kernel's misc minor (major 10): another number is another driver's */
 } companions[] = {
 	{ "HVSHIM_TUN_FEATURES", offsetof(struct knobs, tun), offsetof(struct knobs, tun_open_errno),
 	  offsetof(struct knobs, tun_features), FAKE_TUN, TUNGETFEATURES, TUN_FEATURES_DEFAULT,
-	  sizeof(unsigned int) },
+	  sizeof(unsigned int), 200 },
 	{ "HVSHIM_VHOST_NET_FEATURES", offsetof(struct knobs, vhost_net),
 	  offsetof(struct knobs, vhost_net_open_errno), offsetof(struct knobs, vhost_net_features),
-	  FAKE_VHOST_NET, VHOST_GET_FEATURES, VHOST_NET_FEATURES_DEFAULT, sizeof(uint64_t) },
+	  FAKE_VHOST_NET, VHOST_GET_FEATURES, VHOST_NET_FEATURES_DEFAULT, sizeof(uint64_t), 238 },
 	{ "HVSHIM_VHOST_VSOCK_FEATURES", offsetof(struct knobs, vhost_vsock),
 	  offsetof(struct knobs, vhost_vsock_open_errno), offsetof(struct knobs, vhost_vsock_features),
-	  FAKE_VHOST_VSOCK, VHOST_GET_FEATURES, VHOST_VSOCK_FEATURES_DEFAULT, sizeof(uint64_t) },
+	  FAKE_VHOST_VSOCK, VHOST_GET_FEATURES, VHOST_VSOCK_FEATURES_DEFAULT, sizeof(uint64_t), 241 },
 };
 #define N_COMPANIONS (sizeof(companions) / sizeof(companions[0]))
 
@@ -383,7 +387,7 @@ static enum fake_kind fake_kind(int fd)
 }
 
 /* A companion's path (HVSHIM_TUN...): 1 with *ret_fd set (errno set on failure), 0 to pass
- * through (not a companion, or not a character device: the kernel answers). */
+ * through (not a companion, not a character device, or another number: the kernel answers). */
 static int companion_open(const char *path, int flags, int *ret_fd)
 {
 	const struct companion *c = NULL;
@@ -407,7 +411,8 @@ static int companion_open(const char *path, int flags, int *ret_fd)
 		errno = ELOOP;
 		return 1;
 	}
-	if (!S_ISCHR(st.st_mode))
+	/* not a character device, or another driver's number: the real open answers */
+	if (!S_ISCHR(st.st_mode) || major(st.st_rdev) != 10 || minor(st.st_rdev) != c->minor)
 		return 0;
 	mode = (flags & O_ACCMODE) == O_RDONLY ? R_OK : (flags & O_ACCMODE) == O_WRONLY ? W_OK : R_OK | W_OK;
 	if (faccessat(AT_FDCWD, path, mode, AT_EACCESS) < 0)

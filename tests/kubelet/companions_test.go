@@ -440,3 +440,53 @@ func TestCompanionsDeviceAccessGrant(t *testing.T) {
 	}
 	noCDI(t, node)
 }
+
+// The pod layout with the companion's node on the host but not in the plugin's container (its
+// pod made before the module was loaded, or granted by a bootstrap plugin without COMPANIONS):
+// Unhealthy with a reason that says only a new pod mends it; the host's node going makes the
+// plain "missing" reason again, and the container's node made (what a new pod would have):
+// Healthy.
+func TestCompanionNotGranted(t *testing.T) {
+	c := Companions[1] // vhost-net
+	node := newNode(t, true)
+	host := filepath.Join(node.Root, "host-dev")
+	for _, p := range []string{"kvm", "vhost-net"} {
+		if err := os.MkdirAll(host, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		maj, min := uint32(KVMMajor), uint32(KVMMinor)
+		if p == "vhost-net" {
+			maj, min = c.Major, c.Minor
+		}
+		if err := Mknod(filepath.Join(host, p), maj, min); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := prepare(t, node)
+	s.startDaemon("DEVICE_COUNT=3", "HOST_DEVICE_DIR=/host-dev", "COMPANIONS=vhost-net", "VHOST_NET_COUNT=1")
+	s.ready(3)
+	res := companionResource(c)
+	s.registeredAs(res, 1, startBound)
+	s.devicesOf(res, 1, Unhealthy, eventBound)
+	want := "/dev/vhost-net is not in this container but the host has it: the pod's device grant lacks it " +
+		"(the pod was made before the node was there, or granted by a bootstrap plugin without COMPANIONS): recreate the pod"
+	if waitCount(s.d, 1, "device unusable", "resource="+res, want) < 1 {
+		t.Errorf("no warning %q", want)
+	}
+	_, err := s.k.Allocate(res, []string{"vhost-net-0"})
+	unavailable(t, err, "recreate the pod")
+	// the host's node gone too: the container's node is simply missing
+	if err := os.Remove(filepath.Join(host, "vhost-net")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.k.Allocate(res, []string{"vhost-net-0"})
+	unavailable(t, err, s.node.CompanionPath(c)+" missing")
+	// both there, as in a new pod: Healthy
+	if err := Mknod(filepath.Join(host, "vhost-net"), c.Major, c.Minor); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.MknodCompanion(c); err != nil {
+		t.Fatal(err)
+	}
+	s.devicesOf(res, 1, Healthy, watchBound)
+}
