@@ -4,8 +4,9 @@
  * seccomp filter? Built for arm64 and run under qemu-user by tests/arm64/run.sh, it builds the
  * daemon's filter as the daemon does on the architecture it runs on (dp_seccomp_export_bpf,
  * architecture 0: the native one) and runs each call through the BPF interpreter the unit tests
- * use (tests/support/seccomp_run.c). DAEMON: hyperlight (libdp's list, the probe's ioctls, the
- * label child's calls, the exec of its fd) or kata as PLUGIN_API=dra builds it, the widest of
+ * use (tests/support/seccomp_run.c). DAEMON: hyperlight with the three companions, the widest of
+ * its filters (libdp's list, the probe's ioctls and the companions', the label child's calls,
+ * the exec of its fds: the scenario suite runs it with and without COMPANIONS) or kata as PLUGIN_API=dra builds it, the widest of
  * its filters (libdp's list, the sdp-kube-api child's calls, the exec of its fd: the scenario
  * suite runs it both ways, and qemu logs the child's calls under the daemon's name; with the
  * device-plugin API its filter is libdp's list alone).
@@ -36,6 +37,7 @@
  * as the emulator's). */
 #define EXE_FD 3
 #define LABEL_FD 4
+static const int companion_fds[] = { 5, 6, 7 };
 
 static struct sock_filter prog[8192];
 
@@ -48,7 +50,7 @@ static int load(const char *daemon, size_t *n)
 	ssize_t k;
 
 	if (strcmp(daemon, "hyperlight") == 0) {
-		counts[1] = hl_seccomp_rules(true, NULL, 0, LABEL_FD, -1, own, DP_ELEMENTSOF(own));
+		counts[1] = hl_seccomp_rules(true, companion_fds, DP_ELEMENTSOF(companion_fds), LABEL_FD, -1, own, DP_ELEMENTSOF(own));
 		counts[2] = 1;
 	} else if (strcmp(daemon, "kata") == 0) {
 		counts[1] = dp_draside_seccomp_rules(EXE_FD, own, DP_ELEMENTSOF(own));
