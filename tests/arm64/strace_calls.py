@@ -31,6 +31,9 @@ CLONE = {
 }
 PF = {'PF_UNSPEC': 0, 'PF_UNIX': 1, 'PF_LOCAL': 1, 'PF_INET': 2, 'PF_INET6': 10,
       'PF_NETLINK': 16, 'PF_PACKET': 17}
+# ioctl requests qemu prints by name (those it translates): the companions' probe
+# (hyperlight/probe.c; the numbers are asserted there)
+IOCTL = {'TUNGETFEATURES': 0x800454cf, 'VHOST_GET_FEATURES': 0x8008af00}
 CALL = re.compile(r'^(\d+) (?:Unknown syscall (\d+)|([a-z_0-9]+)\((.*))$')
 CLONED = re.compile(r'^\d+ clone\(.*\) = (\d+)$')
 EMULATOR_ONLY = {'execve', '#281'}
@@ -54,7 +57,7 @@ def args_of(name, text):
         if name == 'prctl':
             return [number(parts[0])]
         if name == 'ioctl':
-            return [number(parts[0]), number(parts[1])]
+            return [number(parts[0]), number(parts[1], IOCTL)]
     except (ValueError, IndexError):
         return None
     return []
