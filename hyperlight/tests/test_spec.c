@@ -218,35 +218,43 @@ static void file_mode_values(void **state)
 	}
 }
 
+/* The spec in b (freed here) as a Python program reads it: written to a file, the program run
+ * with the file as sys.argv[1], its output into out. */
+static void python_reads(dp_buf *b, const char *program, char *out, size_t size)
+{
+	char dir[128], path[256], cmd[2048];
+	assert_int_equal(dpt_tmpdir(dir, sizeof(dir), "hl-spec"), 0);
+	snprintf(path, sizeof(path), "%s/spec.json", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b->data, 1, b->len, f), b->len);
+	assert_int_equal(fclose(f), 0);
+	dp_buf_done(b);
+	snprintf(cmd, sizeof(cmd), "python3 -c '%s' %s", program, path);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t got = fread(out, 1, size - 1, p);
+	out[got] = '\0';
+	assert_int_equal(pclose(p), 0);
+	assert_int_equal(dpt_rmtree(dir), 0);
+}
+
 /* As a JSON parser (Python's json, as strict as Go's about numbers) reads it: fileMode an integer
  * whose octal form is the mode, beside the owner. */
 static void parses_as_json(void **state)
 {
 	(void)state;
-	char dir[128], path[256], cmd[1024], out[256] = "";
+	char out[256] = "";
 	struct hl_device kvm = dev("kvm", "/dev/kvm");
 	dp_buf b = { 0 };
-	assert_int_equal(dpt_tmpdir(dir, sizeof(dir), "hl-spec"), 0);
-	snprintf(path, sizeof(path), "%s/hyperlight.json", dir);
 	hl_spec_render(&kvm, 1000, 1001, 0660, &b);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
-	assert_int_equal(fclose(f), 0);
-	dp_buf_done(&b);
-	snprintf(cmd, sizeof(cmd),
-		 "python3 -c 'import json, sys\n"
-		 "n = json.load(open(sys.argv[1]))[\"devices\"][0][\"containerEdits\"][\"deviceNodes\"][0]\n"
-		 "assert type(n[\"fileMode\"]) is int\n"
-		 "print(sorted(n), oct(n[\"fileMode\"]), n[\"uid\"], n[\"gid\"])' %s",
-		 path);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t got = fread(out, 1, sizeof(out) - 1, p);
-	out[got] = '\0';
-	assert_int_equal(pclose(p), 0);
+	python_reads(&b,
+		     "import json, sys\n"
+		     "n = json.load(open(sys.argv[1]))[\"devices\"][0][\"containerEdits\"][\"deviceNodes\"][0]\n"
+		     "assert type(n[\"fileMode\"]) is int\n"
+		     "print(sorted(n), oct(n[\"fileMode\"]), n[\"uid\"], n[\"gid\"])",
+		     out, sizeof(out));
 	assert_string_equal(out, "['fileMode', 'gid', 'path', 'permissions', 'type', 'uid'] 0o660 1000 1001\n");
-	assert_int_equal(dpt_rmtree(dir), 0);
 }
 
 /* A companion's spec as a JSON parser reads it: kind, the one device's name, its node with the
@@ -254,35 +262,22 @@ static void parses_as_json(void **state)
 static void companion_parses_as_json(void **state)
 {
 	(void)state;
-	char dir[128], path[256], cmd[1536], out[512] = "";
+	char out[512] = "";
 	struct hl_companion tap = companion("tun", "hyperlight.dev/tap");
 	dp_buf b = { 0 };
-	assert_int_equal(dpt_tmpdir(dir, sizeof(dir), "hl-spec"), 0);
-	snprintf(path, sizeof(path), "%s/hyperlight-tap.json", dir);
 	hl_spec_render_companion(&tap, 1000, 1001, 0660, &b);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
-	assert_int_equal(fclose(f), 0);
-	dp_buf_done(&b);
-	snprintf(cmd, sizeof(cmd),
-		 "python3 -c 'import json, sys\n"
-		 "s = json.load(open(sys.argv[1]))\n"
-		 "assert len(s[\"devices\"]) == 1\n"
-		 "d = s[\"devices\"][0]\n"
-		 "e = d[\"containerEdits\"]\n"
-		 "n = e[\"deviceNodes\"][0]\n"
-		 "assert type(n[\"fileMode\"]) is int\n"
-		 "print(s[\"cdiVersion\"], s[\"kind\"], d[\"name\"], sorted(e), n[\"path\"], n[\"type\"], "
-		 "n[\"permissions\"], oct(n[\"fileMode\"]), n[\"uid\"], n[\"gid\"])' %s",
-		 path);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t got = fread(out, 1, sizeof(out) - 1, p);
-	out[got] = '\0';
-	assert_int_equal(pclose(p), 0);
+	python_reads(&b,
+		     "import json, sys\n"
+		     "s = json.load(open(sys.argv[1]))\n"
+		     "assert len(s[\"devices\"]) == 1\n"
+		     "d = s[\"devices\"][0]\n"
+		     "e = d[\"containerEdits\"]\n"
+		     "n = e[\"deviceNodes\"][0]\n"
+		     "assert type(n[\"fileMode\"]) is int\n"
+		     "print(s[\"cdiVersion\"], s[\"kind\"], d[\"name\"], sorted(e), n[\"path\"], n[\"type\"], "
+		     "n[\"permissions\"], oct(n[\"fileMode\"]), n[\"uid\"], n[\"gid\"])",
+		     out, sizeof(out));
 	assert_string_equal(out, "0.3.0 hyperlight.dev/tap tun ['deviceNodes'] /dev/net/tun c rw 0o660 1000 1001\n");
-	assert_int_equal(dpt_rmtree(dir), 0);
 }
 
 int main(void)
