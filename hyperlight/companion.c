@@ -97,7 +97,15 @@ static bool name_char(char c, bool edge)
 
 int hl_companion_check_name(const char *var, const char *name, char *err, size_t errlen)
 {
-	static const char *const taken[] = { "hypervisor", "device-access" };
+	/* The name is also the companion's node label's (labels.h): neither may be taken. */
+	static const struct {
+		const char *name, *what;
+	} taken[] = {
+		{ "hypervisor", "the plugin's own resource and node label" },
+		{ "device-access", "the plugin's own resource" },
+		{ "enabled", "the plugin's node label for the hypervisor" },
+		{ "device-plugin", "the operator's node label that opts a node in" },
+	};
 	size_t n = strlen(name);
 	bool ok = n >= 1 && n <= HL_COMPANION_NAME_MAX;
 	char q[DP_ENV_QUOTED_SIZE];
@@ -113,8 +121,8 @@ int hl_companion_check_name(const char *var, const char *name, char *err, size_t
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < DP_ELEMENTSOF(taken); i++)
-		if (strcmp(name, taken[i]) == 0) {
-			snprintf(err, errlen, "%s=%s: " HL_DOMAIN "/%s is the plugin's own resource", var, q, name);
+		if (strcmp(name, taken[i].name) == 0) {
+			snprintf(err, errlen, "%s=%s: " HL_DOMAIN "/%s is %s", var, q, name, taken[i].what);
 			return -EINVAL;
 		}
 	return 0;

@@ -20,8 +20,9 @@
  *   TUN_RESOURCE, VHOST_NET_RESOURCE, VHOST_VSOCK_RESOURCE
  *                         the resource's name under hyperlight.dev/ (default the companion's
  *                         name): lower-case letters, digits and '-', 1..63 bytes, starting and
- *                         ending with a letter or digit; never "hypervisor", "device-access" or
- *                         another companion's.
+ *                         ending with a letter or digit; never "hypervisor", "device-access",
+ *                         "enabled", "device-plugin" or another companion's (hyperlight.dev/
+ *                         <name> is also the companion's node label, labels.h).
  *   TUN_COUNT, VHOST_NET_COUNT, VHOST_VSOCK_COUNT
  *                         devices advertised (default 2000; 1..the gRPC message's ceiling)
  * A variable of a companion not listed is ignored.

@@ -4,6 +4,7 @@
 
 #include "dp/draside.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,6 +17,8 @@
 #include "dp/helper.h"
 #include "dp/log.h"
 #include "label-node/label_node.h"
+
+static_assert(HL_LABELS_COMPANIONS_MAX == HL_COMPANION_TYPES, "a node label per companion");
 
 /* ---- the callbacks ---- */
 
@@ -118,7 +121,34 @@ static void on_verdict(bool healthy, const char *reason, void *userdata)
 	struct hl_daemon *d = userdata;
 	if (d->dra)
 		hl_dra_verdict(healthy, reason, d->dra);
-	hl_labels_verdict(d->labels, healthy, reason);
+	hl_labels_verdict(d->labels, HL_LABELS_HYPERVISOR, healthy, reason);
+}
+
+/* A companion's verdict: to its node label. */
+static void on_companion_verdict(bool healthy, const char *reason, void *userdata)
+{
+	struct hl_companion_track *t = userdata;
+	hl_labels_verdict(t->d->labels, t->which, healthy, reason);
+}
+
+/* Node labels: the hypervisor's, and one per companion named as its resource. */
+static void start_labels(struct hl_daemon *d, dp_loop *loop)
+{
+	const char *keys[HL_COMPANION_TYPES];
+	char exe[PATH_MAX];
+	hl_labels_params lp = { .exe = label_exe(exe, sizeof(exe)) };
+	int r;
+
+	for (size_t i = 0; i < d->cfg.n_companions; i++)
+		keys[i] = d->cfg.companions[i].resource;
+	r = hl_labels_start(loop, d->dev.name, keys, d->cfg.n_companions, &lp, &d->labels);
+	if (r < 0)
+		dp_warn("node labels disabled", "error=%s", strerror(-r));
+	hl_plugin_set_verdict_fn(d->plugin, on_verdict, d);
+	for (size_t i = 0; i < d->cfg.n_companions; i++) {
+		d->tracks[i] = (struct hl_companion_track){ .d = d, .which = HL_LABELS_HYPERVISOR + 1 + i };
+		hl_plugin_set_verdict_fn(d->companions[i], on_companion_verdict, &d->tracks[i]);
+	}
 }
 
 static int start_plugin(struct hl_daemon *d, dp_loop *loop)
@@ -152,11 +182,7 @@ static int start_plugin(struct hl_daemon *d, dp_loop *loop)
 			return r;
 		}
 	}
-	hl_labels_params lp = { .exe = label_exe(exe, sizeof(exe)) };
-	r = hl_labels_start(loop, d->dev.name, &lp, &d->labels);
-	if (r < 0)
-		dp_warn("node labels disabled", "error=%s", strerror(-r));
-	hl_plugin_set_verdict_fn(d->plugin, on_verdict, d);
+	start_labels(d, loop);
 	return 0;
 }
 

@@ -19,6 +19,13 @@
 
 #define HL_FLAG_DEVICE_ACCESS 0 /* the index of --device-access in main.c's flags */
 
+struct hl_daemon;
+/* A companion's verdict's way to its node label. */
+struct hl_companion_track {
+	struct hl_daemon *d;
+	size_t which; /* hl_labels_verdict's */
+};
+
 /* Zero-initialised by main(); the dp_daemon callbacks' userdata. */
 struct hl_daemon {
 	bool device_access;
@@ -26,6 +33,7 @@ struct hl_daemon {
 	struct hl_device dev;
 	hl_plugin *plugin;
 	hl_plugin *companions[HL_COMPANION_TYPES]; /* cfg.companions' endpoints */
+	struct hl_companion_track tracks[HL_COMPANION_TYPES];
 	hl_access *access;
 	hl_labels *labels;
 	hl_dra *dra; /* PLUGIN_API=dra */

@@ -3,6 +3,8 @@
  * labels: the parent side of node labelling. Each attempt is one run of the "label-node"
  * helper child (label-node/label_patch.c); this module validates the configuration, starts
  * attempts from the loop, logs their outcome and schedules the retry. No HTTP or TLS here.
+ * One track per label a verdict moves (the hypervisor's hyperlight.dev/enabled, then one per
+ * companion), each with its own hold; one attempt sends every track's label at once.
  */
 #include "labels.h"
 
@@ -25,30 +27,44 @@
 #define STATUS_PREFIX "status="
 #define BODY_PREFIX " body="
 
-/* What hyperlight.dev/enabled says, or is to say. */
+/* What a track's label says, or is to say. */
 enum { LABEL_NONE = -1, LABEL_FALSE = 0, LABEL_TRUE = 1 };
+#define TRACKS_MAX (1 + HL_LABELS_COMPANIONS_MAX)
+#define KEY_SIZE (HL_LABELS_KEY_MAX + 1)
+#define COMPANIONS_TEXT_SIZE (HL_LABELS_COMPANIONS_MAX * (KEY_SIZE + sizeof(" =false")) + 1)
+
+struct hl_labels;
+
+/* One label a verdict moves. */
+struct track {
+	struct hl_labels *l;
+	dp_source *hold; /* armed while the verdict differs from want */
+	char key[KEY_SIZE];
+	char reason[HL_LABELS_REASON_MAX]; /* the latest verdict's */
+	int want;    /* the label to have: the verdict that held for hold_usec (the first at once) */
+	int sent;    /* the label of the attempt in flight (LABEL_NONE: not in it) */
+	int applied; /* the label the API server last accepted */
+	bool healthy; /* the latest verdict */
+	bool hold_armed;
+};
 
 struct hl_labels {
 	dp_loop *loop;
-	dp_helper *helper;    /* idle while the label says what it should */
+	dp_helper *helper;    /* idle while the labels say what they should */
 	dp_helper_wait *wait; /* the attempt in flight, or NULL */
 	dp_source *retry;     /* the next attempt */
-	dp_source *hold;      /* armed while the verdict differs from want */
 	char *node;
 	char *url;
 	char hypervisor[LABEL_VALUE_MAX + 1];
 	char token_path[PATH_MAX];
 	char ca_path[PATH_MAX];
-	char reason[HL_LABELS_REASON_MAX]; /* the latest verdict's */
+	char args[HL_LABELS_COMPANIONS_MAX][KEY_SIZE + sizeof("=false")]; /* the companions' argv */
+	struct track tracks[TRACKS_MAX]; /* [HL_LABELS_HYPERVISOR], then the companions' */
+	size_t n_tracks;
 	uint64_t backoff_usec;
 	uint64_t hold_usec;
 	unsigned attempts;
-	int want;    /* the label to have: the verdict that held for hold_usec (the first at once) */
-	int sent;    /* the label of the attempt in flight */
-	int applied; /* the label the API server last accepted */
-	bool healthy;     /* the latest verdict */
 	bool retry_armed; /* an attempt is scheduled */
-	bool hold_armed;
 };
 
 DP_DEFINE_CLEANUP(hl_labels, hl_labels_free)
@@ -113,6 +129,37 @@ static int load_config(hl_labels *l, char *why, size_t size)
 	return 0;
 }
 
+/* "node labelling enabled", with the companions' label keys when there are any. */
+static void log_enabled(const hl_labels *l)
+{
+	char keys[HL_LABELS_COMPANIONS_MAX * KEY_SIZE + 1] = "";
+	size_t n = 0;
+
+	for (size_t i = 1; i < l->n_tracks; i++) {
+		int w = snprintf(keys + n, sizeof(keys) - n, "%s%s", i > 1 ? "," : "", l->tracks[i].key);
+		n += w > 0 ? (size_t)w : 0;
+	}
+	if (n)
+		dp_info("node labelling enabled", "node=%s api=%s " HL_LABEL_HYPERVISOR "=%s hold=%llus companions=%s",
+			l->node, l->url, l->hypervisor, (unsigned long long)(l->hold_usec / DP_USEC_PER_SEC), keys);
+	else
+		dp_info("node labelling enabled", "node=%s api=%s " HL_LABEL_HYPERVISOR "=%s hold=%llus", l->node,
+			l->url, l->hypervisor, (unsigned long long)(l->hold_usec / DP_USEC_PER_SEC));
+}
+
+bool hl_labels_companion_key(const char *key)
+{
+	static const char prefix[] = HL_LABEL_PREFIX;
+	static const char *const own[] = { HL_LABEL_ENABLED, HL_LABEL_HYPERVISOR };
+
+	if (!key || strncmp(key, prefix, sizeof(prefix) - 1) != 0 || !label_value(key + sizeof(prefix) - 1))
+		return false;
+	for (size_t i = 0; i < DP_ELEMENTSOF(own); i++)
+		if (strcmp(key, own[i]) == 0)
+			return false;
+	return true;
+}
+
 /* ---------------------------------------------------------------- attempts */
 
 static void schedule_retry(hl_labels *l)
@@ -167,19 +214,51 @@ static char *label_text(int v)
 	return v == LABEL_TRUE ? "true" : "false";
 }
 
-/* Send want now unless an attempt is in flight (its end comes back here), a retry is already
- * scheduled (its back-off is kept), or the API server has it already. */
+/* A track whose label the API server does not have yet. */
+static bool behind(const struct track *t)
+{
+	return t->want != LABEL_NONE && t->applied != t->want;
+}
+
+/* Something to send: the hypervisor's first verdict has come (no attempt before it) and a
+ * track is behind. */
+static bool pending(const hl_labels *l)
+{
+	if (l->tracks[HL_LABELS_HYPERVISOR].want == LABEL_NONE)
+		return false;
+	for (size_t i = 0; i < l->n_tracks; i++)
+		if (behind(&l->tracks[i]))
+			return true;
+	return false;
+}
+
+/* Send now unless an attempt is in flight (its end comes back here), a retry is already
+ * scheduled (its back-off is kept), or the API server has every label already. */
 static void kick(hl_labels *l)
 {
-	if (l->wait || l->retry_armed || l->want == LABEL_NONE || l->applied == l->want)
+	if (l->wait || l->retry_armed || !pending(l))
 		return;
 	l->retry_armed = dp_timer_set_asap(l->retry) >= 0;
+}
+
+/* " hyperlight.dev/tun=true ..." for the companions the attempt sent. */
+static void companions_text(const hl_labels *l, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 1; i < l->n_tracks && n < size; i++)
+		if (l->tracks[i].sent != LABEL_NONE) {
+			int w = snprintf(buf + n, size - n, " %s=%s", l->tracks[i].key, label_text(l->tracks[i].sent));
+			n += w > 0 ? (size_t)w : 0;
+		}
 }
 
 static void on_attempt_done(const dp_helper_result *r, void *userdata)
 {
 	hl_labels *l = userdata;
-	char q[3 * HL_LABELS_REASON_MAX + 8];
+	const struct track *hv = &l->tracks[HL_LABELS_HYPERVISOR];
+	char q[3 * HL_LABELS_REASON_MAX + 8], more[COMPANIONS_TEXT_SIZE];
 
 	l->wait = NULL;
 	dp_debug("node labels: attempt finished", "attempt=%u ok=%d result=%s", l->attempts, r->ok, r->reason);
@@ -187,34 +266,62 @@ static void on_attempt_done(const dp_helper_result *r, void *userdata)
 		attempt_failed(l, r->reason);
 		return;
 	}
-	l->applied = l->sent;
+	for (size_t i = 0; i < l->n_tracks; i++)
+		if (l->tracks[i].sent != LABEL_NONE)
+			l->tracks[i].applied = l->tracks[i].sent;
 	l->backoff_usec = BACKOFF_FIRST_USEC;
-	if (l->applied == LABEL_TRUE)
-		dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=true " HL_LABEL_HYPERVISOR "=%s attempts=%u",
-			l->node, l->hypervisor, l->attempts);
+	companions_text(l, more, sizeof(more));
+	if (hv->applied == LABEL_TRUE)
+		dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=true " HL_LABEL_HYPERVISOR "=%s%s attempts=%u",
+			l->node, l->hypervisor, more, l->attempts);
 	else
-		dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=false " HL_LABEL_HYPERVISOR "=%s attempts=%u reason=%s",
-			l->node, l->hypervisor, l->attempts, dp_logq(q, sizeof(q), l->reason));
+		dp_info("node labelled", "node=%s " HL_LABEL_ENABLED "=false " HL_LABEL_HYPERVISOR "=%s%s attempts=%u reason=%s",
+			l->node, l->hypervisor, more, l->attempts, dp_logq(q, sizeof(q), hv->reason));
 	/* The helper stays (idle: no child) so that the fd the daemon's seccomp filter lets it
 	 * exec through is never reused; the next verdict that holds sends again. */
 	kick(l);
 }
 
+/* The attempt's argv: the hypervisor's two labels, then "<key>=<value>" for each companion
+ * with a verdict; each track's sent is what goes. */
+static size_t attempt_argv(hl_labels *l, char **argv, size_t cap)
+{
+	size_t n = 0;
+
+	argv[n++] = HL_LABEL_HELPER;
+	argv[n++] = l->url;
+	argv[n++] = l->token_path;
+	argv[n++] = l->ca_path;
+	argv[n++] = l->hypervisor;
+	argv[n++] = label_text(l->tracks[HL_LABELS_HYPERVISOR].want);
+	l->tracks[HL_LABELS_HYPERVISOR].sent = l->tracks[HL_LABELS_HYPERVISOR].want;
+	for (size_t i = 1; i < l->n_tracks && n + 1 < cap; i++) {
+		struct track *t = &l->tracks[i];
+		t->sent = t->want;
+		if (t->want == LABEL_NONE)
+			continue;
+		snprintf(l->args[i - 1], sizeof(l->args[i - 1]), "%s=%s", t->key, label_text(t->want));
+		argv[n++] = l->args[i - 1];
+	}
+	argv[n] = NULL;
+	return n;
+}
+
 static int on_retry(dp_source *s, void *userdata)
 {
 	hl_labels *l = userdata;
-	char e[128];
+	char *argv[6 + HL_LABELS_COMPANIONS_MAX + 1];
+	char e[128], more[COMPANIONS_TEXT_SIZE];
 	int r;
 
 	l->retry_armed = false;
-	if (l->wait || l->want == LABEL_NONE || l->applied == l->want)
+	if (l->wait || !pending(l))
 		return 0;
-	char *argv[] = { HL_LABEL_HELPER, l->url, l->token_path, l->ca_path, l->hypervisor,
-			 label_text(l->want), NULL };
+	attempt_argv(l, argv, DP_ELEMENTSOF(argv));
+	companions_text(l, more, sizeof(more));
 	l->attempts++;
-	l->sent = l->want;
-	dp_debug("node labels: attempt started", "attempt=%u url=%s " HL_LABEL_ENABLED "=%s", l->attempts, l->url,
-		 label_text(l->want));
+	dp_debug("node labels: attempt started", "attempt=%u url=%s " HL_LABEL_ENABLED "=%s%s", l->attempts, l->url,
+		 argv[5], more);
 	r = dp_helper_set_argv(l->helper, argv);
 	if (r >= 0)
 		r = dp_helper_request(l->helper, on_attempt_done, l, &l->wait);
@@ -228,41 +335,44 @@ static int on_retry(dp_source *s, void *userdata)
 /* The verdict held for hold_usec: it is the label now. */
 static int on_hold(dp_source *s, void *userdata)
 {
-	hl_labels *l = userdata;
+	struct track *t = userdata;
+	hl_labels *l = t->l;
 	char q[3 * HL_LABELS_REASON_MAX + 8];
 
-	l->hold_armed = false;
-	l->want = l->healthy ? LABEL_TRUE : LABEL_FALSE;
-	dp_info("node label follows the device", "node=%s " HL_LABEL_ENABLED "=%s held=%llus reason=%s", l->node,
-		label_text(l->want), (unsigned long long)(l->hold_usec / DP_USEC_PER_SEC),
-		dp_logq(q, sizeof(q), l->reason));
+	t->hold_armed = false;
+	t->want = t->healthy ? LABEL_TRUE : LABEL_FALSE;
+	dp_info("node label follows the device", "node=%s %s=%s held=%llus reason=%s", l->node, t->key,
+		label_text(t->want), (unsigned long long)(l->hold_usec / DP_USEC_PER_SEC),
+		dp_logq(q, sizeof(q), t->reason));
 	kick(l);
 	return 0;
 }
 
-void hl_labels_verdict(hl_labels *l, bool healthy, const char *reason)
+void hl_labels_verdict(hl_labels *l, size_t which, bool healthy, const char *reason)
 {
 	int v = healthy ? LABEL_TRUE : LABEL_FALSE;
+	struct track *t;
 
-	if (!l)
+	if (!l || which >= l->n_tracks)
 		return;
-	l->healthy = healthy;
-	snprintf(l->reason, sizeof(l->reason), "%s", reason ? reason : "");
-	if (l->want == LABEL_NONE) { /* the first verdict: the label at once */
-		l->want = v;
+	t = &l->tracks[which];
+	t->healthy = healthy;
+	snprintf(t->reason, sizeof(t->reason), "%s", reason ? reason : "");
+	if (t->want == LABEL_NONE) { /* the first verdict: the label at once */
+		t->want = v;
 		kick(l);
-	} else if (v == l->want) { /* back before the hold ended: nothing changes */
-		if (l->hold_armed && dp_timer_set(l->hold, 0, 0) >= 0) {
-			l->hold_armed = false;
-			dp_debug("node labels: verdict back within the hold", "node=%s " HL_LABEL_ENABLED "=%s",
-				 l->node, label_text(v));
+	} else if (v == t->want) { /* back before the hold ended: nothing changes */
+		if (t->hold_armed && dp_timer_set(t->hold, 0, 0) >= 0) {
+			t->hold_armed = false;
+			dp_debug("node labels: verdict back within the hold", "node=%s %s=%s", l->node, t->key,
+				 label_text(v));
 		}
 	} else if (l->hold_usec == 0) {
-		on_hold(l->hold, l);
-	} else if (!l->hold_armed) {
-		l->hold_armed = dp_timer_set(l->hold, l->hold_usec, 0) >= 0;
-		if (!l->hold_armed) /* no timer: follow at once rather than never */
-			on_hold(l->hold, l);
+		on_hold(t->hold, t);
+	} else if (!t->hold_armed) {
+		t->hold_armed = dp_timer_set(t->hold, l->hold_usec, 0) >= 0;
+		if (!t->hold_armed) /* no timer: follow at once rather than never */
+			on_hold(t->hold, t);
 	}
 }
 
@@ -276,7 +386,30 @@ static int helper_new(hl_labels *l, const hl_labels_params *p)
 	return dp_helper_new(l->loop, p ? p->exe : NULL, argv, deadline, HL_LABELS_KILL_GRACE_USEC, &l->helper);
 }
 
-int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_params *params, hl_labels **ret)
+/* The tracks' keys: hyperlight.dev/enabled, then the companions' (each a valid label key
+ * under hyperlight.dev/, none of the plugin's own, no two alike). */
+static int set_tracks(hl_labels *l, const char *const *companions, size_t n)
+{
+	if (n > HL_LABELS_COMPANIONS_MAX || (n && !companions))
+		return -EINVAL;
+	l->n_tracks = 1 + n;
+	for (size_t i = 0; i < l->n_tracks; i++) {
+		struct track *t = &l->tracks[i];
+		const char *key = i ? companions[i - 1] : HL_LABEL_ENABLED;
+		if (i && !hl_labels_companion_key(key))
+			return -EINVAL;
+		for (size_t j = 1; j < i; j++)
+			if (strcmp(l->tracks[j].key, key) == 0)
+				return -EINVAL;
+		snprintf(t->key, sizeof(t->key), "%s", key);
+		t->l = l;
+		t->want = t->sent = t->applied = LABEL_NONE;
+	}
+	return 0;
+}
+
+int hl_labels_start(dp_loop *loop, const char *hypervisor, const char *const *companions, size_t n_companions,
+		    const hl_labels_params *params, hl_labels **ret)
 {
 	_cleanup_(hl_labels_freep) hl_labels *l = NULL;
 	char why[256], q[300];
@@ -288,8 +421,9 @@ int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_param
 		return -ENOMEM;
 	l->loop = loop;
 	l->backoff_usec = BACKOFF_FIRST_USEC;
-	l->want = l->sent = l->applied = LABEL_NONE;
 	snprintf(l->hypervisor, sizeof(l->hypervisor), "%s", hypervisor);
+	if ((r = set_tracks(l, companions, n_companions)) < 0)
+		return r;
 	r = load_config(l, why, sizeof(why));
 	if (r < 0)
 		return r;
@@ -301,13 +435,15 @@ int hl_labels_start(dp_loop *loop, const char *hypervisor, const hl_labels_param
 	}
 	if ((r = helper_new(l, params)) < 0)
 		return r;
-	/* The first attempt waits for the first verdict (hl_labels_verdict): nothing is spawned
-	 * here, and a node whose device is unusable from the start is never labelled "true". */
-	if ((r = dp_timer_add_disarmed(loop, on_retry, l, &l->retry)) < 0 ||
-	    (r = dp_timer_add_disarmed(loop, on_hold, l, &l->hold)) < 0)
+	/* The first attempt waits for the hypervisor's first verdict (hl_labels_verdict): nothing
+	 * is spawned here, and a node whose device is unusable from the start is never labelled
+	 * "true". */
+	if ((r = dp_timer_add_disarmed(loop, on_retry, l, &l->retry)) < 0)
 		return r;
-	dp_info("node labelling enabled", "node=%s api=%s " HL_LABEL_HYPERVISOR "=%s hold=%llus", l->node, l->url,
-		hypervisor, (unsigned long long)(l->hold_usec / DP_USEC_PER_SEC));
+	for (size_t i = 0; i < l->n_tracks; i++)
+		if ((r = dp_timer_add_disarmed(loop, on_hold, &l->tracks[i], &l->tracks[i].hold)) < 0)
+			return r;
+	log_enabled(l);
 	*ret = TAKE_PTR(l);
 	return 0;
 }
@@ -318,7 +454,8 @@ hl_labels *hl_labels_free(hl_labels *l)
 		return NULL;
 	l->helper = dp_helper_free(l->helper); /* kills a running child; the loop reaps it */
 	l->retry = dp_source_free(l->retry);
-	l->hold = dp_source_free(l->hold);
+	for (size_t i = 0; i < l->n_tracks; i++)
+		l->tracks[i].hold = dp_source_free(l->tracks[i].hold);
 	free(l->url);
 	free(l->node);
 	free(l);
@@ -327,7 +464,7 @@ hl_labels *hl_labels_free(hl_labels *l)
 
 bool hl_labels_done(const hl_labels *l)
 {
-	return l && l->want != LABEL_NONE && l->applied == l->want;
+	return l && !pending(l) && l->tracks[HL_LABELS_HYPERVISOR].want != LABEL_NONE;
 }
 
 int hl_labels_exe_fd(const hl_labels *l)

@@ -11,7 +11,10 @@
 /* The helper executable (label-node/main.c), installed in the daemon's own directory. */
 #define HL_LABEL_EXE "hyperlight-label-node"
 
+#define HL_LABEL_PREFIX "hyperlight.dev/"
 #define HL_LABEL_ENABLED "hyperlight.dev/enabled"
 #define HL_LABEL_HYPERVISOR "hyperlight.dev/hypervisor"
+/* The companions' labels "hyperlight.dev/<name>" an attempt may carry besides those two. */
+#define HL_LABEL_COMPANIONS_MAX 3
 #define HL_LABEL_CONNECT_TIMEOUT_MS 5000u
 #define HL_LABEL_TRANSFER_TIMEOUT_MS 15000u

@@ -20,19 +20,80 @@
 
 #define WHY_MAX 512
 
-/* {"metadata":{"labels":{"hyperlight.dev/enabled":"true","hyperlight.dev/hypervisor":"kvm"}}} */
-static int render_body(dp_buf *b, const char *hypervisor, const char *enabled)
+#define NAME_MAX_LEN 63
+
+static void render_label(dp_buf *b, const char *key, size_t key_len, const char *value)
+{
+	char k[sizeof(HL_LABEL_PREFIX) + NAME_MAX_LEN];
+
+	snprintf(k, sizeof(k), "%.*s", (int)key_len, key);
+	dp_buf_puts(b, ",");
+	dp_buf_json_string(b, k);
+	dp_buf_puts(b, ":");
+	dp_buf_json_string(b, value);
+}
+
+/* {"metadata":{"labels":{"hyperlight.dev/enabled":"true","hyperlight.dev/hypervisor":"kvm"
+ * [,"hyperlight.dev/tun":"true"...]}}}; companions are checked (companion_arg). */
+static int render_body(dp_buf *b, const char *hypervisor, const char *enabled, char **companions, int n)
 {
 	dp_buf_puts(b, "{\"metadata\":{\"labels\":{");
 	dp_buf_json_string(b, HL_LABEL_ENABLED);
 	dp_buf_puts(b, ":");
 	dp_buf_json_string(b, enabled);
-	dp_buf_puts(b, ",");
-	dp_buf_json_string(b, HL_LABEL_HYPERVISOR);
-	dp_buf_puts(b, ":");
-	dp_buf_json_string(b, hypervisor);
+	render_label(b, HL_LABEL_HYPERVISOR, strlen(HL_LABEL_HYPERVISOR), hypervisor);
+	for (int i = 0; i < n; i++) {
+		const char *eq = strchr(companions[i], '=');
+		render_label(b, companions[i], (size_t)(eq - companions[i]), eq + 1);
+	}
 	dp_buf_puts(b, "}}}");
 	return b->oom ? -ENOMEM : 0;
+}
+
+static bool alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* a and b ("<key>=...") name the same key. */
+static bool same_key(const char *a, const char *b)
+{
+	size_t n = strcspn(a, "=");
+	return n == strcspn(b, "=") && strncmp(a, b, n) == 0;
+}
+
+/* "hyperlight.dev/<name>=<true|false>": <name> a label name part (1..63 of [A-Za-z0-9-_.],
+ * a letter or digit at each end), neither the enabled nor the hypervisor label's. */
+static bool companion_arg(const char *arg)
+{
+	const char *name = arg + strlen(HL_LABEL_PREFIX), *eq = strchr(arg, '=');
+	size_t n;
+
+	if (strncmp(arg, HL_LABEL_PREFIX, strlen(HL_LABEL_PREFIX)) != 0 || !eq || eq < name)
+		return false;
+	n = (size_t)(eq - name);
+	if (n == 0 || n > NAME_MAX_LEN || !alnum(name[0]) || !alnum(name[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!alnum(name[i]) && name[i] != '-' && name[i] != '_' && name[i] != '.')
+			return false;
+	if (same_key(arg, HL_LABEL_ENABLED "=") || same_key(arg, HL_LABEL_HYPERVISOR "="))
+		return false;
+	return strcmp(eq + 1, "true") == 0 || strcmp(eq + 1, "false") == 0;
+}
+
+static bool valid_args(int argc, char **argv)
+{
+	if (argc < 6 || argc > 6 + HL_LABEL_COMPANIONS_MAX || (strcmp(argv[5], "true") != 0 && strcmp(argv[5], "false") != 0))
+		return false;
+	for (int i = 6; i < argc; i++) {
+		if (!companion_arg(argv[i]))
+			return false;
+		for (int j = 6; j < i; j++)
+			if (same_key(argv[i], argv[j]))
+				return false;
+	}
+	return true;
 }
 
 /* One PATCH with the token's header; writes the reply. */
@@ -60,16 +121,17 @@ static void send_patch(const char *url, const char *ca_path, const dp_buf *body,
 	}
 }
 
-/* label-node <url> <token path> <ca path> <hypervisor> <true|false> */
+/* label-node <url> <token path> <ca path> <hypervisor> <true|false> [hyperlight.dev/<name>=<true|false>...] */
 static void entry_label_node(int argc, char **argv)
 {
 	_cleanup_(dp_buf_done) dp_buf body = { 0 };
 	dp_kubeapi a;
 	int r;
 
-	if (argc != 6 || (strcmp(argv[5], "true") != 0 && strcmp(argv[5], "false") != 0)) {
+	if (!valid_args(argc, argv)) {
 		dp_helper_reply_fail("invalid " HL_LABEL_HELPER
-				     " arguments: <url> <token path> <ca path> <hypervisor> <true|false>");
+				     " arguments: <url> <token path> <ca path> <hypervisor> <true|false>"
+				     " [" HL_LABEL_PREFIX "<name>=<true|false>...]");
 		return;
 	}
 	r = dp_kubeapi_init(&a, "", argv[2], argv[3], NULL);
@@ -78,7 +140,7 @@ static void entry_label_node(int argc, char **argv)
 				     r == -EBADMSG ? "empty or not printable" : strerror(-r));
 		return;
 	}
-	if (render_body(&body, argv[4], argv[5]) < 0)
+	if (render_body(&body, argv[4], argv[5], argv + 6, argc - 6) < 0)
 		dp_helper_reply_fail("out of memory");
 	else
 		send_patch(argv[1], argv[3], &body, a.auth);

@@ -5,12 +5,15 @@
  * hyperlight-label-node (main.c) beside the daemon, run as  --dp-helper label-node ...,
  * so that the HTTP and TLS code (https.h, Mbed TLS) is never even mapped into the daemon.
  *
- *   label-node <url> <token path> <ca path> <hypervisor> <enabled>
+ *   label-node <url> <token path> <ca path> <hypervisor> <enabled> [hyperlight.dev/<name>=<value>...]
  *
  * The child reads the service account token (trailing whitespace trimmed), sends
  * PATCH <url> with the JSON merge patch
- *   {"metadata":{"labels":{"hyperlight.dev/enabled":"<enabled>","hyperlight.dev/hypervisor":"<hypervisor>"}}}
- * (<enabled> is "true" or "false", the parent's verdict after its hold; labels.h)
+ *   {"metadata":{"labels":{"hyperlight.dev/enabled":"<enabled>","hyperlight.dev/hypervisor":"<hypervisor>"
+ *                          [,"hyperlight.dev/<name>":"<value>"...]}}}
+ * (<enabled> and each <value> are "true" or "false", the parent's verdicts after their hold,
+ * labels.h; at most HL_LABEL_COMPANIONS_MAX companion labels, each <name> a label name part,
+ * neither "enabled" nor "hypervisor", none twice)
  * (TLS 1.2, verified against <ca path> only, the host's name or address checked; https only;
  * each address's connect 5 s, the whole exchange 15 s) and answers one line:
  *   ok status=200                       the API server accepted the patch (200 or 201)

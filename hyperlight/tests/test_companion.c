@@ -191,9 +191,14 @@ static void check_name_invalid(void **state)
 		{ "tap_1", "TUN_RESOURCE=\"tap_1\" " SHAPE },
 		{ " tap", "TUN_RESOURCE=\" tap\" " SHAPE },
 		{ "tap\n", "TUN_RESOURCE=\"tap\\n\" " SHAPE },
-		{ "hypervisor", "TUN_RESOURCE=\"hypervisor\": hyperlight.dev/hypervisor is the plugin's own resource" },
+		{ "hypervisor",
+		  "TUN_RESOURCE=\"hypervisor\": hyperlight.dev/hypervisor is the plugin's own resource and node label" },
 		{ "device-access",
 		  "TUN_RESOURCE=\"device-access\": hyperlight.dev/device-access is the plugin's own resource" },
+		/* the companion's node label would be these */
+		{ "enabled", "TUN_RESOURCE=\"enabled\": hyperlight.dev/enabled is the plugin's node label for the hypervisor" },
+		{ "device-plugin",
+		  "TUN_RESOURCE=\"device-plugin\": hyperlight.dev/device-plugin is the operator's node label that opts a node in" },
 	};
 #undef SHAPE
 	for (size_t i = 0; i < DP_ELEMENTSOF(cases); i++) {
@@ -371,7 +376,7 @@ static void load_bad_resource(void **state)
 	load_error("VHOST_NET_RESOURCE=\"\" is not a resource name: 1..63 of a-z, 0-9 and '-', a letter or "
 		   "digit at each end");
 	set("VHOST_NET_RESOURCE", "hypervisor");
-	load_error("VHOST_NET_RESOURCE=\"hypervisor\": hyperlight.dev/hypervisor is the plugin's own resource");
+	load_error("VHOST_NET_RESOURCE=\"hypervisor\": hyperlight.dev/hypervisor is the plugin's own resource and node label");
 	/* COMPANIONS itself invalid: its message */
 	set("COMPANIONS", "tun,tun");
 	load_error("COMPANIONS: tun is listed twice");

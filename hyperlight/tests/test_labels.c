@@ -254,7 +254,7 @@ static void expect_disabled(struct fixture *f, const char *level, const char *re
 {
 	hl_labels *l = (hl_labels *)0x1;
 	int before = count_lines(f, "node labelling disabled");
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_null(l);
 	assert_int_equal(count_lines(f, "node labelling disabled"), before + 1);
 	assert_true(logged_line(f, "msg=\"node labelling disabled\"", level, reason, NULL));
@@ -311,7 +311,7 @@ static void test_invalid_node_name(void **state)
 	for (size_t i = 0; i < DP_ELEMENTSOF(good); i++) {
 		hl_labels *l = NULL;
 		setenv("NODE_NAME", good[i], 1);
-		assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+		assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 		assert_non_null(l);
 		assert_false(hl_labels_done(l));
 		hl_labels_free(l);
@@ -345,13 +345,13 @@ static void test_invalid_arguments(void **state)
 	struct fixture *f = *state;
 	hl_labels *l = (hl_labels *)0x1;
 	cluster_env(f, "127.0.0.1", 6443);
-	assert_int_equal(hl_labels_start(NULL, "kvm", NULL, &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, NULL, NULL, &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "", NULL, &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "k v", NULL, &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "kvm\"", NULL, &l), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, NULL), -EINVAL);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", &(hl_labels_params){ .exe = "" }, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(NULL, "kvm", NULL, 0, NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, NULL, NULL, 0, NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "", NULL, 0, NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "k v", NULL, 0, NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "kvm\"", NULL, 0, NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, NULL), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, &(hl_labels_params){ .exe = "" }, &l), -EINVAL);
 	assert_ptr_equal(l, (hl_labels *)0x1); /* untouched on error */
 	assert_null(hl_labels_free(NULL));
 	assert_false(hl_labels_done(NULL));
@@ -367,15 +367,15 @@ static void test_hold_setting(void **state)
 	struct fixture *f = *state;
 	hl_labels *l = NULL;
 	cluster_env(f, "127.0.0.1", dpt_closed_port());
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_true(logged_line(f, "node labelling enabled", "hold=10s", NULL));
 	hl_labels_free(l);
 	setenv("NODE_LABELS_HOLD", "0", 1);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_true(logged_line(f, "node labelling enabled", "hold=0s", NULL));
 	hl_labels_free(l);
 	setenv("NODE_LABELS_HOLD", "3601", 1);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_true(logged_line(f, "level=warn", "invalid NODE_LABELS_HOLD, using the default",
 				"NODE_LABELS_HOLD=3601 is out of range 0..3600", "default=10s", NULL));
 	assert_int_equal(count_lines(f, "invalid NODE_LABELS_HOLD"), 1);
@@ -389,7 +389,7 @@ static void test_url(void **state)
 	struct fixture *f = *state;
 	hl_labels *l = NULL;
 	cluster_env(f, "fd00:10:96::1", 443);
-	assert_int_equal(hl_labels_start(f->loop, "mshv", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "mshv", NULL, 0, NULL, &l), 0);
 	assert_non_null(l);
 	assert_true(logged_line(f, "level=info", "node labelling enabled", "node=node-1",
 				"api=https://[fd00:10:96::1]:443/api/v1/nodes/node-1", "hyperlight.dev/hypervisor=mshv",
@@ -400,7 +400,7 @@ static void test_url(void **state)
 
 	setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
 	setenv("NODE_NAME", "worker.example.com", 1);
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_true(logged_line(f, "node labelling enabled",
 				"api=https://10.96.0.1:443/api/v1/nodes/worker.example.com", NULL));
 	hl_labels_free(l);
@@ -419,14 +419,14 @@ static void test_refused_retry(void **state)
 
 	cluster_env(f, "127.0.0.1", dpt_closed_port());
 	fds = dpt_count_fds();
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_non_null(l);
 	assert_false(logged(f, "attempt started")); /* no I/O inside start */
 	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);
 	/* no attempt before the first verdict: nothing to say yet */
 	run_for(f, 20 * TICK_USEC);
 	assert_false(logged(f, "attempt started"));
-	hl_labels_verdict(l, true, "probe ok");
+	hl_labels_verdict(l, HL_LABELS_HYPERVISOR, true, "probe ok");
 
 	assert_true(run_until(f, cond_logged, "attempt=1 error="));
 	assert_true(logged_line(f, "level=warn", "msg=\"node labelling failed\"", "node=node-1", "attempt=1",
@@ -488,9 +488,9 @@ static void test_hang_free_mid_transfer(void **state)
 	h.listener = dpt_listener(SOCK_NONBLOCK, &port);
 	cluster_env(f, "127.0.0.1", port);
 	fds = dpt_count_fds();
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_non_null(l);
-	hl_labels_verdict(l, true, "probe ok");
+	hl_labels_verdict(l, HL_LABELS_HYPERVISOR, true, "probe ok");
 	assert_true(run_until(f, cond_hello, &h));
 	assert_int_equal(h.hello[0], 0x16); /* TLS handshake record: https only */
 	assert_int_equal(h.hello[1], 0x03);
@@ -526,9 +526,9 @@ static void test_token_reread(void **state)
 	hl_labels *l = NULL;
 
 	cluster_env(f, "127.0.0.1", dpt_closed_port());
-	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, NULL, &l), 0);
 	assert_non_null(l);
-	hl_labels_verdict(l, true, "probe ok");
+	hl_labels_verdict(l, HL_LABELS_HYPERVISOR, true, "probe ok");
 	remove_file(f->root, SA_DIR "/token");
 	assert_true(run_until(f, cond_logged, "attempt=1 error="));
 	assert_true(logged_line(f, "node labelling failed", "attempt=1",
@@ -559,9 +559,9 @@ static void expect_retried(struct fixture *f, const char *how, uint64_t deadline
 	if (how)
 		setenv(CHILD_ENV, how, 1);
 	fds = dpt_count_fds();
-	assert_int_equal(hl_labels_start(f->loop, "kvm", &p, &l), 0);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 0, &p, &l), 0);
 	assert_non_null(l);
-	hl_labels_verdict(l, true, "probe ok");
+	hl_labels_verdict(l, HL_LABELS_HYPERVISOR, true, "probe ok");
 	assert_int_equal(dp_timer_add(f->loop, TICK_USEC, TICK_USEC, on_tick, &ticks, &tick), 0);
 	assert_true(run_until(f, cond_logged, "attempt=1 error="));
 	assert_true(logged_line(f, "level=warn", "msg=\"node labelling failed\"", "node=node-1", "attempt=1",
@@ -600,6 +600,90 @@ static void test_ca_not_a_certificate(void **state)
 	assert_true(logged_line(f, "attempt=2", SA_DIR "/ca.crt", NULL));
 }
 
+
+/* ---------------------------------------------------------------- companions */
+
+/* The companions' label keys: each under hyperlight.dev/ with a label name part, neither of the
+ * hypervisor's two, none twice, at most three; a bad one refuses the start (-EINVAL) and touches
+ * nothing. The good ones are named in the start line. */
+static void test_companion_keys(void **state)
+{
+	struct fixture *f = *state;
+	char long_name[100];
+	const char *bad[] = { HL_LABEL_ENABLED, HL_LABEL_HYPERVISOR, "hyperlight.dev/", "example.com/tun", "tun",
+			      "hyperlight.dev/-tun", "hyperlight.dev/tun-", "hyperlight.dev/t n", "hyperlight.dev/a/b",
+			      "hyperlight.dev/tün", long_name, "" };
+	hl_labels *l = (hl_labels *)0x1;
+
+	snprintf(long_name, sizeof(long_name), "hyperlight.dev/%064d", 0); /* a name part of 64 */
+	cluster_env(f, "127.0.0.1", 6443);
+	for (size_t i = 0; i < DP_ELEMENTSOF(bad); i++) {
+		const char *keys[] = { "hyperlight.dev/tun", bad[i] };
+		if (hl_labels_start(f->loop, "kvm", keys, 2, NULL, &l) != -EINVAL)
+			fail_msg("companion key \"%s\" accepted", bad[i]);
+		assert_false(hl_labels_companion_key(bad[i]));
+	}
+	const char *twice[] = { "hyperlight.dev/tun", "hyperlight.dev/tun" };
+	assert_int_equal(hl_labels_start(f->loop, "kvm", twice, 2, NULL, &l), -EINVAL);
+	const char *four[] = { "hyperlight.dev/a", "hyperlight.dev/b", "hyperlight.dev/c", "hyperlight.dev/d" };
+	assert_int_equal(hl_labels_start(f->loop, "kvm", four, 4, NULL, &l), -EINVAL);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", NULL, 1, NULL, &l), -EINVAL);
+	assert_ptr_equal(l, (hl_labels *)0x1);
+	assert_false(logged(f, "node labelling enabled"));
+
+	long_name[strlen(long_name) - 1] = '\0'; /* 63: the longest */
+	const char *good[] = { "hyperlight.dev/tun", "hyperlight.dev/Net_1.x", long_name };
+	assert_int_equal(hl_labels_start(f->loop, "kvm", good, 3, NULL, &l), 0);
+	assert_non_null(l);
+	char want[200];
+	snprintf(want, sizeof(want), "companions=hyperlight.dev/tun,hyperlight.dev/Net_1.x,%s", long_name);
+	assert_true(logged_line(f, "level=info", "node labelling enabled", "hyperlight.dev/hypervisor=kvm", want, NULL));
+	hl_labels_free(l);
+}
+
+static bool cond_attempts(struct fixture *f, const void *n)
+{
+	char needle[64];
+	snprintf(needle, sizeof(needle), "attempt=%d error=", *(const int *)n);
+	return logged(f, needle);
+}
+
+/* A companion's verdict before the hypervisor's sends nothing; the first attempt carries every
+ * label that has a verdict (a companion without one is left out); a verdict for an index out
+ * of range is ignored. Each companion's label keeps its own hold: a flap within it is not
+ * sent. */
+static void test_companion_verdicts(void **state)
+{
+	struct fixture *f = *state;
+	const char *keys[] = { "hyperlight.dev/tun", "hyperlight.dev/vhost-net" };
+	hl_labels *l = NULL;
+	int one = 1, two = 2;
+
+	cluster_env(f, "127.0.0.1", dpt_closed_port());
+	setenv("NODE_LABELS_HOLD", "3600", 1);
+	assert_int_equal(hl_labels_start(f->loop, "kvm", keys, 2, NULL, &l), 0);
+	hl_labels_verdict(l, 1, false, "/dev/net/tun missing");
+	hl_labels_verdict(l, 3, true, "out of range");
+	run_for(f, 20 * TICK_USEC);
+	assert_false(logged(f, "attempt started")); /* not before the hypervisor's */
+	hl_labels_verdict(l, HL_LABELS_HYPERVISOR, true, "probe ok");
+	assert_true(run_until(f, cond_attempts, &one));
+	assert_true(logged_line(f, "attempt started", "attempt=1", "hyperlight.dev/enabled=true",
+				"hyperlight.dev/tun=false", NULL));
+	assert_false(logged(f, "hyperlight.dev/vhost-net=")); /* no verdict yet */
+	hl_labels_verdict(l, 2, true, "vhost features 0x33d008000");
+	/* a flap of tun within the hold: its label stays false in every attempt */
+	hl_labels_verdict(l, 1, true, "tun features 0x7173");
+	hl_labels_verdict(l, 1, false, "/dev/net/tun missing");
+	assert_true(run_until(f, cond_attempts, &two));
+	assert_true(logged_line(f, "attempt started", "attempt=2", "hyperlight.dev/enabled=true",
+				"hyperlight.dev/tun=false", "hyperlight.dev/vhost-net=true", NULL));
+	assert_false(logged(f, "node label follows the device"));
+	assert_false(logged(f, "hyperlight.dev/tun=true"));
+	hl_labels_free(l);
+	unsetenv("NODE_LABELS_HOLD");
+}
+
 /* The test binary's helper entries: the real "label-node", unless CHILD_ENV says "kill" (die of
  * SIGKILL before answering) or "hang" (never answer). */
 static void entry_label_node(int argc, char **argv)
@@ -631,6 +715,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_child_killed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_child_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ca_not_a_certificate, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_companion_keys, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_companion_verdicts, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -129,6 +129,23 @@ func checkLabelRequest(t *testing.T, i int, r APIRequest, token string) {
 // checkLabelPatch is checkLabelRequest with hyperlight.dev/enabled set to enabled.
 func checkLabelPatch(t *testing.T, i int, r APIRequest, token, enabled string) {
 	t.Helper()
+	checkLabelHeaders(t, i, r, token)
+	dec := json.NewDecoder(bytes.NewReader(r.Body))
+	var body map[string]interface{}
+	if err := dec.Decode(&body); err != nil || dec.More() {
+		t.Errorf("request #%d: body %q is not one JSON object (%v)", i+1, r.Body, err)
+		return
+	}
+	wantBody := map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{
+		"hyperlight.dev/enabled": enabled, "hyperlight.dev/hypervisor": "kvm"}}}
+	if !reflect.DeepEqual(body, wantBody) {
+		t.Errorf("request #%d: merge patch %s, want exactly %v", i+1, r.Body, wantBody)
+	}
+}
+
+// checkLabelHeaders: the request's method, path, headers and token, whatever it patches.
+func checkLabelHeaders(t *testing.T, i int, r APIRequest, token string) {
+	t.Helper()
 	want := map[string]string{
 		"method":        "PATCH",
 		"path":          "/api/v1/nodes/" + labelNode,
@@ -145,17 +162,6 @@ func checkLabelPatch(t *testing.T, i int, r APIRequest, token, enabled string) {
 	}
 	if !strings.HasPrefix(r.UserAgent, "hyperlight-device-plugin/") {
 		t.Errorf("request #%d: User-Agent %q, want hyperlight-device-plugin/<version>", i+1, r.UserAgent)
-	}
-	dec := json.NewDecoder(bytes.NewReader(r.Body))
-	var body map[string]interface{}
-	if err := dec.Decode(&body); err != nil || dec.More() {
-		t.Errorf("request #%d: body %q is not one JSON object (%v)", i+1, r.Body, err)
-		return
-	}
-	wantBody := map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]interface{}{
-		"hyperlight.dev/enabled": enabled, "hyperlight.dev/hypervisor": "kvm"}}}
-	if !reflect.DeepEqual(body, wantBody) {
-		t.Errorf("request #%d: merge patch %s, want exactly %v", i+1, r.Body, wantBody)
 	}
 }
 

@@ -99,7 +99,7 @@ static void on_done(const dp_helper_result *r, void *userdata)
 /* Run "label-node" with argv (NULL-terminated, after the entry name) in a child; its result. */
 static dp_helper_result run_child(struct fixture *f, const char *const *args)
 {
-	char *argv[8] = { HL_LABEL_HELPER };
+	char *argv[16] = { HL_LABEL_HELPER };
 	struct outcome o = { 0 };
 	dp_helper *h = NULL;
 	size_t n = 1;
@@ -168,6 +168,32 @@ static void test_invalid_arguments(void **state)
 	expect_fail(&r, "invalid label-node arguments", NULL);
 	r = run_child(f, yes); /* the enabled label is "true" or "false", nothing else */
 	expect_fail(&r, "invalid label-node arguments", NULL);
+	/* companions' labels: hyperlight.dev/<name>=<true|false>, at most three, none twice, never
+	 * the hypervisor's two */
+	const char *bad[] = { "hyperlight.dev/tun=yes", "hyperlight.dev/tun", "hyperlight.dev/=true",
+			      "example.com/tun=true", "tun=true", "hyperlight.dev/enabled=true",
+			      "hyperlight.dev/hypervisor=true", "hyperlight.dev/-tun=true", "hyperlight.dev/a/b=true",
+			      "hyperlight.dev/t n=true", "hyperlight.dev/tun=true=false", "" };
+	for (size_t i = 0; i < DP_ELEMENTSOF(bad); i++) {
+		const char *args[] = { "https://127.0.0.1:1/api/v1/nodes/n", f->token, f->ca, "kvm", "true", bad[i], NULL };
+		r = run_child(f, args);
+		expect_fail(&r, "invalid label-node arguments: <url> <token path> <ca path> <hypervisor> <true|false> "
+				"[hyperlight.dev/<name>=<true|false>...]", NULL);
+	}
+	const char *twice[] = { "https://127.0.0.1:1/api/v1/nodes/n", f->token, f->ca, "kvm", "true",
+				"hyperlight.dev/tun=true", "hyperlight.dev/tun=false", NULL };
+	r = run_child(f, twice);
+	expect_fail(&r, "invalid label-node arguments", NULL);
+	const char *four[] = { "https://127.0.0.1:1/api/v1/nodes/n", f->token, f->ca, "kvm", "true", "hyperlight.dev/a=true",
+			       "hyperlight.dev/b=true", "hyperlight.dev/c=true", "hyperlight.dev/d=true", NULL };
+	r = run_child(f, four);
+	expect_fail(&r, "invalid label-node arguments", NULL);
+	/* three good ones pass the check: the attempt goes on to the connection */
+	const char *three_ok[] = { "https://127.0.0.1:1/api/v1/nodes/n", f->token, f->ca, "kvm", "false",
+				   "hyperlight.dev/tun=true", "hyperlight.dev/vhost-net=false", "hyperlight.dev/V_1.x=true",
+				   NULL };
+	r = run_child(f, three_ok);
+	expect_fail(&r, "cannot connect to 127.0.0.1 port 1", NULL);
 }
 
 /* The token is checked before anything is loaded or sent. */
