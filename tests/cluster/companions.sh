@@ -34,6 +34,23 @@ hl_companions_on() {
 	kubectl -n "$HL_NS" logs "$mp" | grep 'msg="device usable" resource=hyperlight.dev/tun ' | grep -q 'probe="tun features 0x[0-9a-f]* (tap' ||
 		fail "no 'device usable' line with the kernel's tun features in $mp's log" || return 1
 	note "companions on: both DaemonSets rolled ($(secs "$t") s), allocatable hyperlight.dev/tun 2000, hypervisor 2000; $(kubectl -n "$HL_NS" logs "$mp" | grep -o 'resource=hyperlight.dev/tun .*probe="[^"]*"' | head -n 1)"
+	# the companions' node labels, through the chart's admission policy (widened to them)
+	local vn=false
+	[ "$VHOST" = yes ] && vn=true
+	labelled() { [ "$(node_label hyperlight.dev/tun)" = true ] && [ "$(node_label hyperlight.dev/vhost-net)" = $vn ] &&
+		[ "$(node_label hyperlight.dev/enabled)" = true ]; }
+	until_ok 60 labelled || { diag "$HL_NS" "$mp"; fail "node labels tun=$(node_label hyperlight.dev/tun) vhost-net=$(node_label hyperlight.dev/vhost-net) enabled=$(node_label hyperlight.dev/enabled); want true, $vn, true"; return 1; }
+	note "node labelled through the admission policy: hyperlight.dev/tun=true hyperlight.dev/vhost-net=$vn hyperlight.dev/enabled=true; $(kubectl -n "$HL_NS" logs "$mp" | grep 'msg="node labelled"' | tail -n 1 | grep -o 'hyperlight.dev/enabled.*attempts=[0-9]*')"
+	# the policy widened to exactly the enabled companions' labels, "true" or "false"
+	local out maybe
+	policy_binder
+	out=$(policy_label "$POLICY_TOKEN" "$node" hyperlight.dev/tun=true) || fail "the plugin's account was refused hyperlight.dev/tun=true: $out" || return 1
+	if out=$(policy_label "$POLICY_TOKEN" "$node" hyperlight.dev/tun=maybe); then fail "the plugin's account set hyperlight.dev/tun=maybe"; return 1; fi
+	echo "$out" | grep -q 'must be "true" or "false"' || fail "tun=maybe: refused, but not by the chart's policy: $out" || return 1
+	maybe=$out
+	if out=$(policy_label "$POLICY_TOKEN" "$node" hyperlight.dev/vhost-vsock=true); then fail "the plugin's account set hyperlight.dev/vhost-vsock (not enabled)"; return 1; fi
+	echo "$out" | grep -q 'may change only the labels' || fail "vhost-vsock=true: refused, but not by the chart's policy: $out" || return 1
+	note "policy: hyperlight.dev/tun=true allowed; tun=maybe refused ($maybe); vhost-vsock (not enabled) refused ($out)"
 	if [ "$VHOST" = yes ]; then
 		vn_all() { [ "$(res_alloc vhost-net)" = 2000 ] && ready "$HL_NS" "$mp"; }
 		until_ok 60 vn_all || { diag "$HL_NS" "$mp"; fail "allocatable hyperlight.dev/vhost-net $(res_alloc vhost-net), want 2000; the pod Ready"; return 1; }
@@ -187,11 +204,19 @@ hl_companion_fault() {
 	gone() { [ "$(res_alloc tun)" = 0 ]; }
 	until_ok 60 gone || { companion_node_restore; fail "allocatable hyperlight.dev/tun $(res_alloc tun) after /dev/net/tun was removed, want 0"; return 1; }
 	note "host's /dev/net/tun removed: allocatable hyperlight.dev/tun 0 after $(secs "$t") s (the Node's status, as the kubelet posts it); $(kubectl -n "$HL_NS" logs "$mp" | grep 'resource=hyperlight.dev/tun reason=' | tail -n 1 | grep -o 'reason="[^"]*"')"
+	# the label follows after the chart's hold (nodeLabelsHold, 10 s); the hypervisor's stays
+	unlabelled() { [ "$(node_label hyperlight.dev/tun)" = false ]; }
+	until_ok 60 unlabelled || { companion_node_restore; fail "node label hyperlight.dev/tun=$(node_label hyperlight.dev/tun) after /dev/net/tun was removed, want false"; return 1; }
+	[ "$(node_label hyperlight.dev/enabled)" = true ] || { companion_node_restore; fail "hyperlight.dev/enabled=$(node_label hyperlight.dev/enabled) with only tun broken"; return 1; }
+	note "node label hyperlight.dev/tun=false after $(secs "$t") s (hold 10 s), hyperlight.dev/enabled still true"
 	t=$(date +%s.%N)
 	companion_node_restore
 	back() { [ "$(res_alloc tun)" = 2000 ]; }
 	until_ok 60 back || { fail "allocatable hyperlight.dev/tun $(res_alloc tun) after /dev/net/tun came back, want 2000"; return 1; }
 	note "made again ($(stat -c '%a %u:%g' /dev/net/tun)): 2000 after $(secs "$t") s"
+	relabelled() { [ "$(node_label hyperlight.dev/tun)" = true ]; }
+	until_ok 60 relabelled || fail "node label hyperlight.dev/tun=$(node_label hyperlight.dev/tun) after /dev/net/tun came back, want true" || return 1
+	note "node label hyperlight.dev/tun=true again after $(secs "$t") s"
 }
 companion_node_restore() {
 	local mode uid gid maj min
@@ -212,4 +237,8 @@ hl_companions_off() {
 	until_ok 60 off || fail "allocatable hyperlight.dev/tun $(res_alloc tun) with companions off" || return 1
 	until_ok 60 hl_all || fail "allocatable hyperlight.dev/hypervisor $(hl_alloc), want 2000" || return 1
 	note "companions off: both DaemonSets rolled, pods Ready, hyperlight.dev/tun 0, the hypervisor 2000 ($(secs "$t") s)"
+	# their labels stay, as docs/operations.md says, until the operator removes them
+	[ "$(node_label hyperlight.dev/tun)" = true ] || fail "node label hyperlight.dev/tun=$(node_label hyperlight.dev/tun) after companions off, want it kept (true)" || return 1
+	kubectl label node "$node" hyperlight.dev/tun- hyperlight.dev/vhost-net- >/dev/null || fail "kubectl label node $node hyperlight.dev/tun- hyperlight.dev/vhost-net- failed" || return 1
+	note "their node labels kept (hyperlight.dev/tun=true), removed as documented: kubectl label node $node hyperlight.dev/tun- hyperlight.dev/vhost-net-"
 }

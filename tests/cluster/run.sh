@@ -80,7 +80,8 @@ cleanup() {
 	helm uninstall -n kube-system --wait --timeout 60s kata-device-plugin >/dev/null 2>&1
 	helm uninstall -n kube-system --wait --timeout 60s hyperlight-device-plugin >/dev/null 2>&1
 	kubectl delete namespace "$HL_NS" --wait=true --timeout=60s >/dev/null 2>&1
-	kubectl label node "$node" hyperlight.dev/device-plugin- hyperlight.dev/enabled- hyperlight.dev/hypervisor- >/dev/null 2>&1
+	kubectl label node "$node" hyperlight.dev/device-plugin- hyperlight.dev/enabled- hyperlight.dev/hypervisor- \
+		hyperlight.dev/tun- hyperlight.dev/vhost-net- >/dev/null 2>&1
 	if mountpoint -q /dev/vfio 2>/dev/null && [ -f "$TEST/vfio-mounted" ]; then
 		umount /dev/vfio && [ -f "$TEST/vfio-made" ] && rmdir /dev/vfio
 	fi
@@ -156,6 +157,8 @@ kata_pod() { kubectl -n kube-system get pod -l app.kubernetes.io/name=kata-devic
 
 # node_res FIELD RESOURCE: the node's capacity or allocatable of RESOURCE ("" if none).
 node_res() { kubectl get node "$node" -o json | jq -r --arg r "$2" ".status.$1[\$r] // \"\""; }
+# node_label KEY: the node's label KEY ("" when it has none)
+node_label() { kubectl get node "$node" -o json | jq -r --arg k "$1" '.metadata.labels[$k] // ""'; }
 
 kata_resources() {
 	local t want_gpu want_sw
@@ -786,9 +789,9 @@ hl_fault_uninstall() {
 	note "helm uninstall: pods, namespace and sockets gone, allocatable 0, CDI spec and labels kept, the holding pod Running ($(secs "$t") s)"
 }
 
-# The node-label policy of the chart, enforced by the API server, both ways: the plugin's
-# account, with a token bound to a pod on this node, may set its own labels on this node only.
-hl_policy() {
+# policy_binder: a pod of the plugin's account on this node, and POLICY_TOKEN, a token bound to
+# it (so it names this node, as the plugin's own does).
+policy_binder() {
 	kubectl -n "$HL_NS" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
@@ -810,56 +813,61 @@ spec:
     imagePullPolicy: Never
     command: ["sleep", "3600"]
 EOF
+	POLICY_TOKEN=$(kubectl -n "$HL_NS" create token hyperlight-device-plugin --bound-object-kind Pod --bound-object-name sdp-test-binder --duration 10m)
+}
+# policy_label TOKEN NODE KEY=VALUE...: the merge patch of the labels the plugin itself sends,
+# with curl (the plugin's RBAC has patch, not get: kubectl label and patch read the node
+# first). Prints the API server's answer; fails unless it is 200.
+policy_label() {
+	local tok=$1 n=$2 kv labels="" code server
+	shift 2
+	server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+	for kv in "$@"; do labels="$labels${labels:+,}\"${kv%%=*}\":\"${kv#*=}\""; done
+	code=$(curl -sS -o "$TEST/patch.out" -w '%{http_code}' --cacert "$STATE/pki/ca.crt" -X PATCH \
+		-H "Authorization: Bearer $tok" -H 'Content-Type: application/merge-patch+json' \
+		--data "{\"metadata\":{\"labels\":{$labels}}}" "$server/api/v1/nodes/$n") || return 1
+	jq -r '.message // ("labels now: " + (.metadata.labels | tostring))' "$TEST/patch.out" 2>/dev/null || cat "$TEST/patch.out"
+	[ "$code" = 200 ]
+}
+
+# The node-label policy of the chart, enforced by the API server, both ways: the plugin's
+# account, with a token bound to a pod on this node, may set its own labels on this node only.
+hl_policy() {
+	[ -f "$STATE/pki/ca.crt" ] || fail "no $STATE/pki/ca.crt" || return 1
+	policy_binder
 	kubectl apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Node
 metadata:
   name: sdp-test-other
 EOF
-	local token loose server ca
-	token=$(kubectl -n "$HL_NS" create token hyperlight-device-plugin --bound-object-kind Pod --bound-object-name sdp-test-binder --duration 10m)
+	local token=$POLICY_TOKEN loose
 	loose=$(kubectl -n "$HL_NS" create token hyperlight-device-plugin --duration 10m)
-	server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-	ca=$STATE/pki/ca.crt
-	[ -f "$ca" ] || fail "no $ca" || return 1
-	# label TOKEN NODE KEY=VALUE...: the merge patch of the labels the plugin itself sends, with
-	# curl (the plugin's RBAC has patch, not get: kubectl label and patch read the node first).
-	# Prints the API server's answer; fails unless it is 200.
-	label() {
-		local tok=$1 n=$2 kv labels="" code
-		shift 2
-		for kv in "$@"; do labels="$labels${labels:+,}\"${kv%%=*}\":\"${kv#*=}\""; done
-		code=$(curl -sS -o "$TEST/patch.out" -w '%{http_code}' --cacert "$ca" -X PATCH \
-			-H "Authorization: Bearer $tok" -H 'Content-Type: application/merge-patch+json' \
-			--data "{\"metadata\":{\"labels\":{$labels}}}" "$server/api/v1/nodes/$n") || return 1
-		jq -r '.message // ("labels now: " + (.metadata.labels | tostring))' "$TEST/patch.out" 2>/dev/null || cat "$TEST/patch.out"
-		[ "$code" = 200 ]
-	}
 	local out
 	# allowed: its own labels on its own node
-	out=$(label "$token" "$node" hyperlight.dev/hypervisor=kvm hyperlight.dev/enabled=true) ||
+	out=$(policy_label "$token" "$node" hyperlight.dev/hypervisor=kvm hyperlight.dev/enabled=true) ||
 		fail "the plugin's account was refused its own labels on its own node: $out" || return 1
 	note "own node, own labels: allowed ($out)"
-	out=$(label "$token" "$node" hyperlight.dev/enabled=false) ||
+	out=$(policy_label "$token" "$node" hyperlight.dev/enabled=false) ||
 		fail "the plugin's account was refused hyperlight.dev/enabled=false on its own node: $out" || return 1
-	out=$(label "$token" "$node" hyperlight.dev/enabled=true) || fail "enabled=true again refused: $out" || return 1
+	out=$(policy_label "$token" "$node" hyperlight.dev/enabled=true) || fail "enabled=true again refused: $out" || return 1
 	note "own node, hyperlight.dev/enabled=false then true: allowed"
-	if out=$(label "$token" "$node" hyperlight.dev/enabled=maybe); then
+	if out=$(policy_label "$token" "$node" hyperlight.dev/enabled=maybe); then
 		fail "the plugin's account set hyperlight.dev/enabled=maybe: $out"
 		return 1
 	fi
 	echo "$out" | grep -q 'must be "true" or "false"' || fail "enabled=maybe: refused, but not by the chart's policy: $out" || return 1
 	note "hyperlight.dev/enabled=maybe: refused ($out)"
 	# refused: another node
-	if out=$(label "$token" sdp-test-other hyperlight.dev/hypervisor=kvm); then
+	if out=$(policy_label "$token" sdp-test-other hyperlight.dev/hypervisor=kvm); then
 		fail "the plugin's account labelled another node: $out"
 		return 1
 	fi
 	echo "$out" | grep -q "may not change node sdp-test-other" || fail "another node: refused, but not by the chart's policy: $out" || return 1
 	note "another node: refused ($(echo "$out" | tail -n1))"
-	# refused: another label, and the operator's opt-in label
-	for l in example.com/other=x hyperlight.dev/device-plugin=false; do
-		if out=$(label "$token" "$node" "$l"); then
+	# refused: another label, the operator's opt-in label, and a companion's with companions off
+	for l in example.com/other=x hyperlight.dev/device-plugin=false hyperlight.dev/tun=true; do
+		if out=$(policy_label "$token" "$node" "$l"); then
 			fail "the plugin's account set $l: $out"
 			return 1
 		fi
@@ -867,7 +875,7 @@ EOF
 		note "label $l: refused ($out)"
 	done
 	# refused: a token that names no node
-	if out=$(label "$loose" "$node" hyperlight.dev/enabled=true); then
+	if out=$(policy_label "$loose" "$node" hyperlight.dev/enabled=true); then
 		fail "a token without a node was allowed: $out"
 		return 1
 	fi
@@ -924,11 +932,11 @@ else
 	step "hyperlight on the stand-in /dev/kvm: rolled out, 2000 allocatable, node labelled" hl_kvm
 	step "stand-in workload (uid 65534): its open reaches the kernel (ENODEV); another uid is refused the node" hl_workload
 fi
-step "companions on (tun, vhost-net): advertised from the host's nodes, a missing one Unhealthy with its reason" hl_companions_on
+step "companions on (tun, vhost-net): advertised from the host's nodes, a missing one Unhealthy with its reason, node labelled per companion" hl_companions_on
 step "tun in workloads: node 660 65534:65534, opened by uid 65534, refused to uid 1000" hl_companion_modes
 step "micro-VM pod with only NET_ADMIN: a tap through /dev/net/tun, a guest on it pings the pod and back; without tun: a clear error" hl_microvm
-step "fault: the host's /dev/net/tun removed, then back" hl_companion_fault
-step "companions off: both DaemonSets rolled, the hypervisor alone again" hl_companions_off
+step "fault: the host's /dev/net/tun removed, then back: allocatable and its node label follow" hl_companion_fault
+step "companions off: both DaemonSets rolled, the hypervisor alone again, the companions' labels kept" hl_companions_off
 step "node-label admission policy enforced by the API server, both ways" hl_policy
 step "a pod holding hyperlight.dev/hypervisor through the faults" hl_hold
 step "fault: kill -9 of the hyperlight container" hl_fault_kill

@@ -146,6 +146,8 @@ an empty resource name|--set companions.vhostVsock.resource=|companions.vhostVso
 a resource name of 64 bytes|--set companions.tun.resource=$(printf 'a%.0s' $(seq 64))|companions.tun.resource: String length must be less than or equal to 63
 the resource name hypervisor|--set companions.tun.resource=hypervisor|companions.tun.resource: Must not validate the schema (not)
 the resource name device-access|--set companions.vhostNet.resource=device-access|companions.vhostNet.resource: Must not validate the schema (not)
+the resource name enabled (the hypervisor's node label)|--set companions.tun.resource=enabled|companions.tun.resource: Must not validate the schema (not)
+the resource name device-plugin (the operator's node label)|--set companions.vhostVsock.resource=device-plugin|companions.vhostVsock.resource: Must not validate the schema (not)
 count 0|--set companions.tun.count=0|companions.tun.count: Must be greater than or equal to 1
 count as a string|--set-string companions.vhostVsock.count=5|companions.vhostVsock.count: Invalid type
 companions with api=dra (schema)|--set companions.enabled={tun} --set api=dra|api: api must be one of the following: "devicePlugin"

@@ -94,6 +94,15 @@ table order. COMPANIONS lists the enabled ones in this order, whatever companion
 {{- join "," $names -}}
 {{- end -}}
 
+{{/* The enabled companions' node labels, hyperlight.dev/<resource>, in the table's order. */}}
+{{- define "hyperlight.companionLabels" -}}
+{{- range (include "hyperlight.companionTable" . | fromYamlArray) -}}
+{{- if has .name $.Values.companions.enabled }}
+- {{ printf "hyperlight.dev/%s" (index $.Values.companions .key).resource | quote }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The main container's env items of the enabled companions (none: nothing). */}}
 {{- define "hyperlight.companionEnv" -}}
 {{- with include "hyperlight.companions" . }}
