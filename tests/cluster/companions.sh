@@ -37,7 +37,7 @@ hl_companions_on() {
 	# the companions' node labels, through the chart's admission policy (widened to them)
 	local vn=false
 	[ "$VHOST" = yes ] && vn=true
-	labelled() { [ "$(node_label hyperlight.dev/tun)" = true ] && [ "$(node_label hyperlight.dev/vhost-net)" = $vn ] &&
+	labelled() { [ "$(node_label hyperlight.dev/tun)" = true ] && [ "$(node_label hyperlight.dev/vhost-net)" = "$vn" ] &&
 		[ "$(node_label hyperlight.dev/enabled)" = true ]; }
 	until_ok 60 labelled || { diag "$HL_NS" "$mp"; fail "node labels tun=$(node_label hyperlight.dev/tun) vhost-net=$(node_label hyperlight.dev/vhost-net) enabled=$(node_label hyperlight.dev/enabled); want true, $vn, true"; return 1; }
 	note "node labelled through the admission policy: hyperlight.dev/tun=true hyperlight.dev/vhost-net=$vn hyperlight.dev/enabled=true; $(kubectl -n "$HL_NS" logs "$mp" | grep 'msg="node labelled"' | tail -n 1 | grep -o 'hyperlight.dev/enabled.*attempts=[0-9]*')"
@@ -93,11 +93,68 @@ hl_companion_modes() {
 # RuntimeDefault seccomp; the nodes through the group 65534), hyperlight.dev/hypervisor and
 # hyperlight.dev/tun (and vhost-net on a host that serves it). QEMU makes tap0 through
 # /dev/net/tun in the pod's own network namespace and boots the guest on it; guest and pod ping
-# each other. The guest runs on KVM where a stock kernel boots on it, else on QEMU's TCG (a PVM
-# host: kvm_pvm runs only guests built for it), and then sdp-kvm-run proves the pod's /dev/kvm
-# runs guest code.
+# each other. Two guests: the tiny one (tests/cluster/microvm/tiny: bare metal, virtio-net by
+# polling) on the pod's /dev/kvm on every KVM host, a PVM one too; Debian's kernel on KVM where a
+# stock kernel boots on it, else on QEMU's TCG (a PVM host: kvm_pvm runs only guests built for
+# it). Without a hypervisor (the stand-in), both on TCG.
 MICROVM_IMAGE=localhost/sdp-microvm:test
-microvm_pod() { # NAME WITH_TUN
+hl_microvm() {
+	local t vh linux_accel tiny_accel
+	t=$(date +%s.%N)
+	command -v qemu-system-x86_64 >/dev/null || fail "qemu-system-x86_64 missing (scripts/install-deps.sh cluster)" || return 1
+	"$src/tests/cluster/microvm/build.sh" "$TEST/microvm" >"$TEST/microvm-build.log" 2>&1 ||
+		{ tail -n 20 "$TEST/microvm-build.log" >&2; fail "tests/cluster/microvm/build.sh failed"; return 1; }
+	python3 "$src/cluster/oci-image.py" "$TEST/microvm.tar" "$MICROVM_IMAGE" --tree "$TEST/microvm/rootfs:/" \
+		--dir /tmp:1777 --cmd '["sh"]' >/dev/null || return 1
+	ctr_ images import --platform linux/amd64 "$TEST/microvm.tar" >/dev/null || fail "ctr images import $TEST/microvm.tar failed" || return 1
+	note "microVM image: QEMU $(qemu-system-x86_64 --version | head -n 1 | awk '{print $4}'), the guest kernel $(ls /boot/vmlinuz-* | sort -V | tail -n 1 | sed 's|.*vmlinuz-||'), the tiny guest $(stat -c %s "$TEST/microvm/rootfs/microvm/tiny.elf") bytes, $(du -sm "$TEST/microvm.tar" | cut -f1) MiB ($(secs "$t") s)"
+	vh=off
+	[ "$VHOST" = yes ] && vh=on
+	linux_accel=kvm
+	tiny_accel=kvm
+	if [ "$HV" != kvm ]; then
+		linux_accel=tcg
+		tiny_accel=tcg
+		note "no /dev/kvm on this host: both guests run on QEMU's TCG"
+	elif [ -d /sys/module/kvm_pvm ]; then
+		linux_accel=tcg
+		note "this host's KVM is PVM (kvm_pvm): it runs the tiny guest, not Debian's kernel (tests/cluster/microvm/README.md); the Linux guest runs on QEMU's TCG"
+	fi
+	# The tiny guest (tests/cluster/microvm/tiny): virtio-net on the tap, on the pod's /dev/kvm.
+	microvm_run microvm-tiny yes tiny "$tiny_accel" || return 1
+	echo "$MICROVM_LOG" | grep -q "^microvm: ok accel=$tiny_accel vhost=$vh guest-ping=ok pod-ping=ok .* guest=tiny$" ||
+		fail "the tiny guest's pod: exit $MICROVM_CODE, no ok line for accel=$tiny_accel vhost=$vh" || return 1
+	if [ "$tiny_accel" = kvm ]; then
+		echo "$MICROVM_LOG" | grep -q '^microvm: guest: tiny: PVH entry.*cpuid hypervisor KVMKVMKVM' || fail "the tiny guest did not see KVM's CPUID signature" || return 1
+	fi
+	note "tiny guest on $tiny_accel (uid 0, only NET_ADMIN): tap0 made through /dev/net/tun, guest and pod pinged each other ($MICROVM_SECS s)"
+	# Debian's kernel with busybox: the same exchange from a stock Linux guest.
+	microvm_run microvm yes linux "$linux_accel" || return 1
+	echo "$MICROVM_LOG" | grep -q "^microvm: ok accel=$linux_accel vhost=$vh guest-ping=ok pod-ping=ok .* guest=linux$" ||
+		fail "the Linux guest's pod: exit $MICROVM_CODE, no ok line for accel=$linux_accel vhost=$vh" || return 1
+	note "Linux guest on $linux_accel: the same ($MICROVM_SECS s)"
+	# The same pod without hyperlight.dev/tun: no /dev/net/tun, a clear error.
+	microvm_run microvm-notun no tiny "$tiny_accel" 120 || return 1
+	MICROVM_LOG=$(echo "$MICROVM_LOG" | tail -n 1)
+	{ [ "$MICROVM_CODE" = 1 ] && [ "$MICROVM_LOG" = "microvm: FAIL /dev/net/tun: no such character device (the container needs the node's /dev/net/tun, c 10:200)" ]; } ||
+		fail "the pod without hyperlight.dev/tun: exit $MICROVM_CODE, $MICROVM_LOG" || return 1
+	note "without hyperlight.dev/tun: exit 1, $MICROVM_LOG ($MICROVM_SECS s)"
+}
+# microvm_run NAME WITH_TUN GUEST ACCEL [BOUND]: the pod (microvm_pod) to its end, within BOUND
+# seconds (300); MICROVM_CODE its exit code, MICROVM_LOG its log (shown), MICROVM_SECS the time.
+microvm_run() {
+	local t
+	t=$(date +%s.%N)
+	microvm_pod "$1" "$2" "$3" "$4"
+	ended() { [ -n "$(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.containerStatuses[0].state.terminated.reason}')" ]; }
+	until_ok "${5:-300}" ended "$1" || { diag "$NS" "$1"; fail "the pod $1 did not finish in ${5:-300} s"; return 1; }
+	MICROVM_CODE=$(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
+	MICROVM_LOG=$(kubectl -n "$NS" logs "$1" 2>&1)
+	MICROVM_SECS=$(secs "$t")
+	echo "$MICROVM_LOG" | sed 's/^/test-cluster:     /'
+	kubectl -n "$NS" delete pod "$1" --wait=false >/dev/null
+}
+microvm_pod() { # NAME WITH_TUN GUEST ACCEL
 	local limits="hyperlight.dev/hypervisor: 1"
 	[ "$2" = yes ] && limits="$limits
         hyperlight.dev/tun: 1"
@@ -123,10 +180,12 @@ spec:
   - name: vmm
     image: $MICROVM_IMAGE
     imagePullPolicy: Never
-    command: ["sh", "-c", "$MICROVM_CMD"]
+    command: ["/microvm/run-in-pod.sh"]
     env:
+      - name: MICROVM_GUEST
+        value: $3
       - name: MICROVM_ACCEL
-        value: $MICROVM_ACCEL
+        value: $4
     securityContext:
       runAsUser: 0
       runAsGroup: 0
@@ -141,54 +200,6 @@ spec:
 EOF
 }
 
-hl_microvm() {
-	local t code log
-	t=$(date +%s.%N)
-	command -v qemu-system-x86_64 >/dev/null || fail "qemu-system-x86_64 missing (scripts/install-deps.sh cluster)" || return 1
-	"$src/tests/cluster/microvm/build.sh" "$TEST/microvm" >"$TEST/microvm-build.log" 2>&1 ||
-		{ tail -n 20 "$TEST/microvm-build.log" >&2; fail "tests/cluster/microvm/build.sh failed"; return 1; }
-	cp "$TEST/sdp-kvm-run" "$TEST/microvm/rootfs/bin/sdp-kvm-run" || return 1
-	python3 "$src/cluster/oci-image.py" "$TEST/microvm.tar" "$MICROVM_IMAGE" --tree "$TEST/microvm/rootfs:/" \
-		--dir /tmp:1777 --cmd '["sh"]' >/dev/null || return 1
-	ctr_ images import --platform linux/amd64 "$TEST/microvm.tar" >/dev/null || fail "ctr images import $TEST/microvm.tar failed" || return 1
-	note "microVM image: QEMU $(qemu-system-x86_64 --version | head -n 1 | awk '{print $4}'), the guest kernel $(ls /boot/vmlinuz-* | sort -V | tail -n 1 | sed 's|.*vmlinuz-||'), $(du -sm "$TEST/microvm.tar" | cut -f1) MiB ($(secs "$t") s)"
-	MICROVM_ACCEL=kvm
-	MICROVM_CMD="exec /microvm/run-in-pod.sh"
-	if [ "$HV" != kvm ]; then
-		MICROVM_ACCEL=tcg
-		note "no /dev/kvm on this host: the guest runs on QEMU's TCG"
-	elif [ -d /sys/module/kvm_pvm ]; then
-		MICROVM_ACCEL=tcg
-		MICROVM_CMD="sdp-kvm-run && exec /microvm/run-in-pod.sh"
-		note "this host's KVM is PVM (kvm_pvm): it runs only guests built for PVM, not Debian's kernel; the guest runs on QEMU's TCG, and sdp-kvm-run runs guest code on the pod's /dev/kvm first"
-	fi
-	t=$(date +%s.%N)
-	microvm_pod microvm yes
-	done_() { [ -n "$(kubectl -n "$NS" get pod microvm -o jsonpath='{.status.containerStatuses[0].state.terminated.reason}')" ]; }
-	until_ok 300 done_ || { diag "$NS" microvm; fail "the microVM pod did not finish in 300 s"; return 1; }
-	code=$(kubectl -n "$NS" get pod microvm -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
-	log=$(kubectl -n "$NS" logs microvm 2>&1)
-	echo "$log" | sed 's/^/test-cluster:     /'
-	{ [ "$code" = 0 ] && echo "$log" | grep -q "^microvm: ok accel=$MICROVM_ACCEL vhost=$([ "$VHOST" = yes ] && echo on || echo off) guest-ping=ok pod-ping=ok"; } ||
-		fail "the microVM pod: exit $code, no ok line for accel=$MICROVM_ACCEL" || return 1
-	if [ "$MICROVM_ACCEL" = tcg ] && [ "$HV" = kvm ]; then
-		echo "$log" | grep -q '^sdp-kvm-run: ok api=12 exits=io(port=0x10,value=0x2a),hlt uid=0 gid=0$' ||
-			fail "sdp-kvm-run in the microVM pod did not run its guest on /dev/kvm" || return 1
-	fi
-	note "microVM pod (uid 0, only NET_ADMIN): tap0 made through /dev/net/tun, guest and pod pinged each other ($(secs "$t") s)"
-	kubectl -n "$NS" delete pod microvm --wait=false >/dev/null
-	# The same pod without hyperlight.dev/tun: no /dev/net/tun, a clear error.
-	t=$(date +%s.%N)
-	microvm_pod microvm-notun no
-	done2() { [ -n "$(kubectl -n "$NS" get pod microvm-notun -o jsonpath='{.status.containerStatuses[0].state.terminated.reason}')" ]; }
-	until_ok 120 done2 || { diag "$NS" microvm-notun; fail "the pod without tun did not finish in 120 s"; return 1; }
-	code=$(kubectl -n "$NS" get pod microvm-notun -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
-	log=$(kubectl -n "$NS" logs microvm-notun 2>&1 | tail -n 1)
-	{ [ "$code" = 1 ] && [ "$log" = "microvm: FAIL /dev/net/tun: no such character device (the container needs the node's /dev/net/tun, c 10:200)" ]; } ||
-		fail "the pod without hyperlight.dev/tun: exit $code, $log" || return 1
-	note "without hyperlight.dev/tun: exit 1, $log ($(secs "$t") s)"
-	kubectl -n "$NS" delete pod microvm-notun --wait=false >/dev/null
-}
 
 # The host's /dev/net/tun removed (tun is built in or stays loaded: its node goes as an rmmod
 # would take it): allocatable hyperlight.dev/tun 0, the reason in the log; made again as it was:

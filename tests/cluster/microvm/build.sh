@@ -1,6 +1,6 @@
 #!/bin/sh
 # build.sh OUT_DIR: the microVM pod's pieces, from this Debian 12 host's own packages
-# (qemu-system-x86, linux-image-amd64, busybox-static, cpio, binutils, xz-utils).
+# (qemu-system-x86, linux-image-amd64, busybox-static, cpio, binutils, xz-utils, gcc).
 #
 #   OUT_DIR/rootfs/                   the container's whole root: busybox (static) with its
 #                                     applets, the QEMU closure (below) and /microvm/
@@ -8,6 +8,8 @@
 #                                     /boot/vmlinuz-<version> (QEMU boots it by its PVH note:
 #                                     no firmware decompression, no bzImage setup code)
 #   OUT_DIR/rootfs/microvm/initramfs.cpio  busybox-static, virtio_net and what it needs, init
+#   OUT_DIR/rootfs/microvm/tiny.elf   the tiny guest (MICROVM_GUEST=tiny): tiny/tiny.c, a
+#                                     freestanding 32-bit ELF QEMU also enters by its PVH note
 #   OUT_DIR/rootfs/microvm/run-in-pod.sh   what the pod's container runs
 #
 # The QEMU closure (and iputils' ping, for the pod side: see $ping below): /usr/bin/qemu-system-x86_64, exactly the libraries ldd resolves for it
@@ -16,14 +18,15 @@
 # and the three firmware files the command line of run-in-pod.sh opens (strace):
 # /usr/share/seabios/bios-256k.bin, /usr/share/qemu/kvmvapic.bin, /usr/share/qemu/pvh.bin
 # (the NIC's option ROM is off: romfile=). The build proves it complete: it boots the guest
-# in `chroot OUT_DIR/rootfs` (TCG, no network device) to its init.
+# in `chroot OUT_DIR/rootfs` (TCG, no network device) to its init, and the tiny guest to its
+# `MICROVM: FAIL no virtio-net ...` and isa-debug-exit.
 #
 # MICROVM_KERNEL=<version> picks another installed kernel (default: the newest in /boot).
 set -eu
 
 out=${1:?usage: build.sh OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-kver=${MICROVM_KERNEL:-$(ls /boot/vmlinuz-* | sed 's|/boot/vmlinuz-||' | sort -V | tail -n 1)}
+kver=${MICROVM_KERNEL:-$(printf '%s\n' /boot/vmlinuz-* | sed 's|/boot/vmlinuz-||' | sort -V | tail -n 1)}
 vmlinuz=/boot/vmlinuz-$kver
 moddir=/lib/modules/$kver
 qemu=/usr/bin/qemu-system-x86_64
@@ -37,7 +40,7 @@ modules_wanted="virtio_pci virtio_net"
 for f in "$vmlinuz" "$moddir/modules.dep" "$qemu" "$tcgmod" "$ping" /bin/busybox $firmware; do
 	[ -e "$f" ] || { echo "build.sh: missing $f" >&2; exit 1; }
 done
-for t in cpio xz modinfo ldd readelf; do
+for t in cpio xz modinfo ldd readelf gcc; do
 	command -v "$t" >/dev/null || { echo "build.sh: missing tool $t" >&2; exit 1; }
 done
 
@@ -53,6 +56,16 @@ off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$vmlinuz" | head -n 1 | cut -d: -f1)
 tail -c +$((off + 1)) "$vmlinuz" | xz -dc --single-stream -q >"$root/microvm/vmlinux" 2>/dev/null || true
 readelf -n "$root/microvm/vmlinux" 2>/dev/null | grep -q 'Unknown note type: (0x00000012)' || {
 	echo "build.sh: $vmlinuz: unpacked kernel has no PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY)" >&2
+	exit 1
+}
+
+# ---- the tiny guest: freestanding 32-bit C (no libc, no multilib needed), entered by PVH ----
+gcc -m32 -march=i686 -Os -ffreestanding -fno-pic -fno-stack-protector -fno-asynchronous-unwind-tables \
+	-mgeneral-regs-only -Wall -Wextra -nostdlib -static -no-pie \
+	-Wl,-T,"$here/tiny/tiny.ld" -Wl,--build-id=none -Wl,--no-warn-rwx-segments \
+	-o "$root/microvm/tiny.elf" "$here/tiny/tiny.c"
+readelf -n "$root/microvm/tiny.elf" | grep -q 'Unknown note type: (0x00000012)' || {
+	echo "build.sh: tiny.elf has no PVH entry note" >&2
 	exit 1
 }
 
@@ -144,6 +157,19 @@ else
 	tail -n 20 "$log" >&2
 	exit 1
 fi
+# the tiny guest, in the same chroot, with no NIC: its FAIL line, then QEMU's exit status 35
+rc=0
+chroot "$root" /bin/timeout 60 /usr/bin/qemu-system-x86_64 -accel tcg -cpu max -m 128 -smp 1 \
+	-M pc -nodefaults -no-user-config -display none -monitor none -no-reboot \
+	-serial stdio -kernel /microvm/tiny.elf -device isa-debug-exit,iobase=0xf4,iosize=4 \
+	</dev/null >"$out/build-proof-tiny.log" 2>&1 || rc=$?
+if [ $rc = 35 ] && grep -q 'MICROVM: FAIL no virtio-net' "$out/build-proof-tiny.log"; then
+	echo "build.sh: the tiny guest boots in the chroot (TCG, no NIC) to its FAIL line and isa-debug-exit"
+else
+	echo "build.sh: tiny guest proof failed (exit $rc), see $out/build-proof-tiny.log" >&2
+	tail -n 5 "$out/build-proof-tiny.log" >&2
+	exit 1
+fi
 echo "build.sh: kernel $kver, modules: $(tr '\n' ' ' <"$ir/etc/modules.order")"
 sz() { du -sh --apparent-size "$@" | tail -n 1 | cut -f1; }
-echo "build.sh: sizes (apparent): rootfs $(sz "$root"): QEMU closure and ping $(sz -c "$root/usr" "$root/lib" "$root/lib64"), busybox $(sz "$root/bin"), vmlinux $(sz "$root/microvm/vmlinux"), initramfs $(sz "$root/microvm/initramfs.cpio")"
+echo "build.sh: sizes (apparent): rootfs $(sz "$root"): QEMU closure and ping $(sz -c "$root/usr" "$root/lib" "$root/lib64"), busybox $(sz "$root/bin"), vmlinux $(sz "$root/microvm/vmlinux"), initramfs $(sz "$root/microvm/initramfs.cpio"), tiny.elf $(sz "$root/microvm/tiny.elf")"

@@ -16,8 +16,9 @@
 #   no-admin  CAP_NET_ADMIN dropped too (no capability at all): TUNSETIFF is refused
 #   no-tun    /dev/net/tun not in the container's /dev
 #   no-kvm    /dev/kvm not in the container's /dev (MICROVM_ACCEL=kvm)
-# MICROVM_* variables are passed through (MICROVM_ACCEL=tcg on a host whose KVM cannot run
-# the guest, e.g. a PVM host).
+# The environment is passed through (unshare, sh and capsh keep it), so MICROVM_* reach
+# run-in-pod.sh: MICROVM_GUEST=tiny for the bare-metal guest (which runs on a PVM host's KVM
+# too), MICROVM_ACCEL=tcg for the Linux guest on a host whose KVM cannot boot it (PVM).
 set -eu
 root=${1:?usage: prove-local.sh ROOTFS ok|no-admin|no-tun|no-kvm}
 case_=${2:-ok}
@@ -32,7 +33,8 @@ while [ $i -le "$last" ]; do
 	[ "$n" = "$keep" ] || drop=${drop:+$drop,}$n
 	i=$((i + 1))
 done
-export MICROVM_CASE=$case_ MICROVM_ROOT=$root MICROVM_DROP=$drop
+export MICROVM_CASE="$case_" MICROVM_ROOT="$root" MICROVM_DROP="$drop"
+# shellcheck disable=SC2016 # the script expands in the new namespaces' shell
 exec unshare -n -m --propagation private -- sh -eu -c '
 	r=$MICROVM_ROOT
 	mount -t tmpfs -o mode=0755,nosuid tmpfs "$r/dev"

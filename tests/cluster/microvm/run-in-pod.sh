@@ -2,22 +2,27 @@
 # run-in-pod.sh: what the microVM pod's container runs (POSIX sh; busybox is enough).
 #
 # QEMU makes the tap tap0 itself in the pod's network namespace (/dev/net/tun, TUNSETIFF:
-# CAP_NET_ADMIN), boots the guest (vmlinux + initramfs.cpio beside this script) on it with
-# virtio-net (vhost=on only when /dev/vhost-net opens); this script gives the pod's end
-# 10.77.0.1/24, waits for the guest's console line `MICROVM: ping 10.77.0.1 ok`, pings the
-# guest (10.77.0.2) from the pod, tells the guest it is done (TCP 7777), waits for QEMU to
-# end. One result line, exit 0/1:
-#   microvm: ok accel=kvm vhost=off guest-ping=ok pod-ping=ok boot=...s
+# CAP_NET_ADMIN), boots the guest on it with virtio-net (vhost=on only when /dev/vhost-net
+# opens); this script gives the pod's end 10.77.0.1/24, waits for the guest's console line
+# `MICROVM: ping 10.77.0.1 ok`, pings the guest (10.77.0.2) from the pod, tells the guest it
+# is done (TCP 7777), waits for QEMU to end. One result line, exit 0/1:
+#   microvm: ok accel=kvm vhost=off guest-ping=ok pod-ping=ok boot=...s total=...s guest=linux
 #   microvm: FAIL <why>
+# The guest (MICROVM_GUEST), beside this script:
+#   linux  vmlinux + initramfs.cpio: Debian's kernel, init powers off (QEMU's exit status 0)
+#   tiny   tiny.elf (tiny/tiny.c): a bare-metal guest that runs even on a PVM host's KVM; a
+#          legacy virtio-net device (disable-modern=on); it ends QEMU through isa-debug-exit,
+#          exit status 33 at its clean end (35 after its FAIL line)
 #
 # Environment (all optional):
+#   MICROVM_GUEST    linux (default) or tiny
 #   MICROVM_ACCEL    kvm (default: needs /dev/kvm) or tcg (QEMU's software CPU)
 #   MICROVM_CPU      QEMU's -cpu (default: host with kvm, max with tcg)
 #   MICROVM_MEM      guest memory in MiB (default 128)
 #   MICROVM_TB_SIZE  with tcg: QEMU's translation cache in MiB (default 64)
 #   MICROVM_TIMEOUT  seconds for the guest's console line (default 180)
-#   MICROVM_APPEND   more kernel command line
-#   MICROVM_DIR      where vmlinux and initramfs.cpio are (default: this script's directory)
+#   MICROVM_APPEND   more kernel command line (linux)
+#   MICROVM_DIR      where vmlinux, initramfs.cpio, tiny.elf are (default: this script's directory)
 #   MICROVM_KEEP     a directory to keep console.log and qemu.log in
 set -u
 PATH=/bin:/sbin:/usr/bin:/usr/sbin
@@ -25,9 +30,10 @@ export PATH
 
 dir=${MICROVM_DIR:-$(cd "$(dirname "$0")" && pwd)}
 accel=${MICROVM_ACCEL:-kvm}
+kind=${MICROVM_GUEST:-linux}
 mem=${MICROVM_MEM:-128}
 limit=${MICROVM_TIMEOUT:-180}
-qemu=qemu-system-x86_64
+qemu="qemu-system-x86_64"
 guest=10.77.0.2
 pod=10.77.0.1
 work=$(mktemp -d /tmp/microvm.XXXXXX) || { echo "microvm: FAIL mktemp in /tmp"; exit 1; }
@@ -64,7 +70,24 @@ first_qemu_error() {
 }
 
 # ---- what the pod must have been given ----
-[ -f "$dir/vmlinux" ] && [ -f "$dir/initramfs.cpio" ] || fail "no $dir/vmlinux or $dir/initramfs.cpio"
+# the guest's part of QEMU's command line (the positional parameters: POSIX sh has no arrays)
+case $kind in
+linux)
+	if [ ! -f "$dir/vmlinux" ] || [ ! -f "$dir/initramfs.cpio" ]; then
+		fail "no $dir/vmlinux or $dir/initramfs.cpio"
+	fi
+	set -- -kernel "$dir/vmlinux" -initrd "$dir/initramfs.cpio" \
+		-append "console=ttyS0 panic=-1 quiet rdinit=/init ${MICROVM_APPEND:-}"
+	nicopt=
+	;;
+tiny)
+	[ -f "$dir/tiny.elf" ] || fail "no $dir/tiny.elf"
+	set -- -kernel "$dir/tiny.elf" -device isa-debug-exit,iobase=0xf4,iosize=4
+	# the tiny guest drives legacy virtio: BAR 0 an I/O BAR
+	nicopt=,disable-modern=on
+	;;
+*) fail "MICROVM_GUEST=$kind: not linux or tiny" ;;
+esac
 command -v "$qemu" >/dev/null || fail "no $qemu in PATH"
 [ -c /dev/net/tun ] || fail "/dev/net/tun: no such character device (the container needs the node's /dev/net/tun, c 10:200)"
 e=$(open_err /dev/net/tun) || fail "/dev/net/tun: open: $e"
@@ -88,17 +111,15 @@ elif e=$(open_err /dev/vhost-net); then
 else
 	vhost=off why="/dev/vhost-net: $e"
 fi
-echo "microvm: accel=$accel cpu=$cpu vhost=$vhost ($why) mem=${mem}M"
+echo "microvm: guest=$kind accel=$accel cpu=$cpu vhost=$vhost ($why) mem=${mem}M"
 
 # ---- QEMU makes tap0 and boots the guest ----
 start=$(date +%s)
 "$qemu" -accel "$accel${accelopt:-}" -cpu "$cpu" -m "$mem" -smp 1 -M pc -nodefaults -no-user-config \
 	-display none -monitor none -no-reboot \
-	-serial "file:$work/console.log" \
-	-kernel "$dir/vmlinux" -initrd "$dir/initramfs.cpio" \
-	-append "console=ttyS0 panic=-1 quiet rdinit=/init ${MICROVM_APPEND:-}" \
+	-serial "file:$work/console.log" "$@" \
 	-netdev "tap,id=n0,ifname=tap0,script=no,downscript=no,vhost=$vhost" \
-	-device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02,romfile= \
+	-device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02,romfile=$nicopt" \
 	</dev/null >"$work/qemu.log" 2>&1 &
 pid=$!
 
@@ -121,9 +142,13 @@ ip link set tap0 up 2>"$work/ip.err" || fail "ip link set tap0 up: $(cat "$work/
 
 # ---- the guest's line (bounded: MICROVM_TIMEOUT) ----
 while :; do
+	# QEMU's state before the console's: a guest that prints its line and ends QEMU at once
+	# (the tiny guest's FAIL) is not taken for a QEMU that died before the line
+	alive=yes
+	kill -0 "$pid" 2>/dev/null || alive=
 	line=$(grep -a -m 1 'MICROVM: ' "$work/console.log" 2>/dev/null | tr -d '\r')
 	[ -n "$line" ] && break
-	kill -0 "$pid" 2>/dev/null || fail "qemu exited before the guest's line: $(first_qemu_error)"
+	[ -n "$alive" ] || fail "qemu exited before the guest's line: $(first_qemu_error)"
 	# KVM's internal errors stop the VM but not QEMU
 	if grep -q 'KVM internal error' "$work/qemu.log" 2>/dev/null; then
 		fail "KVM internal error after $(($(date +%s) - start)) s: $(grep -m 1 -E '^emulation failure|Suberror' "$work/qemu.log") at $(grep -m 1 '^RIP=' "$work/qemu.log" | cut -d' ' -f1) $(grep -m 1 '^Code=' "$work/qemu.log" | sed 's/.*<\(..\)> \(..\) \(..\) \(..\).*/insn \1 \2 \3 \4/'); guest's last line: $(tail -n 1 "$work/console.log" 2>/dev/null | tr -d '\r' | cut -c1-100)"
@@ -132,6 +157,8 @@ while :; do
 	sleep 0.2
 done
 boot=$(($(date +%s) - start))
+# the tiny guest's first line names the CPU it runs on (CPUID's hypervisor signature)
+[ "$kind" = tiny ] && echo "microvm: guest: $(grep -a -m 1 '^tiny: PVH entry' "$work/console.log" | tr -d '\r')"
 echo "microvm: guest: $line"
 case $line in
 "MICROVM: ping $pod ok"*) guestping=ok ;;
@@ -149,17 +176,20 @@ if out=$($pingcmd -c 3 -W 2 "$guest" 2>&1); then
 else
 	fail "ping $guest from the pod: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
 fi
-# the guest powers off when told (or after its own 60 s)
+# the guest ends when told (or after its own 60 s)
 if command -v nc >/dev/null; then nc=nc; else nc="busybox nc"; fi
 echo "done $(date +%s)" | $nc -w 2 "$guest" 7777 >/dev/null 2>&1 || fail "$nc $guest 7777: the guest's listener did not answer"
 i=0
 while kill -0 "$pid" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 kill -0 "$pid" 2>/dev/null && fail "qemu still running 20 s after the pod said done"
-wait "$pid" 2>/dev/null
+rc=0
+wait "$pid" 2>/dev/null || rc=$?
+[ "$kind" = tiny ] && [ "$rc" != 33 ] &&
+	fail "qemu's exit status $rc, not the tiny guest's clean end (33: isa-debug-exit 0x10)"
 said=$(grep -a -m 1 'MICROVM: pod said' "$work/console.log" | tr -d '\r')
 echo "microvm: guest: ${said:-no goodbye line}"
 total=$(($(date +%s) - start))
-echo "microvm: ok accel=$accel vhost=$vhost guest-ping=$guestping pod-ping=$podping boot=${boot}s total=${total}s"
+echo "microvm: ok accel=$accel vhost=$vhost guest-ping=$guestping pod-ping=$podping boot=${boot}s total=${total}s guest=$kind"
 pid=
 cleanup
 exit 0
