@@ -163,8 +163,12 @@ void hl_node_watch_ensure(struct hl_node_watch *w)
 		return;
 	}
 	int r = dp_watch_new(w->loop, &cfg, &w->src);
-	if (r < 0)
-		dp_debug("cannot watch device directory", "dir=%s error=%s", w->dir, dp_errname(r));
+	if (r < 0 && !w->failed) /* tried again at each check: said once */
+		dp_warn("cannot watch a device directory: its changes are seen by periodic checks only",
+			"dir=%s error=%s", w->dir, dp_errname(r));
+	else if (r == 0 && w->failed)
+		dp_info("watching a device directory again", "dir=%s", w->dir);
+	w->failed = r < 0;
 }
 
 void hl_node_watch_stop(struct hl_node_watch *w)

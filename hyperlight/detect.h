@@ -49,6 +49,7 @@ struct hl_node_watch {
 	void (*changed)(void *userdata); /* called instead of asking ep for a check, when set */
 	void *userdata;
 	dp_watch *src;
+	bool failed; /* the last dp_watch_new failed (said once) */
 };
 
 void hl_node_watch_ensure(struct hl_node_watch *w);

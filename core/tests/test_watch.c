@@ -3,7 +3,7 @@
  * watch: a real directory under /tmp on a real loop. Entries created, deleted and replaced;
  * the name filter; the directory removed and created again, absent at start (three levels
  * deep), replaced by a rename; an inotify queue overflow; the backstop timer; a callback that
- * frees its watch.
+ * frees its watch; inotify refused (said once, and when watched again).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,13 +15,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "dp/log.h"
 #include "dp/loop.h"
 #include "dp/watch.h"
+#include "dp_test.h"
 
 #define BOUND_USEC (5 * DP_USEC_PER_SEC)
 #define MAX_EVENTS 64
@@ -425,6 +428,43 @@ static void test_invalid(void **state)
 	assert_null(dp_watch_free(NULL));
 }
 
+
+/* inotify refused (here no file descriptor is left: EMFILE, as when
+ * fs.inotify.max_user_instances runs out): one warning with the reason, none more while it lasts
+ * (the unwatched backstop keeps calling), one info line once the directory is watched again,
+ * whose events then come as before. */
+static void test_refused_said_once(void **state)
+{
+	struct ctx *c = *state;
+	struct dpt_capture cap;
+	struct rlimit saved, none;
+	size_t i;
+
+	assert_int_equal(mkdir(c->dir, 0755), 0);
+	dp_log_set_level(DP_LOG_INFO);
+	dpt_capture_start(&cap, STDERR_FILENO);
+	start(c, NULL, IN_CREATE, false, 20 * DP_USEC_PER_MSEC);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	none = saved;
+	none.rlim_cur = 0; /* no new descriptor, the open ones unaffected */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &none), 0);
+	assert_int_equal(rmdir(c->dir), 0);
+	i = wait_for(c, 0, DP_WATCH_DIR, NULL);
+	i = wait_for(c, i + 1, DP_WATCH_BACKSTOP, NULL);
+	i = wait_for(c, i + 1, DP_WATCH_BACKSTOP, NULL);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	assert_int_equal(mkdir(c->dir, 0755), 0);
+	i = wait_for(c, i + 1, DP_WATCH_BACKSTOP, NULL);
+	touch(path(c, "d/a"));
+	(void)wait_for(c, i + 1, DP_WATCH_ENTRY, "a");
+	const char *text = dpt_capture_end(&cap);
+	if (dpt_count(text, "msg=\"cannot watch a directory: its changes are seen by periodic checks only\"") != 1 ||
+	    !strstr(text, "level=warn") || !strstr(text, "error=EMFILE") ||
+	    !strstr(text, "reason=\"out of inotify instances or file descriptors (fs.inotify.max_user_instances, the fd limit)\"") ||
+	    dpt_count(text, "level=info msg=\"watching a directory again\"") != 1)
+		fail_msg("the log:\n%s", text);
+}
+
 /* Each test on its own directory and loop. */
 #define WATCH_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
@@ -437,6 +477,7 @@ int main(void)
 		WATCH_TEST(test_overflow),            WATCH_TEST(test_backstop),
 		WATCH_TEST(test_flood),
 		WATCH_TEST(test_free_in_callback),    WATCH_TEST(test_invalid),
+		WATCH_TEST(test_refused_said_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,7 +34,46 @@ struct dp_watch {
 	dp_source *anc_src;
 	char anc_child[NAME_MAX + 1]; /* the entry of the watched ancestor on the way to dir */
 	dp_source *timer;
+	bool failing; /* an inotify source could not be added (said once, at warn) */
 };
+
+/* Why inotify refused, in the operator's terms. */
+static const char *refused_why(int r)
+{
+	switch (r) {
+	case -EMFILE:
+		return "out of inotify instances or file descriptors (fs.inotify.max_user_instances, the fd limit)";
+	case -ENOSPC:
+		return "out of inotify watches (fs.inotify.max_user_watches)";
+	case -ENOMEM:
+		return "out of memory";
+	default:
+		return NULL;
+	}
+}
+
+/* A source could not be added (r < 0, not the directory's absence): said once per episode at
+ * warn, as changes there are now seen only by the periodic checks; r == 0 after that: watched
+ * again, said at info. */
+static void watch_result(dp_watch *w, int r)
+{
+	const char *why = refused_why(r);
+
+	if (r < 0 && !w->failing) {
+		w->failing = true;
+		if (why)
+			dp_warn("cannot watch a directory: its changes are seen by periodic checks only",
+				"dir=%s error=%s reason=\"%s\"", w->dir, dp_errname(r), why);
+		else
+			dp_warn("cannot watch a directory: its changes are seen by periodic checks only",
+				"dir=%s error=%s", w->dir, dp_errname(r));
+	} else if (r < 0) {
+		dp_debug("watch: still cannot watch", "dir=%s error=%s", w->dir, dp_errname(r));
+	} else if (w->failing) {
+		w->failing = false;
+		dp_info("watching a directory again", "dir=%s", w->dir);
+	}
+}
 
 static void update_timer(dp_watch *w)
 {
@@ -87,8 +126,9 @@ static int on_anc_event(dp_source *s, const struct inotify_event *ev, void *user
 	return 0;
 }
 
-/* Watch the deepest existing ancestor of path for its next component (the parent of dir first). */
-static void arm_ancestor(dp_watch *w, const char *path)
+/* Watch the deepest existing ancestor of path for its next component (the parent of dir first);
+ * 0, or why it could not be added. */
+static int arm_ancestor(dp_watch *w, const char *path)
 {
 	char p[PATH_MAX];
 	char *slash;
@@ -96,36 +136,41 @@ static void arm_ancestor(dp_watch *w, const char *path)
 	int r = -ENOENT;
 
 	if (n >= sizeof(p))
-		return;
+		return -ENAMETOOLONG;
 	memcpy(p, path, n + 1);
 	while ((r == -ENOENT || r == -ENOTDIR) && (slash = strrchr(p, '/')) && slash[1]) {
 		n = strlen(slash + 1);
 		if (n >= sizeof(w->anc_child))
-			return;
+			return -ENAMETOOLONG;
 		memcpy(w->anc_child, slash + 1, n + 1);
 		if (slash == p)
 			slash++; /* the root keeps its '/' */
 		*slash = '\0';
 		r = dp_inotify_add(w->loop, p, ANC_MASK, on_anc_event, w, &w->anc_src);
 	}
-	if (r < 0)
-		dp_debug("watch: cannot watch an ancestor", "dir=%s error=%s", w->dir, dp_errname(r));
+	return r;
 }
 
 bool dp_watch_rearm(dp_watch *w)
 {
 	if (!w)
 		return false;
+	int err = 0;
+
 	if (!w->dir_src) {
 		int r = dp_inotify_add(w->loop, w->dir, w->mask | DIR_SELF, on_dir_event, w, &w->dir_src);
 		if (r == 0 && w->missing)
 			w->anc_src = dp_source_free(w->anc_src); /* was on the way; re-added below */
-		else if (r < 0 && r != -ENOENT && r != -ENOTDIR)
-			dp_debug("watch: cannot watch directory", "dir=%s error=%s", w->dir, dp_errname(r));
 		w->missing = r == -ENOENT || r == -ENOTDIR;
+		if (!w->missing)
+			err = r;
 	}
-	if (!w->anc_src && (w->missing || w->watch_parent))
-		arm_ancestor(w, w->dir);
+	if (!w->anc_src && (w->missing || w->watch_parent)) {
+		int r = arm_ancestor(w, w->dir);
+		if (!err)
+			err = r;
+	}
+	watch_result(w, err);
 	update_timer(w);
 	return w->dir_src != NULL;
 }
