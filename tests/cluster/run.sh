@@ -934,7 +934,7 @@ else
 fi
 step "companions on (tun, vhost-net): advertised from the host's nodes, a missing one Unhealthy with its reason, node labelled per companion" hl_companions_on
 step "tun in workloads: node 660 65534:65534, opened by uid 65534, refused to uid 1000" hl_companion_modes
-step "micro-VM pod with only NET_ADMIN: a tap through /dev/net/tun, a guest on it pings the pod and back; without tun: a clear error" hl_microvm
+step "micro-VM pods with only NET_ADMIN: a tap through /dev/net/tun, the tiny guest on the pod's /dev/kvm and Debian's kernel ping the pod and back; without tun: a clear error" hl_microvm
 step "fault: the host's /dev/net/tun removed, then back: allocatable and its node label follow" hl_companion_fault
 step "companions off: both DaemonSets rolled, the hypervisor alone again, the companions' labels kept" hl_companions_off
 step "node-label admission policy enforced by the API server, both ways" hl_policy
