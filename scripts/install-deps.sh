@@ -6,7 +6,9 @@
 # table, and Node.js with npm for the manifest checks: npm is looked for with `command -v`, so a
 # Node.js from elsewhere, e.g. NodeSource's, which bundles npm, is used as it is).
 # Profile live-kvm: what `make test-live-kvm` adds (QEMU, Debian's kernel and modules,
-# busybox-static and cpio for the guest's initramfs, readelf).
+# busybox-static and cpio for the guest's initramfs, readelf; for its micro-VM step, built by
+# tests/cluster/microvm/build.sh --tiny: gcc for the tiny guest, iputils-ping for the pod's ping,
+# and QEMU again, copied into the guest).
 # Profile live-kvm-arm64: what `make test-live-kvm-arm64` adds to arm64: qemu-system-arm (its
 # qemu-system-aarch64), cpio, readelf. The guest's own packages, linux-image-<version>-arm64
 # and busybox-static:arm64, are not installed: tests/live/build-initramfs.sh fetches them with
@@ -47,7 +49,7 @@ golang-go golang-google-grpc-dev golang-goprotobuf-dev golang-github-fsnotify-fs
 need_npm=0
 case "${1:-}" in
 "") need_npm=1 ;;
-live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio binutils" ;;
+live-kvm) PKGS="qemu-system-x86 linux-image-amd64 busybox-static cpio binutils gcc iputils-ping" ;;
 live-kvm-arm64) PKGS="qemu-system-arm qemu-user-static cpio binutils" ;;
 live-iommufd) PKGS="qemu-system-x86 busybox-static cpio bc bison flex libelf-dev libssl-dev xz-utils binutils" ;;
 cluster) PKGS="iptables nftables conntrack containernetworking-plugins busybox-static curl openssl libseccomp-dev python3 python3-yaml jq \

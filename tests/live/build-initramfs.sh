@@ -5,7 +5,9 @@
 # by init), the daemon and its
 # node-label program with exactly the shared libraries the dynamic loader resolves plus the
 # loader, the seccomp check library (tests/fakes/scprobe.c) likewise, the live-kvm driver (static Go),
-# the workload's KVM check sdp-kvm-run (tests/cluster/kvm-run, built static here) and tests/live/init.
+# the workload's KVM check sdp-kvm-run (tests/cluster/kvm-run, built static here) and tests/live/init;
+# amd64: the micro-VM pod's root at /microvm-pod (tests/cluster/microvm/build.sh --tiny: busybox,
+# QEMU's closure, ping, /microvm/tiny.elf and run-in-pod.sh; the driver's micro-VM steps).
 # Usage: tests/live/build-initramfs.sh BUILD_DIR [arm64 STATIC_BUILD_DIR]
 # Writes BUILD_DIR/live/initramfs.cpio and BUILD_DIR/live/vmlinuz (a symlink to the kernel).
 #
@@ -88,10 +90,16 @@ amd64)
 	busybox=/bin/busybox
 	run=""
 	libs() { ldd "$1"; }
+	# The micro-VM pod's root (companion.go's micro-VM steps): only the tiny guest's pieces.
+	mkdir -p "$out"
+	"$here/../cluster/microvm/build.sh" --tiny "$out/microvm" >"$out/microvm.log" 2>&1 ||
+		die "tests/cluster/microvm/build.sh --tiny failed: $(tail -n 5 "$out/microvm.log")"
+	microvm="$out/microvm/rootfs"
 	;;
 arm64)
 	MODULES=""
 	COMPANION_MODULES=""
+	microvm=""
 	[ -n "${3:-}" ] || die "usage: build-initramfs.sh BUILD_DIR arm64 STATIC_BUILD_DIR"
 	static=$(cd "$3" && pwd)
 	debs="$out/debs"
@@ -208,6 +216,9 @@ if [ "$arch" = arm64 ]; then
 fi
 echo "$args" >etc/live-kvm-args
 cp "$driver" usr/local/bin/live-kvm
+if [ -n "$microvm" ]; then
+	cp -a "$microvm" microvm-pod
+fi
 cp "$kvmrun" usr/local/bin/sdp-kvm-run
 cp "$here/init" init
 chmod 0755 init
@@ -237,4 +248,6 @@ fi
 
 find . -print | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 >"$out/initramfs.cpio"
 ln -sfn "$kernel" "$out/vmlinuz"
-echo "initramfs: $out/initramfs.cpio ($(du -k "$out/initramfs.cpio" | cut -f1) KiB), kernel $ver ($arch), modules: ${MODULES:-none (built in)}${COMPANION_MODULES:+, companions' modules (loaded by the driver): $COMPANION_MODULES}"
+pod=""
+[ -z "$microvm" ] || pod=", the micro-VM pod's root /microvm-pod ($(du -sk --apparent-size "$root/microvm-pod" | cut -f1) KiB)"
+echo "initramfs: $out/initramfs.cpio ($(du -k "$out/initramfs.cpio" | cut -f1) KiB), kernel $ver ($arch), modules: ${MODULES:-none (built in)}${COMPANION_MODULES:+, companions' modules (loaded by the driver): $COMPANION_MODULES}$pod"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# build.sh OUT_DIR: the microVM pod's pieces, from this Debian 12 host's own packages
+# build.sh [--tiny] OUT_DIR: the microVM pod's pieces, from this Debian 12 host's own packages
 # (qemu-system-x86, linux-image-amd64, busybox-static, cpio, binutils, xz-utils, gcc).
 #
 #   OUT_DIR/rootfs/                   the container's whole root: busybox (static) with its
@@ -22,9 +22,18 @@
 # `MICROVM: FAIL no virtio-net ...` and isa-debug-exit.
 #
 # MICROVM_KERNEL=<version> picks another installed kernel (default: the newest in /boot).
+#
+# --tiny: only what MICROVM_GUEST=tiny needs (make test-live-kvm's micro-VM step): no
+# microvm/vmlinux, no microvm/initramfs.cpio and no Linux guest boot in the chroot (the tiny
+# guest's boot there still proves the closure); no kernel or modules needed.
 set -eu
 
-out=${1:?usage: build.sh OUT_DIR}
+tiny_only=
+if [ "${1:-}" = --tiny ]; then
+	tiny_only=1
+	shift
+fi
+out=${1:?usage: build.sh [--tiny] OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 kver=${MICROVM_KERNEL:-$(printf '%s\n' /boot/vmlinuz-* | sed 's|/boot/vmlinuz-||' | sort -V | tail -n 1)}
 vmlinuz=/boot/vmlinuz-$kver
@@ -37,10 +46,13 @@ ping=/usr/bin/ping
 firmware="/usr/share/seabios/bios-256k.bin /usr/share/qemu/kvmvapic.bin /usr/share/qemu/pvh.bin"
 modules_wanted="virtio_pci virtio_net"
 
-for f in "$vmlinuz" "$moddir/modules.dep" "$qemu" "$tcgmod" "$ping" /bin/busybox $firmware; do
+linux_files="$vmlinuz $moddir/modules.dep"
+linux_tools="cpio xz modinfo"
+[ -z "$tiny_only" ] || linux_files='' linux_tools=''
+for f in $linux_files "$qemu" "$tcgmod" "$ping" /bin/busybox $firmware; do
 	[ -e "$f" ] || { echo "build.sh: missing $f" >&2; exit 1; }
 done
-for t in cpio xz modinfo ldd readelf gcc; do
+for t in $linux_tools ldd readelf gcc; do
 	command -v "$t" >/dev/null || { echo "build.sh: missing tool $t" >&2; exit 1; }
 done
 
@@ -50,14 +62,16 @@ rm -rf "$out/rootfs" "$out/initramfs"
 root=$out/rootfs
 mkdir -p "$root/microvm"
 
-# ---- the guest kernel: the ELF inside the bzImage (xz on Debian 12) ----
-off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$vmlinuz" | head -n 1 | cut -d: -f1)
-[ -n "$off" ] || { echo "build.sh: no xz payload in $vmlinuz" >&2; exit 1; }
-tail -c +$((off + 1)) "$vmlinuz" | xz -dc --single-stream -q >"$root/microvm/vmlinux" 2>/dev/null || true
-readelf -n "$root/microvm/vmlinux" 2>/dev/null | grep -q 'Unknown note type: (0x00000012)' || {
-	echo "build.sh: $vmlinuz: unpacked kernel has no PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY)" >&2
-	exit 1
-}
+if [ -z "$tiny_only" ]; then
+	# ---- the guest kernel: the ELF inside the bzImage (xz on Debian 12) ----
+	off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$vmlinuz" | head -n 1 | cut -d: -f1)
+	[ -n "$off" ] || { echo "build.sh: no xz payload in $vmlinuz" >&2; exit 1; }
+	tail -c +$((off + 1)) "$vmlinuz" | xz -dc --single-stream -q >"$root/microvm/vmlinux" 2>/dev/null || true
+	readelf -n "$root/microvm/vmlinux" 2>/dev/null | grep -q 'Unknown note type: (0x00000012)' || {
+		echo "build.sh: $vmlinuz: unpacked kernel has no PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY)" >&2
+		exit 1
+	}
+fi
 
 # ---- the tiny guest: freestanding 32-bit C (no libc, no multilib needed), entered by PVH ----
 gcc -m32 -march=i686 -Os -ffreestanding -fno-pic -fno-stack-protector -fno-asynchronous-unwind-tables \
@@ -69,40 +83,42 @@ readelf -n "$root/microvm/tiny.elf" | grep -q 'Unknown note type: (0x00000012)' 
 	exit 1
 }
 
-# ---- the initramfs ----
-ir=$out/initramfs
-mkdir -p "$ir/bin" "$ir/sbin" "$ir/proc" "$ir/sys" "$ir/dev" "$ir/tmp" "$ir/etc" "$ir/lib/modules"
-cp /bin/busybox "$ir/bin/busybox"
-for a in $(/bin/busybox --list); do
-	[ -e "$ir/bin/$a" ] || ln -s busybox "$ir/bin/$a"
-done
-cp "$here/init" "$ir/init"
-chmod 0755 "$ir/init"
-# a module's dependencies first (modinfo's depends:), each once; built-in ones have no .ko
-: >"$ir/etc/modules.order"
-add_module() {
-	grep -qx "$1" "$ir/etc/modules.order" && return 0
-	f=$(modinfo -k "$kver" -F filename "$1") || { echo "build.sh: no module $1" >&2; exit 1; }
-	case $f in
-	"(builtin)") return 0 ;;
-	esac
-	for d in $(modinfo -k "$kver" -F depends "$1" | tr ',' ' '); do
-		add_module "$d"
+if [ -z "$tiny_only" ]; then
+	# ---- the initramfs ----
+	ir=$out/initramfs
+	mkdir -p "$ir/bin" "$ir/sbin" "$ir/proc" "$ir/sys" "$ir/dev" "$ir/tmp" "$ir/etc" "$ir/lib/modules"
+	cp /bin/busybox "$ir/bin/busybox"
+	for a in $(/bin/busybox --list); do
+		[ -e "$ir/bin/$a" ] || ln -s busybox "$ir/bin/$a"
 	done
-	# (sh has no locals: the recursion above reused $f)
-	f=$(modinfo -k "$kver" -F filename "$1")
-	case $f in
-	*.ko) cp "$f" "$ir/lib/modules/$1.ko" ;;
-	*.ko.xz) xz -dc "$f" >"$ir/lib/modules/$1.ko" ;;
-	*.ko.zst) zstd -dcq "$f" >"$ir/lib/modules/$1.ko" ;;
-	*) echo "build.sh: $f: unknown module format" >&2; exit 1 ;;
-	esac
-	echo "$1" >>"$ir/etc/modules.order"
-}
-for m in $modules_wanted; do
-	add_module "$m"
-done
-(cd "$ir" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$root/microvm/initramfs.cpio"
+	cp "$here/init" "$ir/init"
+	chmod 0755 "$ir/init"
+	# a module's dependencies first (modinfo's depends:), each once; built-in ones have no .ko
+	: >"$ir/etc/modules.order"
+	add_module() {
+		grep -qx "$1" "$ir/etc/modules.order" && return 0
+		f=$(modinfo -k "$kver" -F filename "$1") || { echo "build.sh: no module $1" >&2; exit 1; }
+		case $f in
+		"(builtin)") return 0 ;;
+		esac
+		for d in $(modinfo -k "$kver" -F depends "$1" | tr ',' ' '); do
+			add_module "$d"
+		done
+		# (sh has no locals: the recursion above reused $f)
+		f=$(modinfo -k "$kver" -F filename "$1")
+		case $f in
+		*.ko) cp "$f" "$ir/lib/modules/$1.ko" ;;
+		*.ko.xz) xz -dc "$f" >"$ir/lib/modules/$1.ko" ;;
+		*.ko.zst) zstd -dcq "$f" >"$ir/lib/modules/$1.ko" ;;
+		*) echo "build.sh: $f: unknown module format" >&2; exit 1 ;;
+		esac
+		echo "$1" >>"$ir/etc/modules.order"
+	}
+	for m in $modules_wanted; do
+		add_module "$m"
+	done
+	(cd "$ir" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$root/microvm/initramfs.cpio"
+fi
 
 # ---- the container's root: busybox, then QEMU's closure ----
 mkdir -p "$root/bin" "$root/tmp" "$root/dev" "$root/proc" "$root/sys" "$root/run"
@@ -144,18 +160,20 @@ chmod 0755 "$root/microvm/run-in-pod.sh"
 
 # ---- proof: the closure runs with nothing else (a chroot of rootfs) ----
 chroot "$root" /usr/bin/qemu-system-x86_64 --version | head -n 1
-log=$out/build-proof.log
-start=$(date +%s)
-chroot "$root" /bin/timeout 120 /usr/bin/qemu-system-x86_64 -accel tcg -cpu max -m 256 -smp 1 \
-	-M pc -nodefaults -no-user-config -display none -monitor none -no-reboot \
-	-serial stdio -kernel /microvm/vmlinux -initrd /microvm/initramfs.cpio \
-	-append "console=ttyS0 panic=-1 quiet rdinit=/init" </dev/null >"$log" 2>&1 || true
-if grep -q 'MICROVM: FAIL no eth0' "$log"; then
-	echo "build.sh: closure proven: chroot $root boots the guest to its init (TCG, no NIC) in $(($(date +%s) - start)) s"
-else
-	echo "build.sh: closure proof failed, see $log" >&2
-	tail -n 20 "$log" >&2
-	exit 1
+if [ -z "$tiny_only" ]; then
+	log=$out/build-proof.log
+	start=$(date +%s)
+	chroot "$root" /bin/timeout 120 /usr/bin/qemu-system-x86_64 -accel tcg -cpu max -m 256 -smp 1 \
+		-M pc -nodefaults -no-user-config -display none -monitor none -no-reboot \
+		-serial stdio -kernel /microvm/vmlinux -initrd /microvm/initramfs.cpio \
+		-append "console=ttyS0 panic=-1 quiet rdinit=/init" </dev/null >"$log" 2>&1 || true
+	if grep -q 'MICROVM: FAIL no eth0' "$log"; then
+		echo "build.sh: closure proven: chroot $root boots the guest to its init (TCG, no NIC) in $(($(date +%s) - start)) s"
+	else
+		echo "build.sh: closure proof failed, see $log" >&2
+		tail -n 20 "$log" >&2
+		exit 1
+	fi
 fi
 # the tiny guest, in the same chroot, with no NIC: its FAIL line, then QEMU's exit status 35
 rc=0
@@ -170,6 +188,10 @@ else
 	tail -n 5 "$out/build-proof-tiny.log" >&2
 	exit 1
 fi
-echo "build.sh: kernel $kver, modules: $(tr '\n' ' ' <"$ir/etc/modules.order")"
+[ -n "$tiny_only" ] || echo "build.sh: kernel $kver, modules: $(tr '\n' ' ' <"$ir/etc/modules.order")"
 sz() { du -sh --apparent-size "$@" | tail -n 1 | cut -f1; }
+if [ -n "$tiny_only" ]; then
+	echo "build.sh: sizes (apparent): rootfs $(sz "$root"): QEMU closure and ping $(sz -c "$root/usr" "$root/lib" "$root/lib64"), busybox $(sz "$root/bin"), tiny.elf $(sz "$root/microvm/tiny.elf") (--tiny: no Linux guest)"
+	exit 0
+fi
 echo "build.sh: sizes (apparent): rootfs $(sz "$root"): QEMU closure and ping $(sz -c "$root/usr" "$root/lib" "$root/lib64"), busybox $(sz "$root/bin"), vmlinux $(sz "$root/microvm/vmlinux"), initramfs $(sz "$root/microvm/initramfs.cpio"), tiny.elf $(sz "$root/microvm/tiny.elf")"

@@ -116,6 +116,8 @@ func (r *liveRun) companionSteps() {
 		})
 	}
 	r.step("companion-log", c.logChecked)
+	// A micro-VM pod on the devices the daemon allocates: KVM, tun, vhost-net (microvm.go).
+	c.microvmSteps()
 	r.step("companion-stop", c.stop)
 }
 

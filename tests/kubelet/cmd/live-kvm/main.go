@@ -17,7 +17,9 @@
 // `live-kvm exec-as UID GID PROGRAM [ARG...]` is an internal trampoline: it drops to UID/GID
 // (no supplementary groups) and executes PROGRAM, so a daemon can run as an unprivileged user
 // while still being captured by kubelet.StartDaemon. `live-kvm pod-exec PROGRAM [ARG...]` is the
-// other: it executes PROGRAM in the pod layout (pod.go).
+// other: it executes PROGRAM in the pod layout (pod.go). `live-kvm microvm-exec ROOT GIDS NODE... --
+// PROGRAM [ARG...]` is the micro-VM pod's runtime (microvm.go): started in new network and mount
+// namespaces, it builds the pod in ROOT and executes PROGRAM there with CAP_NET_ADMIN only.
 package main
 
 import (
@@ -154,6 +156,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "pod-exec" {
 		os.Exit(podExec(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "microvm-exec" {
+		os.Exit(microvmExec(os.Args[2:]))
 	}
 	mshv := flag.Bool("mshv", false, "run the MSHV live check on this host (needs /dev/mshv and root)")
 	noKVM := flag.Bool("no-kvm", false, "run the steps of a guest kernel without KVM")
