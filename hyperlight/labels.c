@@ -284,7 +284,7 @@ static void on_attempt_done(const dp_helper_result *r, void *userdata)
 
 /* The attempt's argv: the hypervisor's two labels, then "<key>=<value>" for each companion
  * with a verdict; each track's sent is what goes. */
-static size_t attempt_argv(hl_labels *l, char **argv, size_t cap)
+static void attempt_argv(hl_labels *l, char **argv, size_t cap)
 {
 	size_t n = 0;
 
@@ -304,7 +304,6 @@ static size_t attempt_argv(hl_labels *l, char **argv, size_t cap)
 		argv[n++] = l->args[i - 1];
 	}
 	argv[n] = NULL;
-	return n;
 }
 
 static int on_retry(dp_source *s, void *userdata)
