@@ -717,25 +717,5 @@ func enterPod(root string, groups []int) error {
 	if err := syscall.Setuid(0); err != nil {
 		return fmt.Errorf("setuid: %v", err)
 	}
-	for c := 0; c < 64; c++ {
-		if c == capNetAdmin {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-			return fmt.Errorf("PR_CAPBSET_DROP %d: %v", c, err)
-		}
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	data[0].Effective, data[0].Permitted = 1<<capNetAdmin, 1<<capNetAdmin
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %v", err)
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("PR_CAP_AMBIENT_CLEAR_ALL: %v", err)
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("PR_SET_NO_NEW_PRIVS: %v", err)
-	}
-	return nil
+	return limitCaps(1 << capNetAdmin)
 }

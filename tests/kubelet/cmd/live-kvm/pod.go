@@ -53,7 +53,7 @@ func podExec(args []string) int {
 		fmt.Fprintln(os.Stderr, "live-kvm pod-exec:", err)
 		return 1
 	}
-	if err := dropPrivileges(); err != nil {
+	if err := limitCaps(0); err != nil {
 		fmt.Fprintln(os.Stderr, "live-kvm pod-exec:", err)
 		return 1
 	}
@@ -109,22 +109,29 @@ func makePodNodes() error {
 	return nil
 }
 
-// dropPrivileges: an empty bounding set and inheritable set (so the exec'd root process has no
-// capability) and no_new_privs (allowPrivilegeEscalation: false).
-func dropPrivileges() error {
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+// limitCaps: this thread keeps only the capabilities in keep (a bit per capability): the
+// bounding set, the permitted and effective sets are keep, the inheritable and ambient sets
+// empty, and no_new_privs is set, so the process it execs as root has exactly keep (what a
+// runtime gives a container with `drop: [ALL]` and `add:` keep). The pod layout's daemon gets
+// none (0), the micro-VM pod CAP_NET_ADMIN.
+func limitCaps(keep uint64) error {
+	for c := 0; c < 64; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return fmt.Errorf("PR_CAPBSET_DROP %d: %v", c, err)
 		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %v", err)
-	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
+	data[0].Effective, data[0].Permitted = uint32(keep), uint32(keep)
+	data[1].Effective, data[1].Permitted = uint32(keep>>32), uint32(keep>>32)
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %v", err)
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("PR_CAP_AMBIENT_CLEAR_ALL: %v", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("PR_SET_NO_NEW_PRIVS: %v", err)
